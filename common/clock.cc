@@ -1,0 +1,30 @@
+#include "common/clock.h"
+
+namespace eft {
+
+int64_t RealClock::WallMillis() const {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+RealClock* RealClock::Get() {
+  static RealClock clock;
+  return &clock;
+}
+
+SteadyTime ManualClock::Now() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return SteadyTime(elapsed_);
+}
+
+int64_t ManualClock::WallMillis() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return wall_millis_ + ToMillis(elapsed_);
+}
+
+void ManualClock::Advance(Duration d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  elapsed_ += d;
+}
+
+}  // namespace eft

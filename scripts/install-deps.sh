@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs exactly the Debian 12 packages that eft's build and tests need.
+# Idempotent: when every package is already installed it does nothing (and needs no root).
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  g++ cmake ninja-build pkg-config ccache
+  # control plane: gRPC/Protobuf, SQLite, Boost.Asio/Beast, config and CLI parsing
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libsqlite3-dev libboost-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
+  # trainer: LibTorch (CPU) with Gloo for c10d, a fast BLAS
+  libtorch-dev libgloo-dev libopenblas0-pthread
+  # tests
+  libgtest-dev libgmock-dev sqlite3 procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
