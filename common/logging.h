@@ -39,7 +39,14 @@ class LogMessage {
 #define EFT_LOG_LEVEL_WARNING ::eft::LogLevel::kWarning
 #define EFT_LOG_LEVEL_ERROR ::eft::LogLevel::kError
 
-#define EFT_LOG(level)                                           \
-  if (EFT_LOG_LEVEL_##level < ::eft::GetLogLevel()) {            \
-  } else                                                         \
-    ::eft::LogMessage(EFT_LOG_LEVEL_##level).stream()
+namespace eft {
+// Turns the stream expression into void so EFT_LOG is one expression: safe inside an unbraced if.
+struct LogVoidify {
+  void operator&(std::ostream&) {}
+};
+}  // namespace eft
+
+#define EFT_LOG(level)                                 \
+  (EFT_LOG_LEVEL_##level < ::eft::GetLogLevel())       \
+      ? (void)0                                        \
+      : ::eft::LogVoidify() & ::eft::LogMessage(EFT_LOG_LEVEL_##level).stream()

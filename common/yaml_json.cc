@@ -1,11 +1,14 @@
 #include "common/yaml_json.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <vector>
 
 #include <yaml-cpp/yaml.h>
 
@@ -14,6 +17,33 @@ namespace {
 
 using nlohmann::json;
 
+// "YAML line 3 column 7" (1-based), or "YAML" when yaml-cpp has no position.
+std::string Where(const YAML::Mark& mark) {
+  if (mark.is_null()) return "YAML";
+  return "YAML line " + std::to_string(mark.line + 1) + " column " + std::to_string(mark.column + 1);
+}
+
+// An integer in int64 if it fits, else uint64, else a double: nlohmann holds the first two
+// exactly, and a value beyond both is at least still a number of the right magnitude.
+json IntegerValue(const std::string& s, int base) {
+  const char* digits = s.c_str() + (base == 10 ? 0 : 2);  // past "0x" / "0o"
+  errno = 0;
+  long long v = std::strtoll(digits, nullptr, base);
+  if (errno == 0) return v;
+  if (s[0] != '-') {  // strtoull would wrap a negative number around without complaint
+    errno = 0;
+    unsigned long long u = std::strtoull(digits, nullptr, base);
+    if (errno == 0) return u;
+  }
+  if (base == 10) return std::strtod(s.c_str(), nullptr);
+  double d = 0;
+  for (const char* p = digits; *p != '\0'; ++p) {
+    int c = std::tolower(static_cast<unsigned char>(*p));
+    d = d * base + (c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  return d;
+}
+
 // YAML 1.2 core schema scalar resolution for plain (unquoted) scalars.
 json ResolvePlainScalar(const std::string& s) {
   static const std::regex kNull("^(~|null|Null|NULL|)$");
@@ -21,19 +51,16 @@ json ResolvePlainScalar(const std::string& s) {
   static const std::regex kFalse("^(false|False|FALSE)$");
   static const std::regex kInt("^[-+]?[0-9]+$");
   static const std::regex kHex("^0x[0-9a-fA-F]+$");
+  static const std::regex kOct("^0o[0-7]+$");
   static const std::regex kFloat("^[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?$");
   static const std::regex kInf("^[-+]?\\.(inf|Inf|INF)$");
   static const std::regex kNan("^\\.(nan|NaN|NAN)$");
   if (std::regex_match(s, kNull)) return nullptr;
   if (std::regex_match(s, kTrue)) return true;
   if (std::regex_match(s, kFalse)) return false;
-  if (std::regex_match(s, kInt)) {
-    errno = 0;
-    long long v = std::strtoll(s.c_str(), nullptr, 10);
-    if (errno == 0) return v;
-    return std::strtod(s.c_str(), nullptr);  // out of int64 range: keep it as a number
-  }
-  if (std::regex_match(s, kHex)) return static_cast<long long>(std::strtoll(s.c_str(), nullptr, 16));
+  if (std::regex_match(s, kInt)) return IntegerValue(s, 10);
+  if (std::regex_match(s, kHex)) return IntegerValue(s, 16);
+  if (std::regex_match(s, kOct)) return IntegerValue(s, 8);
   if (std::regex_match(s, kFloat)) return std::strtod(s.c_str(), nullptr);
   if (std::regex_match(s, kInf)) return s[0] == '-' ? -INFINITY : INFINITY;
   if (std::regex_match(s, kNan)) return NAN;
@@ -60,14 +87,15 @@ Result<json> Convert(const YAML::Node& node) {
     case YAML::NodeType::Map: {
       json out = json::object();
       for (const auto& kv : node) {
+        // Scalar keys are taken as their text (`1:` is the key "1"); JSON has nothing else.
         if (!kv.first.IsScalar()) {
-          return Status::InvalidArgument("line " + std::to_string(kv.first.Mark().line + 1) +
-                                         ": mapping keys must be strings");
+          return Status::InvalidArgument(Where(kv.first.Mark()) +
+                                         ": mapping keys must be strings (a null, list or mapping is not a "
+                                         "key; quote it if you meant the text)");
         }
         const std::string& key = kv.first.Scalar();
         if (out.contains(key)) {
-          return Status::InvalidArgument("line " + std::to_string(kv.first.Mark().line + 1) +
-                                         ": duplicate key '" + key + "'");
+          return Status::InvalidArgument(Where(kv.first.Mark()) + ": duplicate key '" + key + "'");
         }
         EFT_ASSIGN_OR_RETURN(json v, Convert(kv.second));
         out[key] = std::move(v);
@@ -83,7 +111,11 @@ void Emit(YAML::Emitter& out, const json& v) {
     case json::value_t::object:
       out << YAML::BeginMap;
       for (auto it = v.begin(); it != v.end(); ++it) {
-        out << YAML::Key << it.key() << YAML::Value;
+        // A key that reads back as null ("~", "null") would no longer be a key: quote such keys.
+        out << YAML::Key;
+        if (ResolvePlainScalar(it.key()).is_string()) out << it.key();
+        else out << YAML::DoubleQuoted << it.key();
+        out << YAML::Value;
         Emit(out, it.value());
       }
       out << YAML::EndMap;
@@ -113,9 +145,15 @@ void Emit(YAML::Emitter& out, const json& v) {
     case json::value_t::number_unsigned:
       out << v.get<unsigned long long>();
       break;
-    case json::value_t::number_float:
-      out << v.get<double>();
+    case json::value_t::number_float: {
+      // yaml-cpp prints 17 digits (1e-5 as 1.0000000000000001e-05) and 1.0 as "1", which reads
+      // back as an integer. nlohmann's shortest round-trip text keeps value and type.
+      double d = v.get<double>();
+      if (std::isnan(d)) out << ".nan";
+      else if (std::isinf(d)) out << (d < 0 ? "-.inf" : ".inf");
+      else out << v.dump();
       break;
+    }
     default:
       out << v.dump();
   }
@@ -125,11 +163,17 @@ void Emit(YAML::Emitter& out, const json& v) {
 
 Result<json> YamlToJson(const std::string& text) {
   try {
-    YAML::Node root = YAML::Load(text);
-    return Convert(root);
+    std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    // A second document would otherwise be dropped without a word; a trailing "---" is harmless.
+    for (size_t i = 1; i < docs.size(); ++i) {
+      if (!docs[i].IsNull()) {
+        return Status::InvalidArgument(Where(docs[i].Mark()) +
+                                       ": a second YAML document ('---'); put one document per file");
+      }
+    }
+    return Convert(docs.empty() ? YAML::Node() : docs[0]);
   } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument("YAML line " + std::to_string(e.mark.line + 1) + " column " +
-                                   std::to_string(e.mark.column + 1) + ": " + e.msg);
+    return Status::InvalidArgument(Where(e.mark) + ": " + e.msg);
   }
 }
 

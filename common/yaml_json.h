@@ -2,8 +2,10 @@
 // (nlohmann::json) whether a user wrote YAML or JSON.
 //
 // Plain YAML scalars are typed the way YAML 1.2's core schema types them (null, true/false,
-// integers, floats, else string); quoted scalars always stay strings, so `name: "123"` is a string.
-// Mapping keys must be strings and unique.
+// integers incl. 0x hex and 0o octal, floats incl. .inf/.nan, else string); quoted scalars always
+// stay strings, so `name: "123"` is a string. Integers beyond int64 become uint64, then double.
+// Mapping keys must be unique scalars and are taken as their text (`1:` is the key "1"); a null,
+// list or mapping as a key is an error. A text holds one document (a trailing "---" is allowed).
 #pragma once
 
 #include <string>

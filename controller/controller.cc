@@ -1,0 +1,358 @@
+// Controller: creation, loading, the client-facing API and conversions to the wire messages.
+// The state machine is in lifecycle.cc, the worker-facing side in agents.cc.
+#include "controller/controller.h"
+
+#include <google/protobuf/util/time_util.h>
+
+#include <algorithm>
+
+#include "common/logging.h"
+#include "controller/job_spec.h"
+
+namespace eft::controller {
+
+using google::protobuf::util::TimeUtil;
+
+namespace {
+
+google::protobuf::Timestamp Ts(int64_t ms) { return TimeUtil::MillisecondsToTimestamp(ms); }
+
+}  // namespace
+
+bool Controller::JobEntry::active() const {
+  return rec.state == v1::JOB_STATE_STARTING || rec.state == v1::JOB_STATE_RUNNING;
+}
+
+bool Controller::IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED || state == v1::JOB_STATE_CANCELLED;
+}
+
+Result<std::unique_ptr<Controller>> Controller::Create(ControllerConfig config, Clock* clock) {
+  EFT_RETURN_IF_ERROR(FinalizeControllerConfig(&config));
+  EFT_ASSIGN_OR_RETURN(auto store, Store::Open(config.db_path));
+  std::unique_ptr<Controller> c(new Controller(std::move(config), clock, std::move(store)));
+  EFT_RETURN_IF_ERROR(c->Load());
+  return c;
+}
+
+Controller::Controller(ControllerConfig config, Clock* clock, std::unique_ptr<Store> store)
+    : config_(std::move(config)), clock_(clock), store_(std::move(store)), logs_(config_.data_dir + "/logs") {}
+
+Controller::~Controller() {
+  stopping_ = true;
+  if (ticker_.joinable()) ticker_.join();
+}
+
+void Controller::StartTicker() {
+  ticker_ = std::thread([this] {
+    while (!stopping_) {
+      Tick();
+      std::this_thread::sleep_for(config_.tick_interval);
+    }
+  });
+}
+
+Status Controller::Load() {
+  std::lock_guard<std::mutex> lock(mu_);
+  EFT_ASSIGN_OR_RETURN(auto nodes, store_->LoadNodes());
+  SteadyTime now = clock_->Now();
+  for (auto& rec : nodes) {
+    NodeEntry n;
+    n.rec = std::move(rec);
+    // A node that was READY gets a full heartbeat_timeout from now to re-register before it is LOST.
+    n.ready = !n.rec.lost;
+    n.last_heartbeat = now;
+    n.last_heartbeat_ms = clock_->WallMillis();
+    nodes_[n.rec.name] = std::move(n);
+  }
+  EFT_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
+  for (auto& rec : jobs) {
+    JobEntry j;
+    j.rec = std::move(rec);
+    EFT_ASSIGN_OR_RETURN(j.attempts, store_->LoadAttempts(j.rec.id));
+    EFT_ASSIGN_OR_RETURN(j.checkpoints, store_->LoadCheckpoints(j.rec.id));
+    EFT_ASSIGN_OR_RETURN(j.events, store_->LoadEvents(j.rec.id));
+    j.spec_json = JobSpecToJson(j.rec.spec).dump();
+    if (j.active() && j.current()) {
+      // A RUNNING attempt had every rank running: a rank its worker no longer reports is lost.
+      j.ranks.assign(j.current()->world_size, RankView{j.rec.state == v1::JOB_STATE_RUNNING, false});
+    }
+    if (j.rec.state == v1::JOB_STATE_RECOVERING) j.stop_deadline = now + config_.stop_report_slack;
+    std::string id = j.rec.id;
+    if (!IsTerminal(j.rec.state)) live_jobs_.insert(id);
+    job_order_.push_back(id);
+    jobs_[id] = std::move(j);
+  }
+  EFT_LOG(INFO) << "loaded " << jobs_.size() << " jobs (" << live_jobs_.size() << " not finished) and "
+                << nodes_.size() << " nodes from " << store_->path();
+  return Status::Ok();
+}
+
+Controller::JobEntry* Controller::FindJob(const std::string& id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+EventRecord Controller::MakeEvent(const JobEntry& job, const std::string& type, const std::string& message) const {
+  EventRecord e;
+  e.job_id = job.rec.id;
+  e.time_ms = clock_->WallMillis();
+  e.type = type;
+  e.attempt = job.rec.attempt;
+  e.message = message;
+  return e;
+}
+
+void Controller::Bump(JobEntry& job) {
+  ++job.version;
+  changed_.notify_all();
+}
+
+Status Controller::Apply(JobEntry& job, JobChange change) {
+  Status s = store_->RunInTransaction([&]() -> Status {
+    if (change.insert_attempt) EFT_RETURN_IF_ERROR(store_->InsertAttempt(*change.insert_attempt));
+    if (change.update_attempt) EFT_RETURN_IF_ERROR(store_->UpdateAttempt(*change.update_attempt));
+    EFT_RETURN_IF_ERROR(store_->UpdateJob(change.rec));
+    for (const auto& e : change.events) EFT_RETURN_IF_ERROR(store_->AppendEvent(e));
+    return Status::Ok();
+  });
+  if (!s.ok()) {
+    EFT_LOG(ERROR) << "job " << job.rec.id << ": could not persist a state change (" << s
+                   << "); it will be retried";
+    return s;
+  }
+  for (const auto& e : change.events) {
+    EFT_LOG(INFO) << "job " << job.rec.id << " [" << e.type << "] " << e.message;
+  }
+  if (change.insert_attempt) job.attempts.push_back(*change.insert_attempt);
+  if (change.update_attempt && !job.attempts.empty()) job.attempts.back() = *change.update_attempt;
+  job.events.insert(job.events.end(), change.events.begin(), change.events.end());
+  if (IsTerminal(change.rec.state)) live_jobs_.erase(change.rec.id);
+  job.rec = std::move(change.rec);
+  Bump(job);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// JobService
+
+Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::string& request_id) {
+  v1::JobSpec spec = submitted;
+  EFT_RETURN_IF_ERROR(NormalizeJobSpec(&spec));
+  if (request_id.size() > 128) return Status::InvalidArgument("request_id: at most 128 characters");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!request_id.empty()) {
+    for (const auto& [id, j] : jobs_) {
+      if (j.rec.request_id == request_id) return ToProto(j, true);
+    }
+  }
+  JobRecord rec;
+  rec.request_id = request_id;
+  rec.spec = spec;
+  rec.state = v1::JOB_STATE_QUEUED;
+  rec.create_ms = clock_->WallMillis();
+  JobEntry j;
+  Status s = store_->RunInTransaction([&]() -> Status {
+    EFT_RETURN_IF_ERROR(store_->InsertJob(&rec));
+    // The default checkpoint dir depends on the id, which only the insert knows.
+    if (rec.spec.checkpoint().dir().empty()) {
+      rec.spec.mutable_checkpoint()->set_dir(config_.data_dir + "/checkpoints/" + rec.id);
+      EFT_RETURN_IF_ERROR(store_->UpdateJob(rec));
+    }
+    j.rec = rec;
+    j.events.push_back(MakeEvent(j, "submitted", "submitted \"" + rec.spec.name() + "\": " +
+                                                     std::to_string(rec.spec.resources().nodes().min()) + ".." +
+                                                     std::to_string(rec.spec.resources().nodes().max()) +
+                                                     " nodes x " + std::to_string(rec.spec.resources().gpus_per_node()) +
+                                                     " ranks"));
+    return store_->AppendEvent(j.events.back());
+  });
+  if (!s.ok()) return s.WithContext("storing the job");
+  j.spec_json = JobSpecToJson(j.rec.spec).dump();
+  EFT_LOG(INFO) << "job " << rec.id << " submitted (" << rec.spec.name() << ")";
+  std::string id = rec.id;
+  live_jobs_.insert(id);
+  job_order_.push_back(id);
+  jobs_[id] = std::move(j);
+  ScheduleLocked();
+  changed_.notify_all();
+  return ToProto(jobs_[id], true);
+}
+
+Result<v1::Job> Controller::GetJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  JobEntry* j = FindJob(id);
+  if (!j) return Status::NotFound("job " + id + " not found");
+  return ToProto(*j, true);
+}
+
+Result<v1::ListJobsResponse> Controller::ListJobs(const v1::ListJobsRequest& request) {
+  int page_size = request.page_size() == 0 ? 100 : request.page_size();
+  if (page_size < 0 || page_size > 1000) return Status::InvalidArgument("page_size: must be in 1..1000");
+  size_t start = job_order_.size();  // exclusive upper bound of the index into job_order_
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!request.page_token().empty()) {
+    auto it = std::find(job_order_.begin(), job_order_.end(), request.page_token());
+    if (it == job_order_.end()) return Status::InvalidArgument("page_token: not a token this controller issued");
+    start = static_cast<size_t>(it - job_order_.begin());
+  } else {
+    start = job_order_.size();
+  }
+  std::set<int> states(request.states().begin(), request.states().end());
+  v1::ListJobsResponse out;
+  size_t i = start;
+  while (i > 0) {
+    --i;
+    const JobEntry& j = jobs_.at(job_order_[i]);
+    if (!states.empty() && !states.count(j.rec.state)) continue;
+    if (out.jobs_size() == page_size) {
+      out.set_next_page_token(job_order_[i + 1]);
+      break;
+    }
+    *out.add_jobs() = ToProto(j, false);
+  }
+  // A full page whose remaining jobs were all filtered out still has no next page.
+  if (!out.next_page_token().empty()) {
+    bool more = false;
+    for (size_t k = i + 1; k-- > 0;) {
+      const JobEntry& j = jobs_.at(job_order_[k]);
+      if (states.empty() || states.count(j.rec.state)) { more = true; break; }
+    }
+    if (!more) out.clear_next_page_token();
+  }
+  return out;
+}
+
+Result<v1::Job> Controller::CancelJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  JobEntry* j = FindJob(id);
+  if (!j) return Status::NotFound("job " + id + " not found");
+  if (j->rec.state == v1::JOB_STATE_CANCELLED) return ToProto(*j, true);
+  if (IsTerminal(j->rec.state)) {
+    return Status::FailedPrecondition("job " + id + " already ended: " + v1::JobState_Name(j->rec.state));
+  }
+  if (j->active()) {
+    EFT_RETURN_IF_ERROR(EndAttemptLocked(*j, "cancelled by user", Outcome::kCancelled));
+  } else {
+    JobChange c{j->rec, {}, {}, {}};
+    c.rec.state = v1::JOB_STATE_CANCELLED;
+    c.rec.reason = "cancelled by user";
+    c.rec.end_ms = clock_->WallMillis();
+    c.events.push_back(MakeEvent(*j, "cancelled", "cancelled by user while " + v1::JobState_Name(j->rec.state)));
+    EFT_RETURN_IF_ERROR(Apply(*j, std::move(c)));
+  }
+  return ToProto(*j, true);
+}
+
+Result<v1::Job> Controller::WaitForJobChange(const std::string& id, uint64_t* version,
+                                             std::chrono::milliseconds timeout, bool* changed) {
+  std::unique_lock<std::mutex> lock(mu_);
+  JobEntry* j = FindJob(id);
+  if (!j) return Status::NotFound("job " + id + " not found");
+  changed_.wait_for(lock, timeout, [&] { return j->version != *version || stopping_; });
+  *changed = j->version != *version;
+  *version = j->version;
+  return ToProto(*j, true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// NodeService
+
+v1::ListNodesResponse Controller::ListNodes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::ListNodesResponse out;
+  for (const auto& [name, n] : nodes_) *out.add_nodes() = ToProto(n);
+  return out;
+}
+
+Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return Status::NotFound("node " + name + " not found");
+  NodeRecord rec = it->second.rec;
+  rec.drained = drained;
+  EFT_RETURN_IF_ERROR(store_->UpsertNode(rec).WithContext("storing node " + name));
+  it->second.rec = rec;
+  EFT_LOG(INFO) << "node " << name << (drained ? " drained: it takes no new ranks" : " undrained");
+  if (!drained) ScheduleLocked();
+  return ToProto(it->second);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversions
+
+v1::Job Controller::ToProto(const JobEntry& j, bool full) const {
+  v1::Job out;
+  out.set_id(j.rec.id);
+  *out.mutable_spec() = j.rec.spec;
+  out.set_state(j.rec.state);
+  out.set_reason(j.rec.reason);
+  if (j.rec.create_ms) *out.mutable_create_time() = Ts(j.rec.create_ms);
+  if (j.rec.start_ms) *out.mutable_start_time() = Ts(j.rec.start_ms);
+  if (j.rec.end_ms) *out.mutable_end_time() = Ts(j.rec.end_ms);
+  out.set_attempt(j.rec.attempt);
+  out.set_restarts(j.rec.restarts);
+  if (j.active() && j.current()) out.set_world_size(j.current()->world_size);
+  if (j.progress.step() > 0) *out.mutable_progress() = j.progress;
+  if (!full) return out;
+  for (const auto& a : j.attempts) {
+    v1::Attempt* p = out.add_attempts();
+    p->set_number(a.number);
+    p->set_world_size(a.world_size);
+    for (const auto& n : a.nodes) p->add_nodes(n);
+    p->set_master_addr(a.master_addr);
+    p->set_master_port(a.master_port);
+    p->set_resume_from(a.resume_from);
+    if (a.start_ms) *p->mutable_start_time() = Ts(a.start_ms);
+    if (a.end_ms) *p->mutable_end_time() = Ts(a.end_ms);
+    p->set_end_reason(a.end_reason);
+  }
+  for (const auto& c : j.checkpoints) {
+    v1::Checkpoint* p = out.add_checkpoints();
+    p->set_step(c.step);
+    p->set_kind(c.kind);
+    p->set_path(c.path);
+    p->set_bytes(c.bytes);
+    p->set_attempt(c.attempt);
+    if (c.time_ms) *p->mutable_time() = Ts(c.time_ms);
+  }
+  for (const auto& e : j.events) {
+    v1::JobEvent* p = out.add_events();
+    *p->mutable_time() = Ts(e.time_ms);
+    p->set_type(e.type);
+    p->set_attempt(e.attempt);
+    p->set_message(e.message);
+  }
+  return out;
+}
+
+v1::Node Controller::ToProto(const NodeEntry& n) const {
+  v1::Node out;
+  out.set_name(n.rec.name);
+  out.set_address(n.rec.address);
+  out.set_state(n.ready ? v1::NODE_STATE_READY : v1::NODE_STATE_LOST);
+  out.set_drained(n.rec.drained);
+  out.set_slots(n.rec.slots);
+  out.set_state_reason(n.rec.state_reason);
+  out.set_version(n.rec.version);
+  if (n.rec.registered_ms) *out.mutable_registered_time() = Ts(n.rec.registered_ms);
+  if (n.last_heartbeat_ms) *out.mutable_last_heartbeat_time() = Ts(n.last_heartbeat_ms);
+  for (const auto& cap : CapacitiesLocked()) {
+    if (cap.name == n.rec.name) out.set_free_slots(static_cast<int>(cap.free_slots.size()));
+  }
+  std::set<std::string> jobs;
+  for (const auto& id : live_jobs_) {
+    const JobEntry& j = jobs_.at(id);
+    if (j.active() && j.current() &&
+        std::count(j.current()->nodes.begin(), j.current()->nodes.end(), n.rec.name)) {
+      jobs.insert(id);
+    }
+  }
+  for (const auto& r : n.reported) {
+    if (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING) jobs.insert(r.key().job_id());
+  }
+  for (const auto& id : jobs) out.add_jobs(id);
+  return out;
+}
+
+}  // namespace eft::controller

@@ -1,0 +1,160 @@
+// Controller: the cluster's source of truth and its only decision maker.
+//
+// Owns jobs, attempts, nodes and checkpoints; runs the job state machine of ARCHITECTURE.md;
+// gang-schedules attempts onto nodes; declares nodes LOST after heartbeat_timeout and restarts the
+// attempts they carried at the world size the surviving nodes allow, from the newest checkpoint.
+// Every transition is written to the Store (with an event row that says why) before it is visible
+// to anyone; if the write fails the transition does not happen and is retried by the next
+// heartbeat or tick. On Create it reloads everything, and re-registering workers reconcile with it:
+// an attempt that was running keeps running.
+//
+// Thread-safe: one mutex guards all state. RPC handlers call the public methods; something must
+// call Tick() every tick_interval (RunTicker does, tests may drive it with a ManualClock).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "controller/config.h"
+#include "controller/log_store.h"
+#include "controller/records.h"
+#include "controller/scheduler.h"
+#include "controller/store.h"
+#include "eft/v1/agent.pb.h"
+#include "eft/v1/job.pb.h"
+#include "eft/v1/node.pb.h"
+
+namespace eft::controller {
+
+class Controller {
+ public:
+  // Opens (or creates) the database at config.db_path and loads its state.
+  static Result<std::unique_ptr<Controller>> Create(ControllerConfig config, Clock* clock);
+  ~Controller();
+
+  // --- JobService ---
+  Result<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& request_id);
+  Result<v1::Job> GetJob(const std::string& id);
+  Result<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
+  Result<v1::Job> CancelJob(const std::string& id);
+  // Blocks until the job changed after *version (0: return at once) or `timeout` passed; returns
+  // the job and sets *version. `changed` tells whether it changed.
+  Result<v1::Job> WaitForJobChange(const std::string& id, uint64_t* version, std::chrono::milliseconds timeout,
+                                   bool* changed);
+  static bool IsTerminal(v1::JobState state);
+
+  // --- NodeService ---
+  v1::ListNodesResponse ListNodes();
+  Result<v1::Node> SetDrained(const std::string& name, bool drained);
+
+  // --- AgentService ---
+  Result<v1::RegisterResponse> Register(const v1::RegisterRequest& request);
+  Result<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+  LogStore& logs() { return logs_; }
+
+  // Detects lost nodes, stop timeouts and expired backoffs, and schedules.
+  void Tick();
+  // Calls Tick() every config.tick_interval on a thread until the Controller is destroyed.
+  void StartTicker();
+
+  const ControllerConfig& config() const { return config_; }
+
+ private:
+  struct RankView {
+    bool seen_running = false;
+    bool exited = false;
+  };
+  struct JobEntry {
+    JobRecord rec;
+    std::vector<AttemptRecord> attempts;
+    std::vector<CheckpointRecord> checkpoints;
+    std::vector<EventRecord> events;
+    v1::TrainingProgress progress;
+    std::vector<RankView> ranks;  // of the newest attempt while the job is STARTING/RUNNING
+    SteadyTime stop_deadline{};   // RECOVERING: stop waiting for old ranks to be reported gone
+    // When the last attempt ended, and whether that end counted against max_restarts: a node found
+    // LOST shortly after a counted rank failure was most likely its cause (see MarkNodeLostLocked).
+    SteadyTime ended_at{};
+    bool end_counted = false;
+    std::string spec_json;        // handed to ranks as EFT_JOB_SPEC
+    uint64_t version = 1;
+    bool active() const;          // STARTING or RUNNING
+    const AttemptRecord* current() const { return attempts.empty() ? nullptr : &attempts.back(); }
+  };
+  struct NodeEntry {
+    NodeRecord rec;
+    bool ready = false;
+    std::string incarnation;  // empty until the worker (re-)registers with this controller
+    SteadyTime last_heartbeat{};
+    int64_t last_heartbeat_ms = 0;
+    std::vector<v1::RankStatus> reported;
+    uint64_t acked_seq = 0;
+  };
+  // A change of one job, applied to memory only after the store accepted it.
+  struct JobChange {
+    JobRecord rec;
+    std::optional<AttemptRecord> insert_attempt;
+    std::optional<AttemptRecord> update_attempt;
+    std::vector<EventRecord> events;
+  };
+
+  Controller(ControllerConfig config, Clock* clock, std::unique_ptr<Store> store);
+  Status Load();
+
+  // controller.cc: conversions and lookups.
+  v1::Job ToProto(const JobEntry& job, bool full) const;
+  v1::Node ToProto(const NodeEntry& node) const;
+  JobEntry* FindJob(const std::string& id);
+  EventRecord MakeEvent(const JobEntry& job, const std::string& type, const std::string& message) const;
+  Status Apply(JobEntry& job, JobChange change);
+  void Bump(JobEntry& job);
+
+  // lifecycle.cc: the state machine.
+  void ScheduleLocked();
+  std::vector<NodeCapacity> CapacitiesLocked() const;
+  bool OldRanksLiveLocked(const JobEntry& job) const;
+  // Every node of the job's last attempt has heartbeated since it ended, or is LOST.
+  bool PreviousNodesSettledLocked(const JobEntry& job) const;
+  Status StartAttemptLocked(JobEntry& job, const Placement& placement);
+  // Ends the current attempt with `reason`, then: kSucceeded/kFailed/kCancelled finish the job,
+  // kRestart and kRestartCounted move it to RECOVERING (the latter counts against max_restarts and
+  // may fail the job instead).
+  enum class Outcome { kSucceeded, kFailed, kCancelled, kRestart, kRestartCounted };
+  Status EndAttemptLocked(JobEntry& job, const std::string& reason, Outcome outcome);
+  void OnRankExitLocked(JobEntry& job, int rank, const v1::RankStatus& status);
+  void MarkNodeLostLocked(NodeEntry& node, const std::string& reason);
+  void ForgiveLastFailureLocked(JobEntry& job, const std::string& cause);
+  std::chrono::milliseconds BackoffFor(int restarts) const;
+
+  // agents.cc: what workers report, and what they are told.
+  void ApplyRankReportsLocked(NodeEntry& node);
+  uint64_t ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatRequest& request);
+  void DesiredForLocked(const NodeEntry& node, google::protobuf::RepeatedPtrField<v1::RankAssignment>* out) const;
+
+  ControllerConfig config_;
+  Clock* clock_;
+  std::unique_ptr<Store> store_;
+  LogStore logs_;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, JobEntry> jobs_;               // by id
+  std::vector<std::string> job_order_;                 // ids in submit order
+  std::set<std::string> live_jobs_;                    // not terminal
+  std::map<std::string, NodeEntry> nodes_;             // by name
+
+  std::atomic<bool> stopping_{false};
+  std::thread ticker_;
+};
+
+}  // namespace eft::controller

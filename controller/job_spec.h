@@ -1,0 +1,38 @@
+// Job specs: parsing (YAML or JSON, as eftctl files and REST bodies carry them), validation and
+// defaults. Shared by the controller (which validates every submit) and eftctl (which parses files).
+//
+// Errors are INVALID_ARGUMENT and name the field path and the fix, e.g.
+//   "spec.resources.nodes.max (1) must be >= spec.resources.nodes.min (2)".
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "eft/v1/spec.pb.h"
+
+namespace eft::controller {
+
+// Converts a JSON value (from YAML or JSON text) into a JobSpec by protobuf's JSON mapping
+// (lowerCamelCase and the original snake_case names are both accepted). Unknown fields and
+// wrongly typed values are errors naming the field path ("spec.training.lr: expected a number"),
+// unknown ones with a suggestion ("did you mean lr?"). Strictly typed: "2" is not an integer and
+// env values must be strings, except that 64-bit integers may be strings as proto JSON writes them.
+// A null value leaves the field unset.
+Result<v1::JobSpec> JobSpecFromJson(const nlohmann::json& value);
+
+// Parses YAML or JSON text into a JobSpec (see JobSpecFromJson).
+Result<v1::JobSpec> ParseJobSpec(const std::string& text);
+
+// Checks every field and fills in the documented defaults (see spec.proto), except checkpoint.dir,
+// whose default depends on the job id the controller assigns. Idempotent. Reports only the first
+// error, in the order spec.proto declares the fields (nested messages depth-first, env names
+// sorted), so the same bad spec always gets the same message. A zero in a field without presence
+// means "unset" and gets the default; `optional` fields keep an explicit 0.
+Status NormalizeJobSpec(v1::JobSpec* spec);
+
+// The spec as JSON with snake_case field names (as YAML files write them).
+nlohmann::json JobSpecToJson(const v1::JobSpec& spec);
+
+}  // namespace eft::controller

@@ -1,0 +1,323 @@
+// Controller: the job state machine. Scheduling attempts, ending them, restart policy, node loss.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "common/logging.h"
+#include "controller/controller.h"
+
+namespace eft::controller {
+namespace {
+
+std::string JoinNodes(const std::vector<std::string>& nodes) {
+  std::string out;
+  for (const auto& n : nodes) out += (out.empty() ? "" : ",") + n;
+  return out;
+}
+
+std::string Seconds(std::chrono::milliseconds ms) {
+  std::ostringstream os;
+  os.precision(1);
+  os << std::fixed << ms.count() / 1000.0 << " s";
+  return os.str();
+}
+
+}  // namespace
+
+std::chrono::milliseconds Controller::BackoffFor(int restarts) const {
+  double ms = static_cast<double>(config_.restart_backoff_initial.count()) * std::pow(2.0, std::max(0, restarts - 1));
+  return std::chrono::milliseconds(
+      static_cast<long long>(std::min(ms, static_cast<double>(config_.restart_backoff_max.count()))));
+}
+
+void Controller::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  SteadyTime now = clock_->Now();
+  for (auto& [name, node] : nodes_) {
+    if (!node.ready) continue;
+    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - node.last_heartbeat);
+    if (silent > config_.heartbeat_timeout) {
+      MarkNodeLostLocked(node, "no heartbeat for " + Seconds(silent));
+    }
+  }
+  ScheduleLocked();
+}
+
+void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) {
+  NodeRecord rec = node.rec;
+  rec.lost = true;
+  rec.state_reason = reason;
+  Status s = store_->UpsertNode(rec);
+  if (!s.ok()) {
+    EFT_LOG(ERROR) << "node " << rec.name << ": could not persist LOST (" << s << "); retrying";
+    return;
+  }
+  node.rec = rec;
+  node.ready = false;
+  node.incarnation.clear();
+  node.reported.clear();  // whatever it ran is gone with it
+  EFT_LOG(WARNING) << "node " << rec.name << " LOST: " << reason;
+  for (const auto& id : std::vector<std::string>(live_jobs_.begin(), live_jobs_.end())) {
+    JobEntry& j = jobs_.at(id);
+    if (!j.current()) continue;
+    const auto& nodes = j.current()->nodes;
+    if (std::find(nodes.begin(), nodes.end(), rec.name) == nodes.end()) continue;
+    if (j.active()) {
+      // Not the job's fault: restart at once without counting it against max_restarts.
+      (void)EndAttemptLocked(j, "node " + rec.name + " lost (" + reason + ")", Outcome::kRestart);
+    } else if (j.rec.state == v1::JOB_STATE_RECOVERING && j.end_counted &&
+               clock_->Now() < j.ended_at + config_.heartbeat_timeout + config_.heartbeat_interval) {
+      ForgiveLastFailureLocked(j, "node " + rec.name + " lost (" + reason + ")");
+    }
+  }
+}
+
+void Controller::ForgiveLastFailureLocked(JobEntry& j, const std::string& cause) {
+  // The ranks that failed were most likely cut off from the lost node, so the failure is the
+  // node's, not the job's: refund the restart and skip the backoff.
+  JobChange c{j.rec, {}, {}, {}};
+  c.rec.restarts = std::max(0, c.rec.restarts - 1);
+  c.rec.not_before_ms = 0;
+  c.rec.reason = cause + "; " + c.rec.reason;
+  AttemptRecord a = *j.current();
+  a.end_reason += "; " + cause + " at the same time, so not counted against max_restarts";
+  c.update_attempt = a;
+  EventRecord e = MakeEvent(j, "restart_reclassified",
+                            "attempt " + std::to_string(a.number) + ": " + cause +
+                                " right after its ranks failed; the failure is not counted against max_restarts");
+  c.events.push_back(std::move(e));
+  if (Apply(j, std::move(c)).ok()) j.end_counted = false;
+}
+
+std::vector<NodeCapacity> Controller::CapacitiesLocked() const {
+  std::map<std::string, std::vector<bool>> busy;
+  for (const auto& [name, n] : nodes_) busy[name].assign(std::max(0, n.rec.slots), false);
+  auto mark = [&](const std::string& node, int slot) {
+    auto it = busy.find(node);
+    if (it != busy.end() && slot >= 0 && slot < static_cast<int>(it->second.size())) it->second[slot] = true;
+  };
+  for (const auto& id : live_jobs_) {
+    const JobEntry& j = jobs_.at(id);
+    if (!j.active() || !j.current()) continue;
+    const AttemptRecord& a = *j.current();
+    for (size_t i = 0; i < a.nodes.size() && i < a.slots.size(); ++i) {
+      for (int slot : a.slots[i]) mark(a.nodes[i], slot);
+    }
+  }
+  // Ranks still running that nobody wants any more (stopping) keep their GPUs until they are gone.
+  for (const auto& [name, n] : nodes_) {
+    for (const auto& r : n.reported) {
+      if (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING) mark(name, r.slot());
+    }
+  }
+  std::vector<NodeCapacity> out;
+  for (const auto& [name, n] : nodes_) {
+    NodeCapacity c;
+    c.name = name;
+    // A node known from the database but not yet re-registered may still run ranks we cannot see.
+    c.ready = n.ready && !n.incarnation.empty();
+    c.drained = n.rec.drained;
+    const auto& b = busy[name];
+    for (int s = 0; s < static_cast<int>(b.size()); ++s) {
+      if (!b[s]) c.free_slots.push_back(s);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+bool Controller::OldRanksLiveLocked(const JobEntry& job) const {
+  for (const auto& [name, n] : nodes_) {
+    if (!n.ready) continue;
+    for (const auto& r : n.reported) {
+      if (r.key().job_id() == job.rec.id &&
+          (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool Controller::PreviousNodesSettledLocked(const JobEntry& job) const {
+  if (!job.current()) return true;
+  for (const auto& name : job.current()->nodes) {
+    auto it = nodes_.find(name);
+    if (it != nodes_.end() && it->second.ready && it->second.last_heartbeat < job.ended_at) return false;
+  }
+  return true;
+}
+
+void Controller::ScheduleLocked() {
+  int64_t now_ms = clock_->WallMillis();
+  SteadyTime now = clock_->Now();
+  std::vector<NodeCapacity> caps;
+  bool caps_valid = false;
+  for (const auto& id : job_order_) {
+    if (!live_jobs_.count(id)) continue;
+    JobEntry& j = jobs_.at(id);
+    if (j.rec.state != v1::JOB_STATE_QUEUED && j.rec.state != v1::JOB_STATE_RECOVERING) continue;
+    if (j.rec.not_before_ms > now_ms) continue;
+    if (j.rec.state == v1::JOB_STATE_RECOVERING) {
+      if (now < j.stop_deadline && OldRanksLiveLocked(j)) continue;
+      // A rank failure is often the first sign of a dying node. Wait until every node of the last
+      // attempt has proven itself alive since then (one heartbeat) or has been declared LOST, so the
+      // next attempt is not placed on a dead node. Bounded by the heartbeat timeout.
+      if (now < j.ended_at + config_.heartbeat_timeout + config_.heartbeat_interval &&
+          !PreviousNodesSettledLocked(j)) {
+        continue;
+      }
+    }
+    if (!caps_valid) {
+      caps = CapacitiesLocked();
+      caps_valid = true;
+    }
+    PlacementRequest req;
+    req.min_nodes = j.rec.spec.resources().nodes().min();
+    req.max_nodes = j.rec.spec.resources().nodes().max();
+    req.slots_per_node = j.rec.spec.resources().gpus_per_node();
+    if (j.current()) req.previous_nodes = j.current()->nodes;
+    Placement p = PlaceGang(req, caps);
+    if (!p.placed) {
+      std::string reason = "waiting for nodes: " + p.why_not;
+      if (reason != j.rec.reason) {
+        j.rec.reason = reason;  // informational; persisted with the next real transition
+        Bump(j);
+      }
+      continue;
+    }
+    if (StartAttemptLocked(j, p).ok()) caps_valid = false;
+  }
+}
+
+Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
+  AttemptRecord a;
+  a.job_id = j.rec.id;
+  a.number = j.rec.attempt + 1;
+  a.ranks_per_node = j.rec.spec.resources().gpus_per_node();
+  a.world_size = static_cast<int>(p.nodes.size()) * a.ranks_per_node;
+  a.nodes = p.nodes;
+  a.slots = p.slots;
+  a.master_addr = nodes_.at(p.nodes.front()).rec.address;
+  a.start_ms = clock_->WallMillis();
+  const CheckpointRecord* newest = nullptr;
+  for (const auto& c : j.checkpoints) {
+    if (!newest || c.step > newest->step || (c.step == newest->step && c.time_ms >= newest->time_ms)) newest = &c;
+  }
+  if (newest) a.resume_from = newest->path;
+
+  JobChange c{j.rec, {}, {}, {}};
+  c.rec.state = v1::JOB_STATE_STARTING;
+  c.rec.attempt = a.number;
+  c.rec.reason.clear();
+  c.rec.not_before_ms = 0;
+  if (!c.rec.start_ms) c.rec.start_ms = a.start_ms;
+  // A port number burned by a failed transition is harmless, so the counter commits on its own.
+  EFT_ASSIGN_OR_RETURN(int64_t counter, store_->NextCounter("master_port"));
+  a.master_port = config_.master_port_base + static_cast<int>((counter - 1) % config_.master_port_count);
+  c.insert_attempt = a;
+  std::ostringstream msg;
+  msg << "attempt " << a.number << ": world size " << a.world_size << " on " << JoinNodes(a.nodes) << " (master "
+      << a.master_addr << ":" << a.master_port << "), "
+      << (a.resume_from.empty() ? std::string("fresh start") : "resuming from " + a.resume_from);
+  EventRecord e = MakeEvent(j, "attempt_started", msg.str());
+  e.attempt = a.number;
+  c.events.push_back(std::move(e));
+  EFT_RETURN_IF_ERROR(Apply(j, std::move(c)));
+  j.ranks.assign(a.world_size, RankView{});
+  return Status::Ok();
+}
+
+Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, Outcome outcome) {
+  JobChange c{j.rec, {}, {}, {}};
+  int64_t now_ms = clock_->WallMillis();
+  if (j.current() && j.current()->end_ms == 0) {
+    AttemptRecord a = *j.current();
+    a.end_ms = now_ms;
+    a.end_reason = reason;
+    c.update_attempt = a;
+    c.events.push_back(MakeEvent(j, "attempt_ended", "attempt " + std::to_string(a.number) + " ended: " + reason));
+  }
+  const int max_restarts = j.rec.spec.fault_tolerance().max_restarts();
+  switch (outcome) {
+    case Outcome::kSucceeded:
+      c.rec.state = v1::JOB_STATE_SUCCEEDED;
+      c.rec.reason = reason;
+      break;
+    case Outcome::kFailed:
+      c.rec.state = v1::JOB_STATE_FAILED;
+      c.rec.reason = reason + "; not retried";
+      break;
+    case Outcome::kCancelled:
+      c.rec.state = v1::JOB_STATE_CANCELLED;
+      c.rec.reason = reason;
+      break;
+    case Outcome::kRestartCounted:
+      if (c.rec.restarts >= max_restarts) {
+        c.rec.state = v1::JOB_STATE_FAILED;
+        c.rec.reason = reason + "; gave up after " + std::to_string(c.rec.restarts) +
+                       " restarts (fault_tolerance.max_restarts = " + std::to_string(max_restarts) + ")";
+        break;
+      }
+      c.rec.restarts += 1;
+      [[fallthrough]];
+    case Outcome::kRestart: {
+      auto backoff = outcome == Outcome::kRestartCounted ? BackoffFor(c.rec.restarts) : std::chrono::milliseconds(0);
+      c.rec.state = v1::JOB_STATE_RECOVERING;
+      c.rec.reason = reason;
+      c.rec.not_before_ms = now_ms + backoff.count();
+      std::string msg = "attempt " + std::to_string(j.rec.attempt + 1) + " will start " +
+                        (backoff.count() ? "in " + Seconds(backoff) : std::string("as soon as nodes allow"));
+      msg += outcome == Outcome::kRestartCounted ? " (restart " + std::to_string(c.rec.restarts) + " of at most " +
+                                                       std::to_string(max_restarts) + ")"
+                                                 : " (not counted against max_restarts)";
+      c.events.push_back(MakeEvent(j, "restart_scheduled", msg + ": " + reason));
+      break;
+    }
+  }
+  if (IsTerminal(c.rec.state)) {
+    c.rec.end_ms = now_ms;
+    std::string type = v1::JobState_Name(c.rec.state).substr(std::strlen("JOB_STATE_"));
+    std::transform(type.begin(), type.end(), type.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    c.events.push_back(MakeEvent(j, type, c.rec.reason));
+  }
+  EFT_RETURN_IF_ERROR(Apply(j, std::move(c)));
+  j.ranks.clear();
+  j.ended_at = clock_->Now();
+  j.end_counted = outcome == Outcome::kRestartCounted && j.rec.state == v1::JOB_STATE_RECOVERING;
+  double grace = j.rec.spec.fault_tolerance().stop_grace_seconds();
+  j.stop_deadline = clock_->Now() + std::chrono::milliseconds(static_cast<long long>(grace * 1000)) +
+                    config_.stop_report_slack;
+  return Status::Ok();
+}
+
+void Controller::OnRankExitLocked(JobEntry& j, int rank, const v1::RankStatus& st) {
+  if (st.state() == v1::RANK_STATE_FAILED_TO_START) {
+    (void)EndAttemptLocked(j, "rank " + std::to_string(rank) + " could not start: " + st.message(), Outcome::kFailed);
+    return;
+  }
+  if (st.signal() == 0 && st.exit_code() == 0) {
+    j.ranks[rank].exited = true;
+    bool all = std::all_of(j.ranks.begin(), j.ranks.end(), [](const RankView& r) { return r.exited; });
+    if (all) {
+      (void)EndAttemptLocked(j, "all " + std::to_string(j.ranks.size()) + " ranks exited 0", Outcome::kSucceeded);
+    }
+    return;
+  }
+  std::string who = "rank " + std::to_string(rank);
+  if (st.signal() != 0) {
+    const char* name = strsignal(st.signal());
+    (void)EndAttemptLocked(j, who + " was killed by signal " + std::to_string(st.signal()) + " (" +
+                                  (name ? name : "?") + ")",
+                           Outcome::kRestartCounted);
+  } else if (st.exit_code() == 2) {
+    (void)EndAttemptLocked(j, who + " exited with code 2 (bad configuration or input)", Outcome::kFailed);
+  } else if (st.exit_code() == 75) {
+    (void)EndAttemptLocked(j, who + " stopped after saving a checkpoint (exit 75)", Outcome::kRestart);
+  } else {
+    (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(st.exit_code()), Outcome::kRestartCounted);
+  }
+}
+
+}  // namespace eft::controller

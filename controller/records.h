@@ -1,0 +1,76 @@
+// The controller's durable records: one struct per SQLite table. The in-memory state of the
+// controller is built from these at start and every change is written through Store before it is
+// acted on. Times are wall-clock milliseconds since the Unix epoch (0 = unset).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "eft/v1/job.pb.h"
+#include "eft/v1/spec.pb.h"
+
+namespace eft::controller {
+
+struct JobRecord {
+  std::string id;  // assigned by Store::InsertJob: "1", "2", ... (SQLite rowid, never reused)
+  std::string request_id;  // idempotency key of the submit; may be empty
+  v1::JobSpec spec;        // normalized (defaults filled)
+  v1::JobState state = v1::JOB_STATE_QUEUED;
+  std::string reason;
+  int64_t create_ms = 0;
+  int64_t start_ms = 0;
+  int64_t end_ms = 0;
+  int32_t attempt = 0;   // number of the newest attempt, 0 before the first
+  int32_t restarts = 0;  // failures counted against max_restarts
+  // Earliest wall time the next attempt may start (restart backoff); 0 = now.
+  int64_t not_before_ms = 0;
+};
+
+struct AttemptRecord {
+  std::string job_id;
+  int32_t number = 0;
+  int32_t world_size = 0;
+  int32_t ranks_per_node = 0;
+  std::vector<std::string> nodes;  // rank order
+  std::vector<std::vector<int>> slots;  // per node (same order): the slot of local rank 0, 1, ...
+  std::string master_addr;
+  int32_t master_port = 0;
+  std::string resume_from;
+  int64_t start_ms = 0;
+  int64_t end_ms = 0;  // 0 while running
+  std::string end_reason;
+};
+
+struct NodeRecord {
+  std::string name;
+  std::string address;
+  int32_t slots = 0;
+  bool drained = false;
+  std::string version;
+  int64_t registered_ms = 0;
+  // Whether the node was LOST when last written; READY nodes are re-verified by heartbeats after a
+  // controller restart anyway.
+  bool lost = false;
+  std::string state_reason;
+};
+
+struct CheckpointRecord {
+  std::string job_id;
+  int64_t step = 0;
+  std::string kind;  // sharded | full
+  std::string path;
+  int64_t bytes = 0;
+  int32_t attempt = 0;
+  int64_t time_ms = 0;
+};
+
+struct EventRecord {
+  std::string job_id;
+  int64_t time_ms = 0;
+  std::string type;
+  int32_t attempt = 0;
+  std::string message;
+};
+
+}  // namespace eft::controller

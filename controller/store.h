@@ -1,0 +1,96 @@
+// Store: the controller's durable state in one SQLite file.
+//
+// Opened in WAL mode with synchronous=FULL, so a call that returned OK survives a crash of the
+// process or the machine. The schema is versioned (PRAGMA user_version) and migrated forward on
+// Open; a database from a newer controller is refused. Every method is one transaction unless it
+// runs inside RunInTransaction, which groups several writes atomically. Not thread-safe: the
+// controller serialises calls under its own lock.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "controller/records.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace eft::controller {
+
+class Store {
+ public:
+  // Creates the file (and its parent directory) if missing and migrates it to the current schema.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  static constexpr int kSchemaVersion = 1;
+  int schema_version() const;
+  const std::string& path() const { return path_; }
+
+  // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back and returns the error if `body` or the
+  // commit fails. Nested calls join the outer transaction.
+  Status RunInTransaction(const std::function<Status()>& body);
+
+  // Jobs. InsertJob assigns job->id.
+  Status InsertJob(JobRecord* job);
+  Status UpdateJob(const JobRecord& job);  // every column but id and create_ms
+  Result<std::vector<JobRecord>> LoadJobs();  // ascending id
+  Result<std::optional<JobRecord>> FindJobByRequestId(const std::string& request_id);
+
+  // Attempts, keyed by (job_id, number).
+  Status InsertAttempt(const AttemptRecord& attempt);
+  Status UpdateAttempt(const AttemptRecord& attempt);
+  Result<std::vector<AttemptRecord>> LoadAttempts(const std::string& job_id);  // ascending number
+  Result<std::vector<AttemptRecord>> LoadUnfinishedAttempts();  // end_ms == 0, any job
+
+  // Nodes, keyed by name.
+  Status UpsertNode(const NodeRecord& node);
+  Result<std::vector<NodeRecord>> LoadNodes();  // ascending name
+
+  // Checkpoints, keyed by (job_id, path): inserting one that exists is a no-op returning OK, so a
+  // relayed event that arrives twice is stored once.
+  Status InsertCheckpoint(const CheckpointRecord& checkpoint);
+  Result<std::vector<CheckpointRecord>> LoadCheckpoints(const std::string& job_id);  // ascending step
+  // The newest (highest step, then latest time) checkpoint of the job, if any.
+  Result<std::optional<CheckpointRecord>> LatestCheckpoint(const std::string& job_id);
+
+  // Job events (decisions with reasons), append-only.
+  Status AppendEvent(const EventRecord& event);
+  Result<std::vector<EventRecord>> LoadEvents(const std::string& job_id);  // oldest first
+
+  // A persistent counter, e.g. for choosing MASTER_PORTs: returns the value after adding 1
+  // (1 on the first call for a name).
+  Result<int64_t> NextCounter(const std::string& name);
+
+ private:
+  class Statement;  // a borrowed cached statement (store.cc)
+
+  Store(sqlite3* db, std::string path);
+  Status Configure();
+  Status Migrate();
+  Status CheckIntegrity();
+  // Returns the cached prepared statement for `sql` (compiled on first use).
+  Result<Statement> Prepare(const char* sql);
+  // Runs `sql` with `params` bound in order; Query converts each row with `convert` (store.cc).
+  template <typename... Params>
+  Status Write(const char* sql, const Params&... params);
+  template <typename Record, typename Convert, typename... Params>
+  Result<std::vector<Record>> Query(const char* sql, Convert convert, const Params&... params);
+  Status RunNested(const std::function<Status()>& body);
+  void RollbackAfterError(const char* sql);
+
+  sqlite3* db_;
+  std::string path_;
+  int schema_version_ = 0;
+  int transaction_depth_ = 0;
+  std::unordered_map<std::string, sqlite3_stmt*> statements_;
+};
+
+}  // namespace eft::controller

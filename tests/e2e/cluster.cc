@@ -1,0 +1,313 @@
+#include "tests/e2e/cluster.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace eft::testing {
+
+namespace fs = std::filesystem;
+
+ChildProcess::~ChildProcess() { KillGroup(); }
+
+bool ChildProcess::Start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                         const std::string& log_path) {
+  fs::create_directories(fs::path(log_path).parent_path());
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    if (!env.count(kv.substr(0, kv.find('=')))) env_strings.push_back(kv);
+  }
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : env_strings) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  pid_t pid = ::fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execve(cargv[0], cargv.data(), cenv.data());
+    ::_exit(127);
+  }
+  ::close(fd);
+  ::setpgid(pid, pid);
+  pid_ = pid;
+  reaped_ = false;
+  return true;
+}
+
+bool ChildProcess::running() {
+  if (pid_ <= 0 || reaped_) return false;
+  int status;
+  pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    reaped_ = true;
+    return false;
+  }
+  return true;
+}
+
+void ChildProcess::Signal(int sig) {
+  if (pid_ > 0 && !reaped_) ::kill(pid_, sig);
+}
+
+void ChildProcess::KillGroup() {
+  if (pid_ <= 0) return;
+  ::kill(-pid_, SIGKILL);
+  if (!reaped_) {
+    int status;
+    ::waitpid(pid_, &status, 0);
+    reaped_ = true;
+  }
+}
+
+int ChildProcess::Wait(std::chrono::milliseconds timeout) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    int status;
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+int PickFreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+std::string BuildDir() {
+  if (const char* d = std::getenv("EFT_BUILD_DIR")) return d;
+  // Run by hand: this binary lives in <build>/tests/e2e/.
+  std::error_code ec;
+  return fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path().parent_path().string();
+}
+
+std::string WorkloadBinary() { return BuildDir() + "/tests/workload/eft-test-workload"; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (pred()) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+bool ProcessAlive(pid_t pid) {
+  if (pid <= 0) return false;
+  // A zombie counts as gone: it no longer runs, its parent just has not reaped it yet.
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return false;
+  size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+TestCluster::TestCluster(ClusterOptions options) : options_(options) {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "cluster";
+  std::string tmpl = (fs::temp_directory_path() / ("eft-e2e-" + name + "-XXXXXX")).string();
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  dir_ = ::mkdtemp(buf.data());
+  port_ = PickFreePort();
+  for (int i = 0; i < options_.workers; ++i) workers_.push_back(std::make_unique<ChildProcess>());
+  Connect();
+}
+
+void TestCluster::Connect() {
+  channel_ = grpc::CreateChannel(controller_address(), grpc::InsecureChannelCredentials());
+  jobs_ = v1::JobService::NewStub(channel_);
+  nodes_ = v1::NodeService::NewStub(channel_);
+}
+
+TestCluster::~TestCluster() {
+  for (auto& w : workers_) w->KillGroup();
+  if (controller_) controller_->KillGroup();
+  bool failed = ::testing::Test::HasFailure();
+  if (failed || keep_) {
+    std::fprintf(stderr, "test cluster directory kept for inspection: %s\n", dir_.c_str());
+    // Print the tails of the daemon logs: usually what explains a failure.
+    for (const char* log : {"controller.log", "node0.log", "node1.log", "node2.log"}) {
+      std::string text = ReadFile(dir_ + "/" + log);
+      if (text.size() > 6000) text = "..." + text.substr(text.size() - 6000);
+      if (!text.empty()) std::fprintf(stderr, "----- %s -----\n%s\n", log, text.c_str());
+    }
+  } else {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+}
+
+void TestCluster::StartController() {
+  controller_ = std::make_unique<ChildProcess>();
+  char interval[32], timeout[32];
+  std::snprintf(interval, sizeof(interval), "%g", options_.heartbeat_interval_s);
+  std::snprintf(timeout, sizeof(timeout), "%g", options_.heartbeat_timeout_s);
+  ASSERT_TRUE(controller_->Start({BuildDir() + "/controller/eft-controller", "--listen", controller_address(), "--db",
+                                  dir_ + "/controller.db", "--heartbeat-interval", interval,
+                                  "--heartbeat-timeout", timeout},
+                                 {}, dir_ + "/controller.log"));
+  // Ready when it answers an RPC. Each probe uses a new channel: a channel whose first connection
+  // was refused sits in reconnect backoff for a while, whatever the backoff arguments say.
+  bool up = WaitUntil(
+      [&] {
+        auto probe = v1::NodeService::NewStub(grpc::CreateChannel(controller_address(), grpc::InsecureChannelCredentials()));
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+        ctx.set_wait_for_ready(true);
+        v1::ListNodesResponse resp;
+        return probe->ListNodes(&ctx, v1::ListNodesRequest(), &resp).ok();
+      },
+      std::chrono::seconds(10));
+  ASSERT_TRUE(up) << "controller did not come up; log:\n" << ReadFile(dir_ + "/controller.log");
+  Connect();
+}
+
+void TestCluster::KillController(int sig) {
+  controller_->Signal(sig);
+  controller_->Wait(std::chrono::seconds(10));
+}
+
+void TestCluster::StartWorker(int i) {
+  std::string name = worker_name(i);
+  workers_.at(i) = std::make_unique<ChildProcess>();
+  ASSERT_TRUE(workers_[i]->Start({BuildDir() + "/worker/eft-worker", "--controller", controller_address(), "--name",
+                                  name, "--slots", std::to_string(options_.slots_per_worker), "--work-dir",
+                                  dir_ + "/work/" + name, "--address", "127.0.0.1"},
+                                 {{"CUDA_VISIBLE_DEVICES", ""}}, dir_ + "/" + name + ".log"));
+}
+
+void TestCluster::KillWorker(int i, int sig) {
+  workers_.at(i)->Signal(sig);
+  workers_[i]->Wait(std::chrono::seconds(10));
+}
+
+void TestCluster::StartAll() {
+  StartController();
+  for (int i = 0; i < options_.workers; ++i) StartWorker(i);
+  ASSERT_TRUE(WaitForReadyNodes(options_.workers, std::chrono::seconds(10)));
+}
+
+bool TestCluster::WaitForReadyNodes(int n, std::chrono::milliseconds timeout) {
+  return WaitUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        v1::ListNodesResponse resp;
+        if (!nodes_->ListNodes(&ctx, v1::ListNodesRequest(), &resp).ok()) return false;
+        int ready = 0;
+        for (const auto& node : resp.nodes()) ready += node.state() == v1::NODE_STATE_READY;
+        return ready >= n;
+      },
+      timeout);
+}
+
+grpc::Status TestCluster::Submit(const v1::JobSpec& spec, v1::Job* job) {
+  grpc::ClientContext ctx;
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  return jobs_->SubmitJob(&ctx, req, job);
+}
+
+v1::Job TestCluster::GetJob(const std::string& id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::GetJobRequest req;
+  req.set_id(id);
+  v1::Job job;
+  grpc::Status s = jobs_->GetJob(&ctx, req, &job);
+  if (!s.ok()) job.set_reason("GetJob failed: " + s.error_message());
+  return job;
+}
+
+v1::Job TestCluster::WaitForJob(const std::string& id, const std::function<bool(const v1::Job&)>& pred,
+                                std::chrono::milliseconds timeout) {
+  v1::Job job;
+  WaitUntil(
+      [&] {
+        job = GetJob(id);
+        return pred(job);
+      },
+      timeout);
+  return job;
+}
+
+v1::Node TestCluster::GetNode(const std::string& name) {
+  grpc::ClientContext ctx;
+  v1::ListNodesResponse resp;
+  nodes_->ListNodes(&ctx, v1::ListNodesRequest(), &resp);
+  for (const auto& n : resp.nodes()) {
+    if (n.name() == name) return n;
+  }
+  return v1::Node();
+}
+
+v1::JobSpec TestCluster::WorkloadJob(const std::string& name, int nodes_min, int nodes_max, int steps, int step_ms,
+                                     int checkpoint_every, const std::vector<std::string>& extra) {
+  v1::JobSpec spec;
+  spec.set_name(name);
+  spec.mutable_resources()->mutable_nodes()->set_min(nodes_min);
+  spec.mutable_resources()->mutable_nodes()->set_max(nodes_max);
+  spec.mutable_resources()->set_gpus_per_node(options_.slots_per_worker);
+  spec.mutable_fault_tolerance()->set_stop_grace_seconds(3);
+  std::string ckpt = checkpoint_root() + "/" + name;
+  spec.mutable_checkpoint()->set_dir(ckpt);
+  for (const std::string& a :
+       {WorkloadBinary(), std::string("--steps"), std::to_string(steps), std::string("--step-ms"),
+        std::to_string(step_ms), std::string("--checkpoint-every"), std::to_string(checkpoint_every),
+        std::string("--checkpoint-dir"), ckpt, std::string("--result"), ResultPath(name), std::string("--pid-dir"),
+        dir_ + "/pids/" + name}) {
+    spec.add_command(a);
+  }
+  for (const auto& a : extra) spec.add_command(a);
+  return spec;
+}
+
+std::vector<pid_t> TestCluster::RankPids(const std::string& job_name, int attempt) {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir_ + "/pids/" + job_name + "/attempt-" + std::to_string(attempt), ec)) {
+    pids.push_back(static_cast<pid_t>(std::atoi(ReadFile(f.path().string()).c_str())));
+  }
+  return pids;
+}
+
+}  // namespace eft::testing

@@ -1,0 +1,115 @@
+// TestCluster: a real eft cluster on 127.0.0.1 for end-to-end tests: one eft-controller process
+// and N eft-worker processes (each a "node"), started from the build tree and stopped by PID.
+//
+// Everything lives in a fresh temporary directory (database, work dirs, process logs, shared
+// checkpoint dir); the directory is kept when a test fails, so its logs can be read.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "eft/v1/job.grpc.pb.h"
+#include "eft/v1/node.grpc.pb.h"
+
+namespace eft::testing {
+
+// A child process in its own process group; SIGKILLed (group) on destruction.
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // Starts argv with stdout+stderr appended to log_path; `env` is added to this process's.
+  bool Start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+             const std::string& log_path);
+  pid_t pid() const { return pid_; }
+  bool running();
+  void Signal(int sig);  // to the process only
+  void KillGroup();      // SIGKILL the whole group, then reap
+  // Waits for exit; returns the wait status, or -1 on timeout.
+  int Wait(std::chrono::milliseconds timeout);
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+int PickFreePort();
+std::string BuildDir();  // $EFT_BUILD_DIR
+std::string WorkloadBinary();
+// Reads a whole file ("" if missing).
+std::string ReadFile(const std::string& path);
+// Polls `pred` every 20 ms until true or timeout; returns its last value.
+bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+bool ProcessAlive(pid_t pid);
+
+struct ClusterOptions {
+  int workers = 3;
+  int slots_per_worker = 1;
+  double heartbeat_interval_s = 0.5;
+  double heartbeat_timeout_s = 2.0;
+};
+
+class TestCluster {
+ public:
+  explicit TestCluster(ClusterOptions options = {});
+  ~TestCluster();
+
+  const std::string& dir() const { return dir_; }
+  std::string checkpoint_root() const { return dir_ + "/shared"; }
+  std::string controller_address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  void StartController();
+  void KillController(int sig = 9);  // and reap
+  void StartWorker(int i);
+  void KillWorker(int i, int sig = 9);  // and reap; its ranks die with it (PR_SET_PDEATHSIG)
+  ChildProcess& worker(int i) { return *workers_.at(i); }
+  std::string worker_name(int i) const { return "node" + std::to_string(i); }
+
+  v1::JobService::Stub& jobs() { return *jobs_; }
+  v1::NodeService::Stub& nodes() { return *nodes_; }
+
+  // Starts the controller and every worker and waits until all nodes are READY.
+  void StartAll();
+  bool WaitForReadyNodes(int n, std::chrono::milliseconds timeout);
+
+  grpc::Status Submit(const v1::JobSpec& spec, v1::Job* job);
+  v1::Job GetJob(const std::string& id);
+  // Polls GetJob until pred(job) or timeout; returns the last job seen.
+  v1::Job WaitForJob(const std::string& id, const std::function<bool(const v1::Job&)>& pred,
+                     std::chrono::milliseconds timeout);
+  v1::Node GetNode(const std::string& name);
+
+  // A job running the test workload on `nodes_min..nodes_max` nodes; extra workload flags appended.
+  v1::JobSpec WorkloadJob(const std::string& name, int nodes_min, int nodes_max, int steps, int step_ms,
+                          int checkpoint_every, const std::vector<std::string>& extra = {});
+  std::string ResultPath(const std::string& job_name) const { return dir_ + "/results/" + job_name + ".json"; }
+  // pids of the workload's ranks of one attempt, read from the pid files it writes.
+  std::vector<pid_t> RankPids(const std::string& job_name, int attempt);
+  // Keeps the directory (for post-mortem) instead of deleting it.
+  void KeepDirectory() { keep_ = true; }
+
+ private:
+  void Connect();  // a fresh channel to the controller
+  ClusterOptions options_;
+  std::string dir_;
+  int port_;
+  bool keep_ = false;
+  std::unique_ptr<ChildProcess> controller_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::NodeService::Stub> nodes_;
+};
+
+}  // namespace eft::testing

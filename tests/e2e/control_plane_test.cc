@@ -1,0 +1,200 @@
+// End-to-end tests of the control plane: a real eft-controller, three real eft-workers and the
+// real c10d (Gloo) test workload on 127.0.0.1. The workload's result is sum(1..steps) only when
+// every step ran exactly once across attempts, so lost or repeated steps fail these tests.
+#include <signal.h>
+
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include "tests/e2e/cluster.h"
+
+namespace eft::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool Terminal(const v1::Job& j) {
+  return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
+         j.state() == v1::JOB_STATE_CANCELLED;
+}
+
+std::string Describe(const v1::Job& j) {
+  std::string out = "job " + j.id() + " " + v1::JobState_Name(j.state()) + " (" + j.reason() + ")\n";
+  for (const auto& e : j.events()) out += "  [" + e.type() + "] " + e.message() + "\n";
+  return out;
+}
+
+// The workload's result file: {"acc": ..., "expected": ..., "world_size": ..., "attempt": ...}.
+nlohmann::json Result(TestCluster& c, const std::string& name) {
+  std::string text = ReadFile(c.ResultPath(name));
+  return nlohmann::json::parse(text.empty() ? "{}" : text, nullptr, false);
+}
+
+TEST(ControlPlane, JobTakesUpToMaxNodesAndSucceeds) {
+  TestCluster c;
+  c.StartAll();
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("three", 2, 3, 12, 20, 4), &job).ok());
+  job = c.WaitForJob(job.id(), Terminal, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << Describe(job);
+  ASSERT_EQ(job.attempts_size(), 1);
+  EXPECT_EQ(job.attempts(0).world_size(), 3);
+  EXPECT_EQ(job.attempts(0).nodes_size(), 3);
+  EXPECT_EQ(job.attempts(0).nodes(0), "node0") << "rank 0 goes on the first node in stable order";
+  auto result = Result(c, "three");
+  EXPECT_EQ(result.value("acc", -1.0), 78.0);
+  EXPECT_EQ(result.value("world_size", 0), 3);
+  EXPECT_EQ(job.checkpoints_size(), 3) << "checkpoints at steps 4, 8, 12 were relayed";
+  EXPECT_EQ(job.progress().step(), 12);
+}
+
+TEST(ControlPlane, WorkerKilledMidJobRestartsAtSmallerWorldSizeFromCheckpoint) {
+  ClusterOptions o;
+  TestCluster c(o);
+  c.StartAll();
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("elastic", 2, 3, 40, 100, 5), &job).ok());
+  // Let it make progress past a checkpoint.
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.checkpoints_size() >= 2 || Terminal(j); }, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << Describe(job);
+  std::vector<pid_t> first = c.RankPids("elastic", 1);
+  ASSERT_EQ(first.size(), 3u);
+
+  auto killed_at = std::chrono::steady_clock::now();
+  c.KillWorker(2);  // node2 dies with its rank
+  bool lost = WaitUntil([&] { return c.GetNode("node2").state() == v1::NODE_STATE_LOST; },
+                        std::chrono::milliseconds(static_cast<int>(o.heartbeat_timeout_s * 1000) + 1000));
+  auto detected = std::chrono::steady_clock::now() - killed_at;
+  ASSERT_TRUE(lost) << "node2 not LOST within heartbeat_timeout + 1 s";
+  std::printf("node loss detected after %lld ms\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(detected).count()));
+
+  // The survivors are stopped (not left waiting in a collective) within the grace period (3 s).
+  bool survivors_gone = WaitUntil(
+      [&] {
+        for (pid_t p : first) {
+          if (ProcessAlive(p)) return false;
+        }
+        return true;
+      },
+      4s);
+  EXPECT_TRUE(survivors_gone) << "ranks of attempt 1 still alive";
+
+  job = c.WaitForJob(job.id(), Terminal, 90s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << Describe(job);
+  ASSERT_EQ(job.attempts_size(), 2) << Describe(job);
+  EXPECT_NE(job.attempts(0).end_reason().find("node node2 lost"), std::string::npos) << job.attempts(0).end_reason();
+  EXPECT_EQ(job.attempts(1).world_size(), 2);
+  EXPECT_FALSE(job.attempts(1).resume_from().empty()) << "attempt 2 must resume from a checkpoint";
+  EXPECT_EQ(job.restarts(), 0) << "node loss does not count against max_restarts";
+  auto result = Result(c, "elastic");
+  EXPECT_EQ(result.value("acc", -1.0), 40.0 * 41 / 2) << "a step was lost or repeated: " << result.dump();
+  EXPECT_EQ(result.value("world_size", 0), 2);
+}
+
+TEST(ControlPlane, ControllerKilledMidJobKeepsTheAttemptRunning) {
+  TestCluster c;
+  c.StartAll();
+  v1::Job job, queued;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("survivor", 3, 3, 30, 100, 5), &job).ok());
+  // A second job that cannot start while the first holds every node: it must survive too.
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("waiting", 3, 3, 3, 10, 5), &queued).ok());
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.progress().step() >= 5 || Terminal(j); }, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << Describe(job);
+
+  c.KillController(SIGKILL);
+  std::this_thread::sleep_for(1500ms);  // ranks keep training; workers keep retrying
+  c.StartController();
+
+  job = c.WaitForJob(job.id(), Terminal, 90s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << Describe(job);
+  EXPECT_EQ(job.attempts_size(), 1) << "the controller restart must not restart the job\n" << Describe(job);
+  EXPECT_EQ(Result(c, "survivor").value("acc", -1.0), 30.0 * 31 / 2);
+  queued = c.WaitForJob(queued.id(), Terminal, 60s);
+  EXPECT_EQ(queued.state(), v1::JOB_STATE_SUCCEEDED) << Describe(queued);
+  EXPECT_EQ(queued.spec().name(), "waiting");
+}
+
+TEST(ControlPlane, ExitCode2FailsWithoutRetry) {
+  TestCluster c;
+  c.StartAll();
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("bad-input", 2, 2, 10, 20, 5,
+                                     {"--fail-at-step", "3", "--fail-rank", "1", "--fail-code", "2"}),
+                       &job)
+                  .ok());
+  job = c.WaitForJob(job.id(), Terminal, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED) << Describe(job);
+  EXPECT_EQ(job.attempts_size(), 1);
+  EXPECT_NE(job.reason().find("exited with code 2"), std::string::npos) << job.reason();
+}
+
+TEST(ControlPlane, RepeatedFailuresFailTheJobAfterMaxRestarts) {
+  TestCluster c;
+  c.StartAll();
+  v1::JobSpec spec = c.WorkloadJob("flaky", 2, 2, 10, 20, 5, {"--fail-at-step", "2", "--fail-rank", "1",
+                                                               "--fail-code", "1"});
+  spec.mutable_fault_tolerance()->set_max_restarts(2);
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(spec, &job).ok());
+  job = c.WaitForJob(job.id(), Terminal, 90s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED) << Describe(job);
+  EXPECT_EQ(job.attempts_size(), 3) << "1 attempt + max_restarts (2) restarts\n" << Describe(job);
+  EXPECT_EQ(job.restarts(), 2);
+  EXPECT_NE(job.reason().find("max_restarts"), std::string::npos) << job.reason();
+}
+
+TEST(ControlPlane, CancelStopsEveryRankWithinTheGracePeriod) {
+  TestCluster c;
+  c.StartAll();
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("cancel-me", 3, 3, 1000, 100, 50), &job).ok());
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING || Terminal(j); }, 30s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << Describe(job);
+  ASSERT_TRUE(WaitUntil([&] { return c.RankPids("cancel-me", 1).size() == 3; }, 10s));
+  std::vector<pid_t> pids = c.RankPids("cancel-me", 1);
+
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest req;
+  req.set_id(job.id());
+  v1::Job cancelled;
+  ASSERT_TRUE(c.jobs().CancelJob(&ctx, req, &cancelled).ok());
+  EXPECT_EQ(cancelled.state(), v1::JOB_STATE_CANCELLED);
+  // Grace period 3 s, plus one heartbeat interval for the workers to hear about it.
+  bool gone = WaitUntil(
+      [&] {
+        for (pid_t p : pids) {
+          if (ProcessAlive(p)) return false;
+        }
+        return true;
+      },
+      4s);
+  EXPECT_TRUE(gone);
+  EXPECT_EQ(c.GetJob(job.id()).state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST(ControlPlane, BadInputIsRejectedWithTheField) {
+  TestCluster c;
+  c.StartController();
+  v1::JobSpec spec;
+  spec.set_name("bad");
+  spec.add_command("/bin/true");
+  spec.mutable_resources()->mutable_nodes()->set_min(3);
+  spec.mutable_resources()->mutable_nodes()->set_max(2);
+  v1::Job job;
+  grpc::Status s = c.Submit(spec, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("nodes.max"), std::string::npos) << s.error_message();
+
+  grpc::ClientContext ctx;
+  v1::GetJobRequest get;
+  get.set_id("12345");
+  s = c.jobs().GetJob(&ctx, get, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace eft::testing

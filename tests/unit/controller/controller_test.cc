@@ -1,0 +1,433 @@
+// The controller's state machine, driven in-process with a ManualClock and a real SQLite file:
+// workers are simulated by calling Register/Heartbeat directly with what a worker would report.
+#include "controller/controller.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+namespace eft::controller {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("eft-controller-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    config_.db_path = (dir_ / "c.db").string();
+    config_.heartbeat_interval = 1000ms;
+    config_.heartbeat_timeout = 3000ms;
+    Restart();
+  }
+  void TearDown() override {
+    c_.reset();
+    fs::remove_all(dir_);
+  }
+
+  // Destroys the controller and creates it again on the same database, like a crash + restart.
+  void Restart() {
+    c_.reset();
+    auto c = Controller::Create(config_, &clock_);
+    ASSERT_TRUE(c.ok()) << c.status();
+    c_ = std::move(c).value();
+    incarnations_.clear();
+  }
+
+  v1::JobSpec Spec(const std::string& name, int min, int max, int gpus = 1) {
+    v1::JobSpec s;
+    s.set_name(name);
+    s.add_command("/bin/true");
+    s.mutable_resources()->mutable_nodes()->set_min(min);
+    s.mutable_resources()->mutable_nodes()->set_max(max);
+    s.mutable_resources()->set_gpus_per_node(gpus);
+    return s;
+  }
+
+  std::string Submit(const v1::JobSpec& spec) {
+    auto job = c_->SubmitJob(spec, "");
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  }
+
+  v1::RegisterResponse Register(const std::string& node, int slots = 1, std::vector<v1::RankStatus> ranks = {},
+                                const std::string& incarnation = "") {
+    v1::RegisterRequest req;
+    req.set_node_name(node);
+    req.set_address(node + ".addr");
+    req.set_slots(slots);
+    std::string inc = incarnation.empty() ? node + "-inc1" : incarnation;
+    incarnations_[node] = inc;
+    req.set_incarnation(inc);
+    for (auto& r : ranks) *req.add_ranks() = r;
+    auto resp = c_->Register(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : v1::RegisterResponse();
+  }
+
+  v1::HeartbeatResponse Heartbeat(const std::string& node, std::vector<v1::RankStatus> ranks = {},
+                                  std::vector<v1::RankEvent> events = {}) {
+    v1::HeartbeatRequest req;
+    req.set_node_name(node);
+    req.set_incarnation(incarnations_[node]);
+    for (auto& r : ranks) *req.add_ranks() = r;
+    for (auto& e : events) *req.add_events() = e;
+    auto resp = c_->Heartbeat(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : v1::HeartbeatResponse();
+  }
+
+  static v1::RankStatus Rank(const v1::RankAssignment& a, v1::RankState state, int code = 0, int sig = 0) {
+    v1::RankStatus s;
+    *s.mutable_key() = a.key();
+    s.set_state(state);
+    s.set_exit_code(code);
+    s.set_signal(sig);
+    s.set_slot(a.slot());
+    return s;
+  }
+
+  static v1::RankEvent Event(const v1::RankAssignment& a, uint64_t seq, const std::string& json) {
+    v1::RankEvent e;
+    *e.mutable_key() = a.key();
+    e.set_seq(seq);
+    e.set_time_ms(1);
+    e.set_json(json);
+    return e;
+  }
+
+  v1::Job Job(const std::string& id) {
+    auto j = c_->GetJob(id);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() ? *j : v1::Job();
+  }
+
+  // Every node heartbeats with the given ranks running; returns each node's desired set.
+  std::map<std::string, v1::HeartbeatResponse> AllRunning(const std::vector<std::string>& nodes,
+                                                          std::map<std::string, v1::HeartbeatResponse> desired) {
+    std::map<std::string, v1::HeartbeatResponse> out;
+    for (const auto& n : nodes) {
+      std::vector<v1::RankStatus> ranks;
+      for (const auto& a : desired[n].desired()) ranks.push_back(Rank(a, v1::RANK_STATE_RUNNING));
+      out[n] = Heartbeat(n, ranks);
+    }
+    return out;
+  }
+
+  fs::path dir_;
+  ControllerConfig config_;
+  ManualClock clock_;
+  std::unique_ptr<Controller> c_;
+  std::map<std::string, std::string> incarnations_;
+};
+
+TEST_F(ControllerTest, QueuedUntilEnoughNodesThenRunsAndSucceeds) {
+  std::string id = Submit(Spec("a", 2, 3));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_QUEUED);
+  Register("n1");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_NE(Job(id).reason().find("needs 2 nodes"), std::string::npos) << Job(id).reason();
+  Register("n2");
+  v1::Job job = Job(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_STARTING);
+  ASSERT_EQ(job.attempts_size(), 1);
+  EXPECT_EQ(job.attempts(0).world_size(), 2);
+  EXPECT_EQ(job.attempts(0).nodes(0), "n1");
+  EXPECT_EQ(job.attempts(0).master_addr(), "n1.addr");
+  EXPECT_EQ(job.attempts(0).master_port(), config_.master_port_base);
+
+  auto h1 = Heartbeat("n1");
+  auto h2 = Heartbeat("n2");
+  ASSERT_EQ(h1.desired_size(), 1);
+  ASSERT_EQ(h2.desired_size(), 1);
+  EXPECT_EQ(h1.desired(0).key().rank(), 0);
+  EXPECT_EQ(h2.desired(0).key().rank(), 1);
+  EXPECT_EQ(h2.desired(0).world_size(), 2);
+  EXPECT_EQ(h2.desired(0).env().at("EFT_RESUME_FROM"), "");
+  EXPECT_EQ(h2.desired(0).command(0), "/bin/true");
+
+  Heartbeat("n1", {Rank(h1.desired(0), v1::RANK_STATE_RUNNING)});
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_STARTING);
+  Heartbeat("n2", {Rank(h2.desired(0), v1::RANK_STATE_RUNNING)});
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Job(id).world_size(), 2);
+
+  Heartbeat("n1", {Rank(h1.desired(0), v1::RANK_STATE_EXITED, 0)});
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  auto last = Heartbeat("n2", {Rank(h2.desired(0), v1::RANK_STATE_EXITED, 0)});
+  job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job.attempts(0).end_reason(), "all 2 ranks exited 0");
+  EXPECT_EQ(last.desired_size(), 0) << "finished ranks are no longer desired";
+}
+
+TEST_F(ControllerTest, NodeLossRestartsOnSurvivorsFromNewestCheckpointWithoutCounting) {
+  for (const char* n : {"n1", "n2", "n3"}) Register(n);
+  std::string id = Submit(Spec("a", 2, 3));
+  std::map<std::string, v1::HeartbeatResponse> d;
+  for (const char* n : {"n1", "n2", "n3"}) d[n] = Heartbeat(n);
+  AllRunning({"n1", "n2", "n3"}, d);
+  ASSERT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  const auto& r0 = d["n1"].desired(0);
+  Heartbeat("n1", {Rank(r0, v1::RANK_STATE_RUNNING)},
+            {Event(r0, 1, R"({"event":"checkpoint","step":10,"kind":"sharded","path":"/ck/step-10","bytes":5})"),
+             Event(r0, 2, R"({"event":"checkpoint","step":20,"kind":"sharded","path":"/ck/step-20","bytes":5})"),
+             Event(r0, 3, R"({"event":"step","step":23,"loss":1.5,"total_steps":100})")});
+  EXPECT_EQ(Job(id).checkpoints_size(), 2);
+  EXPECT_EQ(Job(id).progress().step(), 23);
+
+  // n3 goes silent; the others keep heartbeating.
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(1000ms);
+    Heartbeat("n1", {Rank(r0, v1::RANK_STATE_RUNNING)});
+    Heartbeat("n2", {Rank(d["n2"].desired(0), v1::RANK_STATE_RUNNING)});
+    c_->Tick();
+  }
+  auto nodes = c_->ListNodes();
+  EXPECT_EQ(nodes.nodes(2).state(), v1::NODE_STATE_LOST);
+  v1::Job job = Job(id);
+  ASSERT_GE(job.attempts_size(), 1);
+  EXPECT_NE(job.attempts(0).end_reason().find("node n3 lost"), std::string::npos) << job.attempts(0).end_reason();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING) << "waits for the survivors' ranks to be reported gone";
+  // The survivors are told to stop at once: their ranks are no longer desired.
+  auto h1 = Heartbeat("n1", {Rank(r0, v1::RANK_STATE_STOPPING)});
+  EXPECT_EQ(h1.desired_size(), 0);
+  Heartbeat("n2", {Rank(d["n2"].desired(0), v1::RANK_STATE_EXITED, 0, 15)});
+  h1 = Heartbeat("n1", {Rank(r0, v1::RANK_STATE_EXITED, 75)});
+  job = Job(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_STARTING) << job.reason();
+  ASSERT_EQ(job.attempts_size(), 2);
+  EXPECT_EQ(job.attempts(1).world_size(), 2);
+  EXPECT_EQ(job.attempts(1).resume_from(), "/ck/step-20");
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.attempts(1).master_port(), job.attempts(0).master_port()) << "fresh MASTER_PORT per attempt";
+  ASSERT_EQ(h1.desired_size(), 1);
+  EXPECT_EQ(h1.desired(0).key().attempt(), 2);
+  EXPECT_EQ(h1.desired(0).env().at("EFT_RESUME_FROM"), "/ck/step-20");
+}
+
+TEST_F(ControllerTest, RankFailureBacksOffAndCountsAndGivesUpAfterMaxRestarts) {
+  v1::JobSpec spec = Spec("flaky", 1, 1);
+  spec.mutable_fault_tolerance()->set_max_restarts(2);
+  std::string id = Submit(spec);
+  Register("n1");
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    auto h = Heartbeat("n1");
+    ASSERT_EQ(h.desired_size(), 1) << "attempt " << attempt << ": " << Job(id).reason();
+    ASSERT_EQ(h.desired(0).key().attempt(), attempt);
+    Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_RUNNING)});
+    Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_EXITED, 1)});
+    if (attempt == 3) break;
+    v1::Job job = Job(id);
+    EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+    EXPECT_EQ(job.restarts(), attempt);
+    // Backoff: 1 s after the first failure, 2 s after the second.
+    clock_.Advance(std::chrono::milliseconds(1000 * (1 << (attempt - 1)) - 100));
+    Heartbeat("n1");
+    c_->Tick();
+    EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RECOVERING) << "still backing off";
+    clock_.Advance(200ms);
+    c_->Tick();
+  }
+  v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.attempts_size(), 3);
+  EXPECT_NE(job.reason().find("max_restarts = 2"), std::string::npos) << job.reason();
+}
+
+TEST_F(ControllerTest, ExitCode2FailsAtOnceAndStopsTheOtherRanks) {
+  std::string id = Submit(Spec("bad", 2, 2));
+  Register("n1");
+  Register("n2");
+  auto h1 = Heartbeat("n1");
+  auto h2 = Heartbeat("n2");
+  Heartbeat("n1", {Rank(h1.desired(0), v1::RANK_STATE_RUNNING)});
+  Heartbeat("n2", {Rank(h2.desired(0), v1::RANK_STATE_EXITED, 2)});
+  v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(job.reason().find("rank 1 exited with code 2"), std::string::npos) << job.reason();
+  EXPECT_EQ(Heartbeat("n1", {Rank(h1.desired(0), v1::RANK_STATE_RUNNING)}).desired_size(), 0);
+}
+
+TEST_F(ControllerTest, Exit75RestartsWithoutCounting) {
+  std::string id = Submit(Spec("pre", 1, 1));
+  Register("n1");
+  auto h = Heartbeat("n1");
+  Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_RUNNING)});
+  auto next = Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_EXITED, 75)});
+  EXPECT_EQ(Job(id).restarts(), 0);
+  ASSERT_EQ(next.desired_size(), 1) << Job(id).reason();
+  EXPECT_EQ(next.desired(0).key().attempt(), 2);
+}
+
+TEST_F(ControllerTest, RankFailureWaitsForNodesToProveAliveAndNodeLossIsForgiven) {
+  for (const char* n : {"n1", "n2", "n3"}) Register(n);
+  std::string id = Submit(Spec("e", 2, 3));
+  std::map<std::string, v1::HeartbeatResponse> d;
+  for (const char* n : {"n1", "n2", "n3"}) d[n] = Heartbeat(n);
+  AllRunning({"n1", "n2", "n3"}, d);
+  clock_.Advance(10ms);
+  // n3 dies; n1's rank notices first (a collective failed) and exits 1.
+  auto h1 = Heartbeat("n1", {Rank(d["n1"].desired(0), v1::RANK_STATE_EXITED, 1)});
+  EXPECT_EQ(Job(id).restarts(), 1);
+  Heartbeat("n2", {Rank(d["n2"].desired(0), v1::RANK_STATE_EXITED, 1)});
+  clock_.Advance(1100ms);  // backoff over
+  Heartbeat("n1");
+  Heartbeat("n2");
+  c_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RECOVERING) << "n3 has not heartbeated since the failure";
+  clock_.Advance(2000ms);  // n3 silent for 3.1 s in total
+  Heartbeat("n1");
+  Heartbeat("n2");
+  c_->Tick();
+  v1::Job job = Job(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_STARTING) << job.reason();
+  EXPECT_EQ(job.restarts(), 0) << "the failure is blamed on the lost node";
+  EXPECT_NE(job.attempts(0).end_reason().find("node n3 lost"), std::string::npos) << job.attempts(0).end_reason();
+  EXPECT_EQ(job.attempts(1).world_size(), 2);
+}
+
+TEST_F(ControllerTest, CancelRemovesRanksFromDesiredState) {
+  std::string id = Submit(Spec("c", 1, 1));
+  Register("n1");
+  auto h = Heartbeat("n1");
+  Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_RUNNING)});
+  auto job = c_->CancelJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_RUNNING)}).desired_size(), 0);
+  EXPECT_TRUE(c_->CancelJob(id).ok()) << "cancelling twice is fine";
+  EXPECT_EQ(c_->CancelJob("999").status().code(), StatusCode::kNotFound);
+  // A stopping rank keeps its slot: a new job waits until it is reported gone.
+  std::string next = Submit(Spec("next", 1, 1));
+  EXPECT_EQ(Job(next).state(), v1::JOB_STATE_QUEUED);
+  Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_STOPPING)});
+  EXPECT_EQ(Job(next).state(), v1::JOB_STATE_QUEUED);
+  Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_EXITED, 0, 15)});
+  EXPECT_EQ(Job(next).state(), v1::JOB_STATE_STARTING);
+}
+
+TEST_F(ControllerTest, ControllerRestartKeepsRunningAttempt) {
+  std::string id = Submit(Spec("r", 2, 2));
+  std::string queued = Submit(Spec("q", 2, 2));
+  Register("n1");
+  Register("n2");
+  auto h1 = Heartbeat("n1");
+  auto h2 = Heartbeat("n2");
+  AllRunning({"n1", "n2"}, {{"n1", h1}, {"n2", h2}});
+  ASSERT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+
+  Restart();
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Job(queued).state(), v1::JOB_STATE_QUEUED);
+  // Old incarnations are told to register again, and do so with what they run.
+  v1::HeartbeatRequest stale;
+  stale.set_node_name("n1");
+  stale.set_incarnation("n1-inc1");
+  EXPECT_TRUE(c_->Heartbeat(stale)->reregister());
+  auto r1 = Register("n1", 1, {Rank(h1.desired(0), v1::RANK_STATE_RUNNING)}, "n1-inc1");
+  auto r2 = Register("n2", 1, {Rank(h2.desired(0), v1::RANK_STATE_RUNNING)}, "n2-inc1");
+  EXPECT_EQ(r1.desired_size(), 1);
+  EXPECT_EQ(r1.desired(0).key().attempt(), 1);
+  v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(job.attempts_size(), 1);
+  EXPECT_EQ(Job(queued).state(), v1::JOB_STATE_QUEUED);
+}
+
+TEST_F(ControllerTest, RestartedWorkerWithoutItsRankRestartsTheAttempt) {
+  std::string id = Submit(Spec("w", 2, 2));
+  Register("n1");
+  Register("n2");
+  auto h1 = Heartbeat("n1");
+  auto h2 = Heartbeat("n2");
+  AllRunning({"n1", "n2"}, {{"n1", h1}, {"n2", h2}});
+  Register("n2", 1, {}, "n2-inc2");  // a new worker process that lost its rank
+  v1::Job job = Job(id);
+  EXPECT_NE(job.attempts(0).end_reason().find("vanished"), std::string::npos) << job.attempts(0).end_reason();
+  EXPECT_EQ(job.restarts(), 0);
+}
+
+TEST_F(ControllerTest, NodeSlotsAreSharedWithoutOverlap) {
+  std::string a = Submit(Spec("a", 1, 1, 2));
+  std::string b = Submit(Spec("b", 1, 1, 2));
+  std::string c = Submit(Spec("c", 1, 1, 1));
+  auto r = Register("big", 4);
+  ASSERT_EQ(r.desired_size(), 4);
+  std::set<int> slots;
+  for (const auto& d : r.desired()) slots.insert(d.slot());
+  EXPECT_EQ(slots, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(Job(c).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(c_->ListNodes().nodes(0).free_slots(), 0);
+  (void)a;
+  (void)b;
+}
+
+TEST_F(ControllerTest, DrainedNodesTakeNothingNew) {
+  Register("n1");
+  ASSERT_TRUE(c_->SetDrained("n1", true).ok());
+  std::string id = Submit(Spec("d", 1, 1));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_NE(Job(id).reason().find("drained"), std::string::npos) << Job(id).reason();
+  ASSERT_TRUE(c_->SetDrained("n1", false).ok());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_STARTING);
+  EXPECT_EQ(c_->SetDrained("nope", true).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ControllerTest, SubmitIsIdempotentWithRequestIdAndValidates) {
+  auto first = c_->SubmitJob(Spec("x", 1, 1), "req-1");
+  auto again = c_->SubmitJob(Spec("x", 1, 1), "req-1");
+  ASSERT_TRUE(first.ok() && again.ok());
+  EXPECT_EQ(first->id(), again->id());
+  EXPECT_EQ(first->spec().checkpoint().dir(), config_.db_path + ".d/checkpoints/" + first->id());
+  v1::JobSpec bad = Spec("x", 3, 2);
+  auto rejected = c_->SubmitJob(bad, "");
+  EXPECT_EQ(rejected.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(rejected.status().message().find("nodes.max"), std::string::npos) << rejected.status();
+}
+
+TEST_F(ControllerTest, ListJobsPagesNewestFirstAndFilters) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(Submit(Spec("j" + std::to_string(i), 1, 1)));
+  ASSERT_TRUE(c_->CancelJob(ids[1]).ok());
+  v1::ListJobsRequest req;
+  req.set_page_size(2);
+  std::vector<std::string> seen;
+  do {
+    auto page = c_->ListJobs(req);
+    ASSERT_TRUE(page.ok());
+    for (const auto& j : page->jobs()) seen.push_back(j.id());
+    req.set_page_token(page->next_page_token());
+  } while (!req.page_token().empty());
+  EXPECT_EQ(seen, (std::vector<std::string>{ids[4], ids[3], ids[2], ids[1], ids[0]}));
+  v1::ListJobsRequest only;
+  only.add_states(v1::JOB_STATE_CANCELLED);
+  auto page = c_->ListJobs(only);
+  ASSERT_EQ(page->jobs_size(), 1);
+  EXPECT_EQ(page->jobs(0).id(), ids[1]);
+  v1::ListJobsRequest bad;
+  bad.set_page_token("nope");
+  EXPECT_EQ(c_->ListJobs(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ControllerTest, EventsAreAcknowledgedOnceAndBadOnesIgnored) {
+  std::string id = Submit(Spec("ev", 1, 1));
+  Register("n1");
+  auto h = Heartbeat("n1");
+  const auto& a = h.desired(0);
+  auto r = Heartbeat("n1", {Rank(a, v1::RANK_STATE_RUNNING)},
+                     {Event(a, 1, "not json"), Event(a, 2, R"({"event":"checkpoint","step":5,"path":"/c/5"})")});
+  EXPECT_EQ(r.acked_event_seq(), 2u);
+  // The ack was lost: the same events again are not stored twice.
+  Heartbeat("n1", {Rank(a, v1::RANK_STATE_RUNNING)}, {Event(a, 2, R"({"event":"checkpoint","step":5,"path":"/c/5"})")});
+  EXPECT_EQ(Job(id).checkpoints_size(), 1);
+  Restart();
+  EXPECT_EQ(Job(id).checkpoints_size(), 1) << "checkpoints are durable";
+}
+
+}  // namespace
+}  // namespace eft::controller

@@ -1,0 +1,356 @@
+#include "worker/agent.h"
+
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <random>
+
+#include "common/clock.h"
+#include "common/logging.h"
+
+namespace eft::worker {
+
+namespace {
+
+std::string RandomIncarnation() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid()));
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(gen()));
+  return buf;
+}
+
+std::string OwnDirectory() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : exe.parent_path().string();
+}
+
+std::string Describe(const v1::RankKey& k) {
+  return "job " + k.job_id() + " attempt " + std::to_string(k.attempt()) + " rank " + std::to_string(k.rank());
+}
+
+}  // namespace
+
+WorkerAgent::WorkerAgent(WorkerConfig config)
+    : config_(std::move(config)),
+      incarnation_(RandomIncarnation()),
+      stub_(NewAgentStub(config_.controller)),
+      ledger_(config_.work_dir + "/ranks.ledger"),
+      work_(boost::asio::make_work_guard(io_)),
+      interval_(config_.heartbeat_interval) {}
+
+WorkerAgent::~WorkerAgent() { Shutdown(std::chrono::milliseconds(0)); }
+
+Status WorkerAgent::Start() {
+  std::error_code ec;
+  std::filesystem::create_directories(config_.work_dir, ec);
+  if (ec) return Status::IoError("creating work dir " + config_.work_dir + ": " + ec.message());
+  auto killed = ledger_.KillLeftovers();
+  if (!killed.ok()) return killed.status().WithContext("cleaning up ranks of a previous worker");
+  if (*killed > 0) EFT_LOG(WARNING) << "killed " << *killed << " rank process groups left by a previous worker";
+
+  supervisor_ = std::make_unique<ProcessSupervisor>(
+      io_, ProcessSupervisor::Callbacks{
+               [this](ProcessSupervisor::Id id, const std::string& line) { OnEventLine(id, line); },
+               [this](ProcessSupervisor::Id id, ProcessExit exit) { OnExit(id, exit); }});
+  io_thread_ = std::thread([this] { io_.run(); });
+  shipper_ = std::make_unique<LogShipper>(config_.controller, config_.name, config_.log_push_interval,
+                                          config_.rpc_timeout);
+  shipper_->Start();
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  EFT_LOG(INFO) << "worker " << config_.name << " (" << config_.slots << " slots"
+                << (config_.gpu_ids.empty() ? ", CPU" : ", GPUs") << ", work dir " << config_.work_dir
+                << ") reporting to " << config_.controller;
+  return Status::Ok();
+}
+
+void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
+  if (!io_thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+  }
+  // Stop every rank as if the controller no longer wanted it, then keep reporting until they are gone.
+  boost::asio::post(io_, [this] { Reconcile({}); });
+  auto until = std::chrono::steady_clock::now() + deadline;
+  while (std::chrono::steady_clock::now() < until) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bool live = false;
+      for (const auto& [k, r] : ranks_) live |= r.status.state() == v1::RANK_STATE_RUNNING ||
+                                                r.status.state() == v1::RANK_STATE_STOPPING;
+      if (!live) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  WakeHeartbeat();
+  std::this_thread::sleep_for(std::chrono::milliseconds(deadline.count() ? 200 : 0));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  shipper_.reset();
+  boost::asio::post(io_, [this] { supervisor_.reset(); });  // SIGKILLs whatever still runs
+  work_.reset();
+  io_.stop();
+  io_thread_.join();
+  supervisor_.reset();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Heartbeats
+
+void WorkerAgent::WakeHeartbeat() {
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_ = true;
+  wake_cv_.notify_all();
+}
+
+std::vector<v1::RankStatus> WorkerAgent::SnapshotRanks() {
+  std::vector<v1::RankStatus> out;
+  for (const auto& [k, r] : ranks_) out.push_back(r.status);
+  return out;
+}
+
+void WorkerAgent::HeartbeatLoop() {
+  while (true) {
+    bool ok = registered_ ? HeartbeatOnce() : RegisterOnce();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stop_) break;
+    if (ok && !registered_) continue;  // told to re-register: do it now
+    wake_cv_.wait_for(lock, interval_, [&] { return wake_ || stop_; });
+    wake_ = false;
+    if (stop_) break;
+  }
+}
+
+bool WorkerAgent::RegisterOnce() {
+  v1::RegisterRequest req;
+  req.set_node_name(config_.name);
+  req.set_address(config_.address);
+  req.set_slots(config_.slots);
+  req.set_version(config_.version);
+  req.set_incarnation(incarnation_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& s : SnapshotRanks()) *req.add_ranks() = std::move(s);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + config_.rpc_timeout);
+  v1::RegisterResponse resp;
+  grpc::Status s = stub_->Register(&ctx, req, &resp);
+  if (!s.ok()) {
+    if (controller_reachable_) {
+      EFT_LOG(WARNING) << "cannot register with " << config_.controller << ": " << s.error_message()
+                       << " (retrying every " << interval_.count() << " ms)";
+    }
+    controller_reachable_ = false;
+    stub_ = NewAgentStub(config_.controller);
+    return false;
+  }
+  controller_reachable_ = true;
+  EFT_LOG(INFO) << "registered with " << config_.controller << " as " << config_.name << " (incarnation "
+                << incarnation_ << "), " << resp.desired_size() << " ranks desired";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    registered_ = true;
+    if (resp.heartbeat_interval_ms() > 0) interval_ = std::chrono::milliseconds(resp.heartbeat_interval_ms());
+  }
+  boost::asio::post(io_, [this, desired = resp.desired()] { Reconcile(desired); });
+  return true;
+}
+
+bool WorkerAgent::HeartbeatOnce() {
+  v1::HeartbeatRequest req;
+  req.set_node_name(config_.name);
+  req.set_incarnation(incarnation_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& s : SnapshotRanks()) *req.add_ranks() = std::move(s);
+    size_t n = 0;
+    for (const auto& e : pending_events_) {
+      if (++n > 1000) break;  // the rest rides the next heartbeat
+      *req.add_events() = e;
+    }
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + config_.rpc_timeout);
+  v1::HeartbeatResponse resp;
+  grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+  if (!s.ok()) {
+    if (controller_reachable_) {
+      EFT_LOG(WARNING) << "heartbeat to " << config_.controller << " failed: " << s.error_message()
+                       << "; ranks keep running, retrying";
+    }
+    controller_reachable_ = false;
+    stub_ = NewAgentStub(config_.controller);
+    return false;
+  }
+  if (!controller_reachable_) EFT_LOG(INFO) << "controller " << config_.controller << " reachable again";
+  controller_reachable_ = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!pending_events_.empty() && pending_events_.front().seq() <= resp.acked_event_seq()) {
+    pending_events_.pop_front();
+  }
+  if (resp.heartbeat_interval_ms() > 0) interval_ = std::chrono::milliseconds(resp.heartbeat_interval_ms());
+  if (resp.reregister()) {
+    EFT_LOG(INFO) << "controller asked this worker to register again";
+    registered_ = false;
+    return true;
+  }
+  boost::asio::post(io_, [this, desired = resp.desired()] { Reconcile(desired); });
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reconciliation (io thread)
+
+void WorkerAgent::Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired) {
+  if (!supervisor_) return;
+  bool changed = false;
+  std::map<Key, const v1::RankAssignment*> want;
+  for (const auto& a : desired) want[KeyOf(a.key())] = &a;
+  std::vector<v1::RankAssignment> to_start;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = ranks_.begin(); it != ranks_.end();) {
+      LocalRank& r = it->second;
+      if (want.count(it->first) && !draining_) {
+        ++it;
+        continue;
+      }
+      if (r.status.state() == v1::RANK_STATE_RUNNING) {
+        auto grace = std::chrono::milliseconds(static_cast<long long>(r.assignment.stop_grace_seconds() * 1000));
+        EFT_LOG(INFO) << "stopping " << Describe(r.status.key()) << " (pid " << r.status.pid() << ", grace "
+                      << grace.count() << " ms): no longer desired";
+        supervisor_->Stop(r.id, grace);
+        r.status.set_state(v1::RANK_STATE_STOPPING);
+        changed = true;
+        ++it;
+      } else if (r.status.state() == v1::RANK_STATE_STOPPING) {
+        ++it;
+      } else {
+        // Exited and no longer wanted: the controller has what it needs.
+        by_id_.erase(r.id);
+        it = ranks_.erase(it);
+      }
+    }
+    if (!draining_) {
+      for (const auto& [key, a] : want) {
+        if (!ranks_.count(key)) to_start.push_back(*a);
+      }
+    }
+  }
+  for (const auto& a : to_start) {
+    StartRank(a);
+    changed = true;
+  }
+  if (changed) WakeHeartbeat();
+}
+
+std::string WorkerAgent::LogPath(const v1::RankKey& k) const {
+  return config_.work_dir + "/logs/" + k.job_id() + "/attempt-" + std::to_string(k.attempt()) + "/rank-" +
+         std::to_string(k.rank()) + ".log";
+}
+
+void WorkerAgent::StartRank(const v1::RankAssignment& a) {
+  LaunchSpec spec;
+  spec.argv.assign(a.command().begin(), a.command().end());
+  spec.log_path = LogPath(a.key());
+  for (const auto& [k, v] : a.env()) spec.env[k] = v;
+  spec.env["RANK"] = std::to_string(a.key().rank());
+  spec.env["LOCAL_RANK"] = std::to_string(a.local_rank());
+  spec.env["WORLD_SIZE"] = std::to_string(a.world_size());
+  spec.env["LOCAL_WORLD_SIZE"] = std::to_string(a.local_world_size());
+  spec.env["GROUP_RANK"] = std::to_string(a.local_world_size() ? a.key().rank() / a.local_world_size() : 0);
+  spec.env["ROLE_RANK"] = spec.env["RANK"];
+  spec.env["MASTER_ADDR"] = a.master_addr();
+  spec.env["MASTER_PORT"] = std::to_string(a.master_port());
+  spec.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(a.key().attempt() - 1);
+  spec.env["TORCHELASTIC_RUN_ID"] = a.key().job_id();
+  spec.env["EFT_JOB_ID"] = a.key().job_id();
+  spec.env["EFT_ATTEMPT"] = std::to_string(a.key().attempt());
+  spec.env["EFT_NODE_NAME"] = config_.name;
+  // One GPU per rank; on a CPU node no GPU at all, so frameworks do not grab a device by accident.
+  spec.env["CUDA_VISIBLE_DEVICES"] =
+      a.slot() >= 0 && a.slot() < static_cast<int>(config_.gpu_ids.size()) ? config_.gpu_ids[a.slot()] : "";
+  // eft-train next to this eft-worker wins over another one on PATH.
+  const char* path = std::getenv("PATH");
+  std::string own = OwnDirectory();
+  if (!own.empty()) spec.env["PATH"] = own + ":" + (path ? path : "/usr/bin:/bin");
+
+  LocalRank r;
+  r.assignment = a;
+  *r.status.mutable_key() = a.key();
+  r.status.set_slot(a.slot());
+  r.status.set_start_time_ms(RealClock::Get()->WallMillis());
+  Key key = KeyOf(a.key());
+  ProcessSupervisor::Id id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+    r.id = id;
+  }
+  auto pid = supervisor_->Spawn(id, spec);
+  if (!pid.ok()) {
+    EFT_LOG(ERROR) << "cannot start " << Describe(a.key()) << ": " << pid.status();
+    r.status.set_state(v1::RANK_STATE_FAILED_TO_START);
+    r.status.set_message(pid.status().message());
+    r.status.set_end_time_ms(RealClock::Get()->WallMillis());
+  } else {
+    r.status.set_state(v1::RANK_STATE_RUNNING);
+    r.status.set_pid(*pid);
+    Status s = ledger_.Record(*pid);
+    if (!s.ok()) EFT_LOG(WARNING) << "rank ledger: " << s;
+    EFT_LOG(INFO) << "started " << Describe(a.key()) << " (pid " << *pid << ", world size " << a.world_size()
+                  << ", slot " << a.slot() << ")";
+    shipper_->Track(a.key(), spec.log_path);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  by_id_[id] = key;
+  ranks_[key] = std::move(r);
+}
+
+void WorkerAgent::OnExit(ProcessSupervisor::Id id, ProcessExit exit) {
+  v1::RankKey key;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) return;
+    LocalRank& r = ranks_.at(it->second);
+    r.status.set_state(v1::RANK_STATE_EXITED);
+    r.status.set_exit_code(exit.exit_code);
+    r.status.set_signal(exit.signal);
+    r.status.set_end_time_ms(RealClock::Get()->WallMillis());
+    key = r.status.key();
+    Status s = ledger_.Forget(r.status.pid());
+    if (!s.ok()) EFT_LOG(WARNING) << "rank ledger: " << s;
+  }
+  if (exit.signal) {
+    EFT_LOG(INFO) << Describe(key) << " killed by signal " << exit.signal;
+  } else {
+    EFT_LOG(INFO) << Describe(key) << " exited with code " << exit.exit_code;
+  }
+  shipper_->Untrack(key);
+  WakeHeartbeat();
+}
+
+void WorkerAgent::OnEventLine(ProcessSupervisor::Id id, const std::string& line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end() || line.empty()) return;
+  v1::RankEvent e;
+  *e.mutable_key() = ranks_.at(it->second).status.key();
+  e.set_seq(next_seq_++);
+  e.set_time_ms(RealClock::Get()->WallMillis());
+  e.set_json(line);
+  pending_events_.push_back(std::move(e));
+}
+
+}  // namespace eft::worker

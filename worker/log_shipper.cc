@@ -1,0 +1,141 @@
+#include "worker/log_shipper.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/logging.h"
+
+namespace eft::worker {
+
+namespace {
+constexpr size_t kMaxChunk = 256 * 1024;
+constexpr size_t kMaxRequest = 2 * 1024 * 1024;
+
+std::string KeyText(const v1::RankKey& k) {
+  return k.job_id() + "/" + std::to_string(k.attempt()) + "/" + std::to_string(k.rank());
+}
+}  // namespace
+
+std::unique_ptr<v1::AgentService::Stub> NewAgentStub(const std::string& controller) {
+  return v1::AgentService::NewStub(grpc::CreateChannel(controller, grpc::InsecureChannelCredentials()));
+}
+
+LogShipper::LogShipper(std::string controller, std::string node_name, std::chrono::milliseconds interval,
+                       std::chrono::milliseconds rpc_timeout)
+    : controller_(std::move(controller)),
+      stub_(NewAgentStub(controller_)),
+      node_name_(std::move(node_name)),
+      interval_(interval),
+      rpc_timeout_(rpc_timeout) {}
+
+LogShipper::~LogShipper() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void LogShipper::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void LogShipper::Track(const v1::RankKey& key, const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  File& f = files_[path];
+  f.key = key;
+  f.path = path;
+  f.done = false;
+}
+
+void LogShipper::Untrack(const v1::RankKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [path, f] : files_) {
+    if (KeyText(f.key) == KeyText(key)) f.done = true;
+  }
+  wake_ = true;
+  cv_.notify_all();
+}
+
+void LogShipper::Wake() {
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_ = true;
+  cv_.notify_all();
+}
+
+void LogShipper::Loop() {
+  while (true) {
+    bool sent = PushOnce();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stop_) break;
+    // More to send: go again at once; otherwise wait for the interval or a wake-up.
+    if (!sent) cv_.wait_for(lock, interval_, [&] { return wake_ || stop_; });
+    wake_ = false;
+    if (stop_) {
+      lock.unlock();
+      PushOnce();
+      break;
+    }
+  }
+}
+
+bool LogShipper::PushOnce() {
+  v1::PushLogsRequest req;
+  req.set_node_name(node_name_);
+  size_t total = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = files_.begin(); it != files_.end();) {
+      File& f = it->second;
+      struct stat st {};
+      int64_t size = ::stat(f.path.c_str(), &st) == 0 ? st.st_size : 0;
+      if (f.done && f.confirmed >= size) {
+        it = files_.erase(it);
+        continue;
+      }
+      if (size > f.confirmed && total < kMaxRequest) {
+        size_t want = std::min<size_t>(kMaxChunk, static_cast<size_t>(size - f.confirmed));
+        std::string data(want, '\0');
+        int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? ::pread(fd, data.data(), want, f.confirmed) : -1;
+        if (fd >= 0) ::close(fd);
+        if (n > 0) {
+          data.resize(static_cast<size_t>(n));
+          v1::LogChunk* c = req.add_chunks();
+          c->set_job_id(f.key.job_id());
+          c->set_attempt(f.key.attempt());
+          c->set_rank(f.key.rank());
+          c->set_offset(f.confirmed);
+          c->set_data(std::move(data));
+          total += static_cast<size_t>(n);
+        }
+      }
+      ++it;
+    }
+  }
+  if (req.chunks_size() == 0) return false;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + rpc_timeout_);
+  v1::PushLogsResponse resp;
+  grpc::Status s = stub_->PushLogs(&ctx, req, &resp);
+  if (!s.ok()) {
+    EFT_LOG(DEBUG) << "PushLogs failed (" << s.error_message() << "); retrying later";
+    stub_ = NewAgentStub(controller_);
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  bool progressed = false;
+  for (const auto& c : resp.committed()) {
+    for (auto& [path, f] : files_) {
+      if (KeyText(f.key) != KeyText(c.key())) continue;
+      // The controller's end may also be behind ours (it lost data): resend from there.
+      progressed |= c.offset() != f.confirmed;
+      f.confirmed = c.offset();
+    }
+  }
+  return progressed;
+}
+
+}  // namespace eft::worker

@@ -1,0 +1,33 @@
+// WorkerConfig: every tunable of eft-worker, with its default, and slot (GPU) discovery.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace eft::worker {
+
+struct WorkerConfig {
+  std::string controller = "127.0.0.1:7070";
+  std::string name;       // default: the host name
+  std::string address;    // MASTER_ADDR when this node hosts rank 0; default: the host name
+  std::string work_dir;   // rank logs and the rank ledger; default: /tmp/eft-worker-<name>
+  int slots = 0;          // 0: one per visible GPU, else 1 (CPU)
+  // GPU ids by slot (CUDA_VISIBLE_DEVICES of the rank in that slot); empty on a CPU node.
+  std::vector<std::string> gpu_ids;
+  std::chrono::milliseconds heartbeat_interval{1000};  // until the controller says otherwise
+  std::chrono::milliseconds rpc_timeout{5000};
+  std::chrono::milliseconds log_push_interval{500};
+  std::string version = "0.1.0";
+};
+
+// GPUs this process may use: CUDA_VISIBLE_DEVICES when set (a comma list; "" or "-1" means none),
+// else one per "GPU n:" line of `nvidia-smi -L`, else none.
+std::vector<std::string> DiscoverGpus();
+
+// Fills defaults (name, address, work_dir, slots and gpu_ids) and checks them.
+Status FinalizeWorkerConfig(WorkerConfig* config);
+
+}  // namespace eft::worker
