@@ -135,6 +135,7 @@ int main(int argc, char** argv) {
   Globals g;
   CLI::App app{"eftctl: submit and watch elastic-ft jobs, manage nodes"};
   app.require_subcommand(1);
+  app.fallthrough();  // global flags may follow the subcommands, as kubectl allows
   app.add_option("--controller", g.controller, "controller HOST:PORT (default: $EFT_CONTROLLER, ~/.config/eft/config.yaml, 127.0.0.1:7070)");
   app.add_option("-o,--output", g.output, "table|json|yaml")->check(CLI::IsMember({"table", "json", "yaml"}));
   app.add_option("--timeout", g.timeout_s, "seconds to wait for the controller (default 10)");

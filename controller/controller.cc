@@ -261,7 +261,13 @@ Result<v1::Job> Controller::WaitForJobChange(const std::string& id, uint64_t* ve
 v1::ListNodesResponse Controller::ListNodes() {
   std::lock_guard<std::mutex> lock(mu_);
   v1::ListNodesResponse out;
-  for (const auto& [name, n] : nodes_) *out.add_nodes() = ToProto(n);
+  std::map<std::string, int> free;
+  for (const auto& cap : CapacitiesLocked()) free[cap.name] = cap.ready ? static_cast<int>(cap.free_slots.size()) : 0;
+  for (const auto& [name, n] : nodes_) {
+    v1::Node* node = out.add_nodes();
+    *node = ToProto(n);
+    node->set_free_slots(free[name]);
+  }
   return out;
 }
 
@@ -275,7 +281,11 @@ Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained) {
   it->second.rec = rec;
   EFT_LOG(INFO) << "node " << name << (drained ? " drained: it takes no new ranks" : " undrained");
   if (!drained) ScheduleLocked();
-  return ToProto(it->second);
+  v1::Node out = ToProto(it->second);
+  for (const auto& cap : CapacitiesLocked()) {
+    if (cap.name == name) out.set_free_slots(cap.ready ? static_cast<int>(cap.free_slots.size()) : 0);
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -337,9 +347,6 @@ v1::Node Controller::ToProto(const NodeEntry& n) const {
   out.set_version(n.rec.version);
   if (n.rec.registered_ms) *out.mutable_registered_time() = Ts(n.rec.registered_ms);
   if (n.last_heartbeat_ms) *out.mutable_last_heartbeat_time() = Ts(n.last_heartbeat_ms);
-  for (const auto& cap : CapacitiesLocked()) {
-    if (cap.name == n.rec.name) out.set_free_slots(static_cast<int>(cap.free_slots.size()));
-  }
   std::set<std::string> jobs;
   for (const auto& id : live_jobs_) {
     const JobEntry& j = jobs_.at(id);
