@@ -267,11 +267,10 @@ int run(const Config& c) {
   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, c.rank, c.world, opts);
   pthread_sigmask(SIG_UNBLOCK, &term, nullptr);
 
-  if (c.rank == 0) {
-    std::printf("eft-test-workload job=%s attempt=%d world=%d start_step=%lld steps=%lld\n", c.job_id.c_str(),
-                c.attempt, c.world, step + 1, c.steps);
-    std::fflush(stdout);
-  }
+  // Every rank says hello, so each has a log to ship; only rank 0 reports progress.
+  std::printf("eft-test-workload job=%s attempt=%d rank=%d/%d start_step=%lld steps=%lld\n", c.job_id.c_str(),
+              c.attempt, c.rank, c.world, step + 1, c.steps);
+  std::fflush(stdout);
   long long last_ckpt = step;
   while (step < c.steps) {
     const long long s = step + 1;

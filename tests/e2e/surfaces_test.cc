@@ -1,0 +1,175 @@
+// End-to-end tests of what users touch: eftctl against a real cluster, log streaming, WatchJob,
+// and a worker that restarts under a running job.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/e2e/cluster.h"
+
+namespace eft::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool Terminal(const v1::Job& j) {
+  return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
+         j.state() == v1::JOB_STATE_CANCELLED;
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs eftctl with the given arguments against the cluster; stdout and stderr together.
+CommandResult Eftctl(TestCluster& c, const std::string& args) {
+  std::string cmd = BuildDir() + "/cli/eftctl --controller " + c.controller_address() + " " + args + " 2>&1";
+  CommandResult r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(Surfaces, EftctlSubmitFollowDescribeAndErrors) {
+  TestCluster c;
+  c.StartAll();
+  std::string spec_path = c.dir() + "/job.yaml";
+  {
+    std::ofstream f(spec_path);
+    f << "name: cli-job\n"
+      << "resources: {nodes: {min: 2, max: 2}}\n"
+      << "checkpoint: {dir: " << c.checkpoint_root() << "/cli}\n"
+      << "command: [" << WorkloadBinary() << ", --steps, '6', --step-ms, '20', --checkpoint-every, '3',"
+      << " --checkpoint-dir, " << c.checkpoint_root() << "/cli]\n";
+  }
+  CommandResult submit = Eftctl(c, "job submit -f " + spec_path + " --follow");
+  EXPECT_EQ(submit.exit_code, 0) << submit.out;
+  EXPECT_NE(submit.out.find("job 1 submitted (cli-job)"), std::string::npos) << submit.out;
+  EXPECT_NE(submit.out.find("SUCCEEDED"), std::string::npos) << submit.out;
+
+  CommandResult list = Eftctl(c, "job list");
+  EXPECT_EQ(list.exit_code, 0);
+  EXPECT_NE(list.out.find("ID   NAME      STATE"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("cli-job   SUCCEEDED"), std::string::npos) << list.out;
+
+  CommandResult describe = Eftctl(c, "job describe 1");
+  EXPECT_EQ(describe.exit_code, 0);
+  EXPECT_NE(describe.out.find("all 2 ranks exited 0"), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("attempt_started: attempt 1: world size 2"), std::string::npos) << describe.out;
+
+  CommandResult json = Eftctl(c, "job get 1 -o json");
+  EXPECT_EQ(json.exit_code, 0);
+  EXPECT_NE(json.out.find("\"state\": \"JOB_STATE_SUCCEEDED\""), std::string::npos) << json.out;
+
+  CommandResult checkpoints = Eftctl(c, "checkpoint list 1");
+  EXPECT_NE(checkpoints.out.find("/cli/step-6"), std::string::npos) << checkpoints.out;
+
+  CommandResult nodes = Eftctl(c, "node list");
+  EXPECT_NE(nodes.out.find("node2   READY"), std::string::npos) << nodes.out;
+  EXPECT_EQ(Eftctl(c, "node drain node2").exit_code, 0);
+  EXPECT_NE(Eftctl(c, "node list").out.find("READY,DRAINED"), std::string::npos);
+
+  // Errors: a bad spec names the field (exit 2, nothing sent); an unknown job is an error (exit 1).
+  {
+    std::ofstream f(c.dir() + "/bad.yaml");
+    f << "name: bad\ncommand: [/bin/true]\ntraining: {learning_rate: 0.1}\n";
+  }
+  CommandResult bad = Eftctl(c, "job submit -f " + c.dir() + "/bad.yaml");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("spec.training.learning_rate: unknown field (did you mean lr?)"), std::string::npos)
+      << bad.out;
+  CommandResult missing = Eftctl(c, "job get 99");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.out.find("job 99 not found"), std::string::npos) << missing.out;
+  EXPECT_EQ(Eftctl(c, "job frobnicate").exit_code, 2);
+}
+
+TEST(Surfaces, LogsAreShippedAndStreamedAndWatchSeesEveryState) {
+  TestCluster c;
+  c.StartAll();
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("logs", 2, 2, 8, 50, 4), &job).ok());
+
+  // WatchJob from the start: it must end on its own when the job ends.
+  std::vector<v1::JobState> states;
+  std::thread watcher([&] {
+    grpc::ClientContext ctx;
+    v1::WatchJobRequest req;
+    req.set_id(job.id());
+    auto reader = c.jobs().WatchJob(&ctx, req);
+    v1::Job seen;
+    while (reader->Read(&seen)) {
+      if (states.empty() || states.back() != seen.state()) states.push_back(seen.state());
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+  });
+
+  // Follow rank 0's log while the job runs; the stream ends after the job did.
+  std::string rank0;
+  {
+    grpc::ClientContext ctx;
+    v1::GetLogsRequest req;
+    req.set_job_id(job.id());
+    req.set_rank(0);
+    req.set_follow(true);
+    auto reader = c.jobs().GetLogs(&ctx, req);
+    v1::LogChunk chunk;
+    int64_t expected_offset = 0;
+    while (reader->Read(&chunk)) {
+      EXPECT_EQ(chunk.rank(), 0);
+      EXPECT_EQ(chunk.offset(), expected_offset) << "chunks are contiguous";
+      expected_offset += static_cast<int64_t>(chunk.data().size());
+      rank0 += chunk.data();
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+  }
+  watcher.join();
+  EXPECT_NE(rank0.find("step 8/8"), std::string::npos) << rank0;
+  ASSERT_FALSE(states.empty());
+  EXPECT_EQ(states.back(), v1::JOB_STATE_SUCCEEDED);
+
+  // The controller's copy equals the worker's file, byte for byte.
+  std::string local = ReadFile(c.dir() + "/work/node0/logs/" + job.id() + "/attempt-1/rank-0.log");
+  EXPECT_EQ(rank0, local);
+
+  // Without a rank: every rank's log.
+  grpc::ClientContext ctx;
+  v1::GetLogsRequest all;
+  all.set_job_id(job.id());
+  auto reader = c.jobs().GetLogs(&ctx, all);
+  std::set<int> ranks;
+  v1::LogChunk chunk;
+  while (reader->Read(&chunk)) ranks.insert(chunk.rank());
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+}
+
+TEST(Surfaces, RestartedWorkerKillsItsOldRanksAndTheJobRecovers) {
+  TestCluster c;
+  c.StartAll();
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("bounce", 3, 3, 30, 100, 5), &job).ok());
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.checkpoints_size() >= 1 || Terminal(j); }, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  // SIGKILL only the worker process (not its group): its rank dies through PR_SET_PDEATHSIG.
+  c.KillWorker(1);
+  c.StartWorker(1);  // back within the heartbeat timeout, as a new incarnation
+  job = c.WaitForJob(job.id(), Terminal, 90s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_GE(job.attempts_size(), 2);
+  EXPECT_EQ(job.attempts(job.attempts_size() - 1).world_size(), 3) << "node1 is back, so the job uses it again";
+  std::string text = ReadFile(c.ResultPath("bounce"));
+  EXPECT_NE(text.find("\"acc\":465"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace eft::testing
