@@ -44,6 +44,7 @@ Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req
   node.ready = true;
   if (node.incarnation != req.incarnation()) node.acked_seq = 0;
   node.incarnation = req.incarnation();
+  node.shutting_down = false;
   node.last_heartbeat = clock_->Now();
   node.last_heartbeat_ms = clock_->WallMillis();
   node.reported.assign(req.ranks().begin(), req.ranks().end());
@@ -70,6 +71,10 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
     return out;
   }
   NodeEntry& node = it->second;
+  if (req.shutting_down() && !node.shutting_down) {
+    EFT_LOG(INFO) << "node " << node.rec.name << ": worker shutting down; no new ranks go there";
+  }
+  node.shutting_down = req.shutting_down();
   node.last_heartbeat = clock_->Now();
   node.last_heartbeat_ms = clock_->WallMillis();
   out.set_acked_event_seq(ProcessEventsLocked(node, req));

@@ -189,14 +189,13 @@ Result<v1::Job> Controller::GetJob(const std::string& id) {
 Result<v1::ListJobsResponse> Controller::ListJobs(const v1::ListJobsRequest& request) {
   int page_size = request.page_size() == 0 ? 100 : request.page_size();
   if (page_size < 0 || page_size > 1000) return Status::InvalidArgument("page_size: must be in 1..1000");
-  size_t start = job_order_.size();  // exclusive upper bound of the index into job_order_
   std::lock_guard<std::mutex> lock(mu_);
+  // Pages walk job_order_ backwards (newest first); the token is the id of the next job to show.
+  size_t start = job_order_.size();  // exclusive upper bound of the index into job_order_
   if (!request.page_token().empty()) {
     auto it = std::find(job_order_.begin(), job_order_.end(), request.page_token());
     if (it == job_order_.end()) return Status::InvalidArgument("page_token: not a token this controller issued");
-    start = static_cast<size_t>(it - job_order_.begin());
-  } else {
-    start = job_order_.size();
+    start = static_cast<size_t>(it - job_order_.begin()) + 1;
   }
   std::set<int> states(request.states().begin(), request.states().end());
   v1::ListJobsResponse out;
@@ -206,19 +205,10 @@ Result<v1::ListJobsResponse> Controller::ListJobs(const v1::ListJobsRequest& req
     const JobEntry& j = jobs_.at(job_order_[i]);
     if (!states.empty() && !states.count(j.rec.state)) continue;
     if (out.jobs_size() == page_size) {
-      out.set_next_page_token(job_order_[i + 1]);
+      out.set_next_page_token(job_order_[i]);  // a matching job exists beyond this page
       break;
     }
     *out.add_jobs() = ToProto(j, false);
-  }
-  // A full page whose remaining jobs were all filtered out still has no next page.
-  if (!out.next_page_token().empty()) {
-    bool more = false;
-    for (size_t k = i + 1; k-- > 0;) {
-      const JobEntry& j = jobs_.at(job_order_[k]);
-      if (states.empty() || states.count(j.rec.state)) { more = true; break; }
-    }
-    if (!more) out.clear_next_page_token();
   }
   return out;
 }

@@ -99,6 +99,7 @@ class Controller {
     int64_t last_heartbeat_ms = 0;
     std::vector<v1::RankStatus> reported;
     uint64_t acked_seq = 0;
+    bool shutting_down = false;
   };
   // A change of one job, applied to memory only after the store accepted it.
   struct JobChange {

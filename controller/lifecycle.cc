@@ -117,7 +117,7 @@ std::vector<NodeCapacity> Controller::CapacitiesLocked() const {
     c.name = name;
     // A node known from the database but not yet re-registered may still run ranks we cannot see.
     c.ready = n.ready && !n.incarnation.empty();
-    c.drained = n.rec.drained;
+    c.drained = n.rec.drained || n.shutting_down;
     const auto& b = busy[name];
     for (int s = 0; s < static_cast<int>(b.size()); ++s) {
       if (!b[s]) c.free_slots.push_back(s);

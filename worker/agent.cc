@@ -87,20 +87,19 @@ void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  WakeHeartbeat();
-  std::this_thread::sleep_for(std::chrono::milliseconds(deadline.count() ? 200 : 0));
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   wake_cv_.notify_all();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
-  shipper_.reset();
-  boost::asio::post(io_, [this] { supervisor_.reset(); });  // SIGKILLs whatever still runs
+  // One last report, so the controller learns how the ranks ended without waiting for the timeout.
+  if (deadline.count() > 0 && registered_) HeartbeatOnce();
+  shipper_.reset();  // pushes what is left of the logs once
   work_.reset();
   io_.stop();
   io_thread_.join();
-  supervisor_.reset();
+  supervisor_.reset();  // SIGKILLs whatever still runs
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -172,6 +171,7 @@ bool WorkerAgent::HeartbeatOnce() {
   req.set_incarnation(incarnation_);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    req.set_shutting_down(draining_);
     for (auto& s : SnapshotRanks()) *req.add_ranks() = std::move(s);
     size_t n = 0;
     for (const auto& e : pending_events_) {

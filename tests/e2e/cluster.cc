@@ -182,9 +182,14 @@ void TestCluster::StartController() {
   char interval[32], timeout[32];
   std::snprintf(interval, sizeof(interval), "%g", options_.heartbeat_interval_s);
   std::snprintf(timeout, sizeof(timeout), "%g", options_.heartbeat_timeout_s);
+  // Each cluster gets its own MASTER_PORT range, so clusters of tests running side by side (or
+  // another checkout's tests) never rendezvous on each other's ports.
+  if (master_port_base_ == 0) master_port_base_ = 20000 + (PickFreePort() % 20000);
+  std::ofstream(dir_ + "/controller.yaml") << "master_port_base: " << master_port_base_
+                                           << "\nmaster_port_count: 200\n";
   ASSERT_TRUE(controller_->Start({BuildDir() + "/controller/eft-controller", "--listen", controller_address(), "--db",
-                                  dir_ + "/controller.db", "--heartbeat-interval", interval,
-                                  "--heartbeat-timeout", timeout},
+                                  dir_ + "/controller.db", "--config", dir_ + "/controller.yaml",
+                                  "--heartbeat-interval", interval, "--heartbeat-timeout", timeout},
                                  {}, dir_ + "/controller.log"));
   // Ready when it answers an RPC. Each probe uses a new channel: a channel whose first connection
   // was refused sits in reconnect backoff for a while, whatever the backoff arguments say.

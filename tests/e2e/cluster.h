@@ -104,6 +104,7 @@ class TestCluster {
   ClusterOptions options_;
   std::string dir_;
   int port_;
+  int master_port_base_ = 0;
   bool keep_ = false;
   std::unique_ptr<ChildProcess> controller_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;

@@ -171,5 +171,27 @@ TEST(Surfaces, RestartedWorkerKillsItsOldRanksAndTheJobRecovers) {
   EXPECT_NE(text.find("\"acc\":465"), std::string::npos) << text;
 }
 
+TEST(Surfaces, WorkerSigtermStopsItsRanksGracefullyAndTheJobMovesOn) {
+  TestCluster c;
+  c.StartAll();
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("drain", 2, 3, 40, 100, 100), &job).ok());
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.progress().step() >= 5 || Terminal(j); }, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  c.worker(2).Signal(SIGTERM);
+  int status = c.worker(2).Wait(10s);
+  ASSERT_NE(status, -1) << "eft-worker did not exit after SIGTERM";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  job = c.WaitForJob(job.id(), Terminal, 90s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_GE(job.attempts_size(), 2);
+  EXPECT_NE(job.attempts(0).end_reason().find("exit 75"), std::string::npos) << job.attempts(0).end_reason();
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_EQ(job.attempts(1).world_size(), 2) << "the stopping node gets nothing new";
+  // The ranks saved a checkpoint when they stopped, so attempt 2 resumed from there, not from step 0.
+  EXPECT_FALSE(job.attempts(1).resume_from().empty());
+  EXPECT_NE(ReadFile(c.ResultPath("drain")).find("\"acc\":820"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace eft::testing

@@ -378,6 +378,19 @@ TEST_F(ControllerTest, DrainedNodesTakeNothingNew) {
   EXPECT_EQ(c_->SetDrained("nope", true).status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(ControllerTest, ShuttingDownWorkersTakeNothingNew) {
+  Register("n1");
+  v1::HeartbeatRequest req;
+  req.set_node_name("n1");
+  req.set_incarnation(incarnations_["n1"]);
+  req.set_shutting_down(true);
+  ASSERT_TRUE(c_->Heartbeat(req).ok());
+  std::string id = Submit(Spec("s", 1, 1));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_QUEUED);
+  Register("n1", 1, {}, "n1-inc2");  // the worker came back
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_STARTING);
+}
+
 TEST_F(ControllerTest, SubmitIsIdempotentWithRequestIdAndValidates) {
   auto first = c_->SubmitJob(Spec("x", 1, 1), "req-1");
   auto again = c_->SubmitJob(Spec("x", 1, 1), "req-1");
