@@ -11,8 +11,8 @@ PACKAGES=(
   libsqlite3-dev libboost-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   # trainer: LibTorch (CPU) with Gloo for c10d, a fast BLAS
   libtorch-dev libgloo-dev libopenblas0-pthread
-  # tests
-  libgtest-dev libgmock-dev sqlite3 procps
+  # tests: Debian's python3 with torch/numpy runs the independent numerical references
+  libgtest-dev libgmock-dev sqlite3 procps python3-torch python3-numpy
 )
 
 missing=()

@@ -17,41 +17,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include "eft/v1/job.grpc.pb.h"
+#include "tests/e2e/process_util.h"
 #include "eft/v1/node.grpc.pb.h"
 
 namespace eft::testing {
-
-// A child process in its own process group; SIGKILLed (group) on destruction.
-class ChildProcess {
- public:
-  ChildProcess() = default;
-  ~ChildProcess();
-  ChildProcess(const ChildProcess&) = delete;
-  ChildProcess& operator=(const ChildProcess&) = delete;
-
-  // Starts argv with stdout+stderr appended to log_path; `env` is added to this process's.
-  bool Start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-             const std::string& log_path);
-  pid_t pid() const { return pid_; }
-  bool running();
-  void Signal(int sig);  // to the process only
-  void KillGroup();      // SIGKILL the whole group, then reap
-  // Waits for exit; returns the wait status, or -1 on timeout.
-  int Wait(std::chrono::milliseconds timeout);
-
- private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-};
-
-int PickFreePort();
-std::string BuildDir();  // $EFT_BUILD_DIR
-std::string WorkloadBinary();
-// Reads a whole file ("" if missing).
-std::string ReadFile(const std::string& path);
-// Polls `pred` every 20 ms until true or timeout; returns its last value.
-bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
-bool ProcessAlive(pid_t pid);
 
 struct ClusterOptions {
   int workers = 3;

@@ -1,0 +1,158 @@
+#include "trainer/data/token_dataset.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+namespace eft::trainer {
+namespace {
+
+constexpr int64_t kIgnore = -100;
+
+// Reads element `i` of a token array as an int64, or says why it cannot: JSON numbers arrive as
+// signed, unsigned or float, and only integral values in int64 range are token ids.
+Status ReadId(const nlohmann::json& v, const std::string& where, const std::string& field, size_t i,
+              int64_t* out) {
+  const std::string at = where + field + "[" + std::to_string(i) + "]";
+  if (v.is_number_integer() && !v.is_number_unsigned()) {
+    *out = v.get<int64_t>();
+    return Status::Ok();
+  }
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Status::InvalidArgument(at + " = " + std::to_string(u) + ": token id is too large");
+    }
+    *out = static_cast<int64_t>(u);
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(at + " = " + v.dump() + ": token ids must be integers");
+}
+
+Status CheckRange(int64_t id, int64_t vocab_size, const std::string& where, const std::string& field, size_t i,
+                  const char* what) {
+  const std::string at = where + field + "[" + std::to_string(i) + "] = " + std::to_string(id);
+  if (id < 0) return Status::InvalidArgument(at + ": " + what + " must be >= 0");
+  if (vocab_size > 0 && id >= vocab_size) {
+    return Status::InvalidArgument(at + ": " + what + " must be < the model's vocab_size (" +
+                                   std::to_string(vocab_size) + "); was the data tokenized for another model?");
+  }
+  return Status::Ok();
+}
+
+// Parses one non-blank line into `ex`; `where` is "path:line: ".
+Status ParseLine(const std::string& line, const std::string& where, int64_t vocab_size, Example* ex) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann's own "line 1, column N" prefix counts within the line; the byte offset says the same.
+    std::string detail = e.what();
+    if (size_t c = detail.find(", column "); c != std::string::npos) {
+      if (size_t colon = detail.find(": ", c); colon != std::string::npos) detail = detail.substr(colon + 2);
+    }
+    return Status::InvalidArgument(where + "not valid JSON at byte " + std::to_string(e.byte) + " (" + detail +
+                                   "); each line must be one object like {\"input_ids\": [...]}");
+  }
+  if (!j.is_object()) {
+    return Status::InvalidArgument(where + "expected a JSON object like {\"input_ids\": [...]}, got " +
+                                   std::string(j.type_name()));
+  }
+  auto ids = j.find("input_ids");
+  if (ids == j.end()) return Status::InvalidArgument(where + "input_ids: missing (a non-empty array of token ids)");
+  if (!ids->is_array()) {
+    return Status::InvalidArgument(where + "input_ids: must be an array of token ids, got " +
+                                   std::string(ids->type_name()));
+  }
+  if (ids->empty()) return Status::InvalidArgument(where + "input_ids: is empty; every example needs tokens");
+  ex->input_ids.resize(ids->size());
+  for (size_t i = 0; i < ids->size(); ++i) {
+    EFT_RETURN_IF_ERROR(ReadId((*ids)[i], where, "input_ids", i, &ex->input_ids[i]));
+    EFT_RETURN_IF_ERROR(CheckRange(ex->input_ids[i], vocab_size, where, "input_ids", i, "token ids"));
+  }
+  auto labels = j.find("labels");
+  if (labels == j.end()) {
+    ex->labels = ex->input_ids;
+    return Status::Ok();
+  }
+  if (!labels->is_array()) {
+    return Status::InvalidArgument(where + "labels: must be an array of token ids or -100, got " +
+                                   std::string(labels->type_name()));
+  }
+  if (labels->size() != ids->size()) {
+    return Status::InvalidArgument(where + "labels: has " + std::to_string(labels->size()) +
+                                   " entries but input_ids has " + std::to_string(ids->size()) +
+                                   "; they must be the same length (labels are not shifted)");
+  }
+  ex->labels.resize(labels->size());
+  for (size_t i = 0; i < labels->size(); ++i) {
+    EFT_RETURN_IF_ERROR(ReadId((*labels)[i], where, "labels", i, &ex->labels[i]));
+    if (ex->labels[i] == kIgnore) continue;
+    EFT_RETURN_IF_ERROR(CheckRange(ex->labels[i], vocab_size, where, "labels", i, "labels (other than -100)"));
+  }
+  return Status::Ok();
+}
+
+bool IsBlank(const std::string& s) {
+  return s.find_first_not_of(" \t\r\n") == std::string::npos;
+}
+
+// Label 0 never becomes a target once labels are shifted (nothing predicts the first token).
+int64_t TrainedTokens(const Example& ex) {
+  int64_t n = 0;
+  for (size_t t = 1; t < ex.labels.size(); ++t) n += ex.labels[t] != kIgnore;
+  return n;
+}
+
+}  // namespace
+
+Result<TokenDataset> TokenDataset::LoadPretokenized(const std::string& path, const DatasetOptions& options) {
+  if (options.max_seq_len < 1) {
+    return Status::InvalidArgument("max_seq_len: " + std::to_string(options.max_seq_len) + " must be >= 1");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(path + ": cannot open: " + std::strerror(errno));
+
+  TokenDataset ds;
+  std::string line;
+  int64_t line_no = 0;
+  // One line at a time: training files can be many GB, and only the parsed ids need to stay.
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (IsBlank(line)) continue;
+    const std::string where = path + ":" + std::to_string(line_no) + ": ";
+    Example ex;
+    EFT_RETURN_IF_ERROR(ParseLine(line, where, options.vocab_size, &ex));
+    if (static_cast<int64_t>(ex.input_ids.size()) > options.max_seq_len) {
+      if (!options.truncate) {
+        ++ds.stats_.dropped;
+        continue;
+      }
+      ex.input_ids.resize(static_cast<size_t>(options.max_seq_len));
+      ex.labels.resize(static_cast<size_t>(options.max_seq_len));
+      ++ds.stats_.truncated;
+    }
+    ds.stats_.tokens += static_cast<int64_t>(ex.input_ids.size());
+    ds.stats_.trained_tokens += TrainedTokens(ex);
+    ds.examples_.push_back(std::move(ex));
+  }
+  if (in.bad()) return Status::IoError(path + ": read error after line " + std::to_string(line_no));
+  ds.stats_.examples = ds.size();
+  return ds;
+}
+
+TokenDataset TokenDataset::FromExamples(std::vector<Example> examples) {
+  TokenDataset ds;
+  ds.examples_ = std::move(examples);
+  for (const Example& ex : ds.examples_) {
+    ds.stats_.tokens += static_cast<int64_t>(ex.input_ids.size());
+    ds.stats_.trained_tokens += TrainedTokens(ex);
+  }
+  ds.stats_.examples = ds.size();
+  return ds;
+}
+
+}  // namespace eft::trainer

@@ -1,0 +1,193 @@
+// eft-train: the LibTorch FSDP trainer. One process per rank.
+//
+//   eft-train train [--config job.yaml] [--nproc N] [--set training.lr=1e-4 ...]
+//   eft-train init-model --arch qwen3 --hidden 256 --layers 4 --heads 4 --kv-heads 2 ... --out DIR
+//
+// Without --config the job spec comes from EFT_JOB_SPEC (set by eft-worker). Exit codes
+// (ARCHITECTURE.md): 0 done, 2 bad configuration or input, 1 anything else.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <CLI/CLI.hpp>
+
+#include "common/logging.h"
+#include "common/yaml_json.h"
+#include "trainer/io/safetensors.h"
+#include "trainer/model/llama.h"
+#include "trainer/model/model_config.h"
+#include "trainer/train/launch.h"
+#include "trainer/train/trainer.h"
+
+namespace {
+
+using namespace eft;
+using namespace eft::trainer;
+
+constexpr int kExitConfig = 2;
+
+int ExitFor(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kDataLoss:
+      return kExitConfig;
+    default:
+      return 1;
+  }
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "eft-train: %s\n", s.message().c_str());
+  return ExitFor(s);
+}
+
+struct InitModelArgs {
+  std::string arch, out, tokenizer, dtype = "bfloat16";
+  int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, intermediate = 0, vocab = 0, head_dim = 0;
+  int64_t max_position = 4096;
+  uint64_t seed = 0;
+  bool tie = false;
+};
+
+int InitModel(const InitModelArgs& a) {
+  nlohmann::json cfg = {{"model_type", a.arch},
+                        {"hidden_size", a.hidden},
+                        {"num_hidden_layers", a.layers},
+                        {"num_attention_heads", a.heads},
+                        {"num_key_value_heads", a.kv_heads > 0 ? a.kv_heads : a.heads},
+                        {"intermediate_size", a.intermediate},
+                        {"vocab_size", a.vocab},
+                        {"max_position_embeddings", a.max_position},
+                        {"tie_word_embeddings", a.tie},
+                        {"torch_dtype", a.dtype},
+                        {"hidden_act", "silu"},
+                        {"rms_norm_eps", 1e-6}};
+  if (a.head_dim > 0) cfg["head_dim"] = a.head_dim;
+  if (a.dtype != "bfloat16" && a.dtype != "float32" && a.dtype != "float16") {
+    return Fail(Status::InvalidArgument("--dtype: expected bfloat16, float16 or float32"));
+  }
+  auto config = ModelConfig::FromHfJson(cfg);
+  if (!config.ok()) return Fail(config.status());
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  const at::ScalarType dtype = a.dtype == "float32" ? at::kFloat : a.dtype == "float16" ? at::kHalf : at::kBFloat16;
+  std::vector<ParamSpec> specs = RootParamSpecs(*config);
+  for (int64_t i = 0; i < config->num_hidden_layers; ++i) {
+    auto layer = LayerParamSpecs(*config, static_cast<int>(i));
+    specs.insert(specs.end(), layer.begin(), layer.end());
+  }
+  for (const auto& spec : specs) tensors.emplace_back(spec.name, InitParameter(*config, spec, a.seed).to(dtype));
+  std::filesystem::create_directories(a.out);
+  Status s = WriteSafetensorsDir(a.out, tensors, 5ull << 30, {{"format", "pt"}});
+  if (!s.ok()) return Fail(s);
+  std::ofstream(a.out + "/config.json") << config->ToHfJson().dump(2) << "\n";
+  if (!a.tokenizer.empty()) {
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                          "merges.txt", "tokenizer.model", "generation_config.json"}) {
+      std::filesystem::path src = std::filesystem::path(a.tokenizer) / f;
+      std::error_code ec;
+      if (std::filesystem::exists(src)) {
+        std::filesystem::copy_file(src, std::filesystem::path(a.out) / f,
+                                   std::filesystem::copy_options::overwrite_existing, ec);
+      }
+    }
+  }
+  std::printf("wrote a random %s model (%.2fM parameters, %s) to %s\n", a.arch.c_str(), config->NumParameters() / 1e6,
+              a.dtype.c_str(), a.out.c_str());
+  return 0;
+}
+
+int Train(const std::string& config_path, const std::vector<std::string>& overrides, int threads,
+          const std::string& output_dir) {
+  Result<nlohmann::json> spec = Status::InvalidArgument("no job spec");
+  if (!config_path.empty()) {
+    spec = LoadYamlOrJsonFile(config_path);
+  } else if (const char* env = std::getenv("EFT_JOB_SPEC"); env && *env) {
+    spec = YamlToJson(env);
+    if (!spec.ok()) spec = spec.status().WithContext("EFT_JOB_SPEC");
+  } else {
+    return Fail(Status::InvalidArgument("no job spec: pass --config job.yaml (or run under eft-worker, which sets EFT_JOB_SPEC)"));
+  }
+  if (!spec.ok()) return Fail(spec.status());
+  for (const auto& o : overrides) {
+    Status s = ApplyOverride(o, &spec.value());
+    if (!s.ok()) return Fail(s);
+  }
+  auto config = TrainConfigFromJobSpec(*spec);
+  if (!config.ok()) return Fail(config.status());
+  config->threads = threads;
+  if (!output_dir.empty()) config->output_dir = output_dir;
+  auto env = RankEnvFromEnvironment();
+  if (!env.ok()) return Fail(env.status());
+  SetLogProgram("eft-train rank " + std::to_string(env->rank));
+  auto trainer = Trainer::Create(*config, *env);
+  if (!trainer.ok()) return Fail(trainer.status());
+  try {
+    Status s = (*trainer)->Run();
+    if (!s.ok()) return Fail(s);
+  } catch (const std::exception& e) {
+    // A collective failing because a peer died lands here: retryable, not a configuration error.
+    std::fprintf(stderr, "eft-train: rank %d failed: %s\n", env->rank, e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  SetLogProgram("eft-train");
+  CLI::App app{"eft-train: LibTorch FSDP fine-tuning of Hugging Face decoder models"};
+  app.require_subcommand(1);
+
+  auto* train = app.add_subcommand("train", "train one rank (or --nproc local ranks)");
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int nproc = 0;
+  int64_t max_steps = 0;
+  int threads = 0;
+  std::string output_dir;
+  train->add_option("--config", config_path, "job spec YAML/JSON (default: $EFT_JOB_SPEC)");
+  train->add_option("--set", overrides, "override one field: --set training.lr=1e-4 (repeatable)");
+  train->add_option("--nproc", nproc, "spawn this many local ranks (like torchrun --nproc-per-node)");
+  train->add_option("--max-steps", max_steps, "stop after this many optimizer steps");
+  train->add_option("--threads", threads, "intra-op threads per rank (default: cores / local ranks)");
+  train->add_option("--output-dir", output_dir, "where the final model goes (default: <checkpoint.dir>/final)");
+
+  InitModelArgs im;
+  auto* init = app.add_subcommand("init-model", "write a randomly initialised Hugging Face model directory");
+  init->add_option("--arch", im.arch, "llama | qwen2 | qwen3 | mistral")->required();
+  init->add_option("--hidden", im.hidden, "hidden size")->required();
+  init->add_option("--layers", im.layers, "decoder layers")->required();
+  init->add_option("--heads", im.heads, "attention heads")->required();
+  init->add_option("--kv-heads", im.kv_heads, "key/value heads (default: heads)");
+  init->add_option("--intermediate", im.intermediate, "MLP size")->required();
+  init->add_option("--vocab-size", im.vocab, "vocabulary size")->required();
+  init->add_option("--head-dim", im.head_dim, "per-head size (default: hidden / heads)");
+  init->add_option("--max-position", im.max_position, "max_position_embeddings (default 4096)");
+  init->add_flag("--tie-embeddings", im.tie, "share the embedding and output matrices");
+  init->add_option("--dtype", im.dtype, "bfloat16 | float32 | float16 (default bfloat16)");
+  init->add_option("--out", im.out, "output directory")->required();
+  init->add_option("--tokenizer", im.tokenizer, "copy tokenizer files from this directory");
+  init->add_option("--seed", im.seed, "random seed (default 0)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitConfig;
+  }
+  if (*init) return InitModel(im);
+
+  if (max_steps > 0) overrides.push_back("training.max_steps=" + std::to_string(max_steps));
+  if (nproc > 0) {
+    // Re-run ourselves N times without --nproc.
+    std::vector<std::string> args{"train"};
+    if (!config_path.empty()) args.insert(args.end(), {"--config", config_path});
+    for (const auto& o : overrides) args.insert(args.end(), {"--set", o});
+    if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
+    if (!output_dir.empty()) args.insert(args.end(), {"--output-dir", output_dir});
+    return SpawnLocalRanks(nproc, args);
+  }
+  return Train(config_path, overrides, threads, output_dir);
+}

@@ -1,0 +1,135 @@
+// RoPE, the per-micro-batch attention context, and the attention kernel choice.
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+#include <torch/version.h>
+
+#include "trainer/model/llama.h"
+#include "trainer/model/llama_internal.h"
+
+namespace eft::trainer {
+namespace internal {
+
+at::Tensor RopeInverseFrequencies(const ModelConfig& c) {
+  // fp32 throughout, in the order HF evaluates it, so the tables agree with a model trained there.
+  const int64_t d = c.head_dim;
+  at::Tensor exponent = at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d);
+  at::Tensor inv_freq = at::reciprocal(at::pow(c.rope_theta, exponent));
+  if (c.rope_scaling.type != "llama3") return inv_freq;
+
+  // Llama 3.1 scaling: long wavelengths (low frequencies) are stretched by `factor`, short ones kept,
+  // and the band in between interpolated smoothly between the two.
+  const RopeScaling& rs = c.rope_scaling;
+  const double orig = static_cast<double>(rs.original_max_position_embeddings);
+  const double low_freq_wavelen = orig / rs.low_freq_factor;
+  const double high_freq_wavelen = orig / rs.high_freq_factor;
+  at::Tensor wavelen = (2.0 * std::numbers::pi) / inv_freq;
+  at::Tensor scaled = inv_freq / rs.factor;
+  at::Tensor smooth = (orig / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+  at::Tensor medium = (1.0 - smooth) * inv_freq / rs.factor + smooth * inv_freq;
+  at::Tensor out = at::where(wavelen > low_freq_wavelen, scaled, inv_freq);
+  return at::where((wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen), medium, out);
+}
+
+at::Tensor ApplyRope(const at::Tensor& x, const AttentionContext& ctx) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor cos = ctx.cos.unsqueeze(1), sin = ctx.sin.unsqueeze(1);  // broadcast over heads
+  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+}  // namespace internal
+
+namespace {
+
+// True when every row is a single document, possibly followed by padding: then causal attention
+// alone is exact for every non-padding position.
+bool IsCausalOnly(const at::Tensor& seg) {
+  if (seg.size(1) <= 1) return true;
+  at::Tensor one_doc = ((seg == seg.narrow(1, 0, 1)) | (seg == 0)).all();
+  at::Tensor real = seg != 0;
+  at::Tensor trailing_padding = real.narrow(1, 1, seg.size(1) - 1).le(real.narrow(1, 0, seg.size(1) - 1)).all();
+  return (one_doc & trailing_padding).item<bool>();
+}
+
+bool UseFusedKernel(const at::Tensor& t) {
+#if TORCH_VERSION_MAJOR >= 2
+  return t.is_cuda();
+#else
+  (void)t;
+  return false;
+#endif
+}
+
+}  // namespace
+
+AttentionContext MakeAttentionContext(const ModelConfig& c, const Batch& batch, at::ScalarType dtype) {
+  const auto device = batch.input_ids.device();
+  TORCH_CHECK(batch.position_ids.defined() && batch.segment_ids.defined(),
+              "MakeAttentionContext: the batch needs position_ids and segment_ids");
+  TORCH_CHECK(batch.position_ids.sizes() == batch.input_ids.sizes() && batch.segment_ids.sizes() == batch.input_ids.sizes(),
+              "MakeAttentionContext: input_ids, position_ids and segment_ids must all be [B, T]");
+  AttentionContext ctx;
+  // Positions up to 2^24 are exact in fp32; the product with inv_freq is what HF computes too.
+  at::Tensor inv_freq = internal::RopeInverseFrequencies(c).to(device);
+  at::Tensor freqs = batch.position_ids.to(device, at::kFloat).unsqueeze(-1) * inv_freq;  // [B, T, D/2]
+  at::Tensor angles = at::cat({freqs, freqs}, -1);
+  ctx.cos = angles.cos().to(dtype);
+  ctx.sin = angles.sin().to(dtype);
+  ctx.segment_ids = batch.segment_ids.to(device);
+  ctx.causal_only = IsCausalOnly(ctx.segment_ids);
+  if (ctx.causal_only && UseFusedKernel(ctx.segment_ids)) return ctx;  // is_causal needs no mask
+
+  // Allowed: earlier-or-same position in the same segment. Padding (segment 0) therefore attends to
+  // itself and earlier padding only, so every row keeps its diagonal and softmax never sees a row of
+  // -inf (which would be NaN). -inf, not a large negative, so masked weights are exactly zero and a
+  // packed row computes what its documents compute alone, up to matmul summation order.
+  const int64_t T = ctx.segment_ids.size(1);
+  at::Tensor same = ctx.segment_ids.unsqueeze(2) == ctx.segment_ids.unsqueeze(1);  // [B, T, T]
+  at::Tensor causal = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
+  at::Tensor allowed = (same & causal).unsqueeze(1);
+  ctx.additive_mask = at::zeros(allowed.sizes(), at::TensorOptions().dtype(dtype).device(device))
+                          .masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  return ctx;
+}
+
+namespace {
+
+// GQA: each group of H/KV query heads shares one k/v head (head h uses kv head h / (H/KV)).
+at::Tensor RepeatKv(const at::Tensor& x, int64_t heads) {
+  const int64_t kv = x.size(1);
+  return kv == heads ? x : x.repeat_interleave(heads / kv, 1);
+}
+
+// The explicit computation HF's eager attention does: scores in the compute dtype, mask added,
+// softmax in fp32, cast back before multiplying by v.
+at::Tensor MathAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
+  TORCH_CHECK(mask.defined(), "Attention: the math path needs AttentionContext::additive_mask");
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale + mask;
+  at::Tensor probs = at::softmax(scores, -1, at::promote_types(q.scalar_type(), at::kFloat)).to(q.scalar_type());
+  return at::matmul(probs, v);
+}
+
+}  // namespace
+
+at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionContext& ctx) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  TORCH_CHECK(k.size(1) == v.size(1) && H % k.size(1) == 0, "Attention: ", H,
+              " query heads are not a multiple of ", k.size(1), " key/value heads");
+  at::Tensor kk = RepeatKv(k, H), vv = RepeatKv(v, H);
+  at::Tensor out;
+#if TORCH_VERSION_MAJOR >= 2
+  if (UseFusedKernel(q)) {
+    // PyTorch 2.x picks flash / memory-efficient kernels itself; is_causal (no mask) is what lets
+    // it use flash. Default scale is 1/sqrt(D), as here.
+    out = ctx.causal_only ? at::scaled_dot_product_attention(q, kk, vv, {}, 0.0, /*is_causal=*/true)
+                          : at::scaled_dot_product_attention(q, kk, vv, ctx.additive_mask, 0.0, /*is_causal=*/false);
+  }
+#endif
+  if (!out.defined()) out = MathAttention(q, kk, vv, ctx.additive_mask);
+  return out.transpose(1, 2).reshape({B, T, H * D});
+}
+
+}  // namespace eft::trainer

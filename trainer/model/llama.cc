@@ -1,0 +1,184 @@
+// Parameter layout, the decoder layer, the head and initialisation. Attention and RoPE live in
+// attention.cc, the chunked loss in loss.cc.
+#include "trainer/model/llama.h"
+#include "trainer/model/llama_internal.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+namespace eft::trainer {
+
+int64_t ParamSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<ParamSpec> LayerParamSpecs(const ModelConfig& c, int layer) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  std::vector<ParamSpec> specs;
+  specs.push_back({p + "input_layernorm.weight", {h}, false});
+  specs.push_back({p + "self_attn.q_proj.weight", {q, h}, true});
+  if (c.attention_bias) specs.push_back({p + "self_attn.q_proj.bias", {q}, false});
+  specs.push_back({p + "self_attn.k_proj.weight", {kv, h}, true});
+  if (c.attention_bias) specs.push_back({p + "self_attn.k_proj.bias", {kv}, false});
+  specs.push_back({p + "self_attn.v_proj.weight", {kv, h}, true});
+  if (c.attention_bias) specs.push_back({p + "self_attn.v_proj.bias", {kv}, false});
+  if (c.qk_norm) {
+    specs.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, false});
+    specs.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, false});
+  }
+  specs.push_back({p + "self_attn.o_proj.weight", {h, q}, true});
+  specs.push_back({p + "post_attention_layernorm.weight", {h}, false});
+  specs.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, h}, true});
+  specs.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, h}, true});
+  specs.push_back({p + "mlp.down_proj.weight", {h, c.intermediate_size}, true});
+  return specs;
+}
+
+std::vector<ParamSpec> RootParamSpecs(const ModelConfig& c) {
+  std::vector<ParamSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, true});
+  specs.push_back({"model.norm.weight", {c.hidden_size}, false});
+  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}, true});
+  return specs;
+}
+
+namespace {
+
+void CheckShapes(const std::vector<ParamSpec>& specs, const std::vector<at::Tensor>& tensors, const char* what) {
+  TORCH_CHECK(tensors.size() == specs.size(), what, ": expected ", specs.size(), " tensors, got ", tensors.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    TORCH_CHECK(tensors[i].defined() && tensors[i].sizes() == at::IntArrayRef(specs[i].shape), what, ": ",
+                specs[i].name, " must have shape ", at::IntArrayRef(specs[i].shape), ", got ",
+                tensors[i].defined() ? tensors[i].sizes() : at::IntArrayRef{});
+  }
+}
+
+// The part of a layer parameter's name after "model.layers.<i>.".
+std::string LayerSuffix(const std::string& name) {
+  size_t dot = name.find('.', std::string("model.layers.").size());
+  return name.substr(dot + 1);
+}
+
+}  // namespace
+
+LayerWeights BindLayer(const ModelConfig& c, const std::vector<at::Tensor>& tensors) {
+  const std::vector<ParamSpec> specs = LayerParamSpecs(c, 0);
+  CheckShapes(specs, tensors, "BindLayer");
+  LayerWeights w;
+  const std::map<std::string, at::Tensor LayerWeights::*> slot = {
+      {"input_layernorm.weight", &LayerWeights::input_norm},
+      {"self_attn.q_proj.weight", &LayerWeights::q_proj},
+      {"self_attn.q_proj.bias", &LayerWeights::q_bias},
+      {"self_attn.k_proj.weight", &LayerWeights::k_proj},
+      {"self_attn.k_proj.bias", &LayerWeights::k_bias},
+      {"self_attn.v_proj.weight", &LayerWeights::v_proj},
+      {"self_attn.v_proj.bias", &LayerWeights::v_bias},
+      {"self_attn.q_norm.weight", &LayerWeights::q_norm},
+      {"self_attn.k_norm.weight", &LayerWeights::k_norm},
+      {"self_attn.o_proj.weight", &LayerWeights::o_proj},
+      {"post_attention_layernorm.weight", &LayerWeights::post_norm},
+      {"mlp.gate_proj.weight", &LayerWeights::gate_proj},
+      {"mlp.up_proj.weight", &LayerWeights::up_proj},
+      {"mlp.down_proj.weight", &LayerWeights::down_proj},
+  };
+  for (size_t i = 0; i < specs.size(); ++i) w.*(slot.at(LayerSuffix(specs[i].name))) = tensors[i];
+  return w;
+}
+
+RootWeights BindRoot(const ModelConfig& c, const std::vector<at::Tensor>& tensors) {
+  CheckShapes(RootParamSpecs(c), tensors, "BindRoot");
+  RootWeights r;
+  r.embed = tensors[0];
+  r.final_norm = tensors[1];
+  r.lm_head = c.tie_word_embeddings ? tensors[0] : tensors[2];
+  r.padding_idx = (c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size) ? c.pad_token_id : -1;
+  return r;
+}
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  // Statistics in fp32 whatever the compute dtype; the weight multiplies the value cast back, as HF does.
+  // (fp64 stays fp64, so gradient checks in double are not limited by float rounding.)
+  at::Tensor x32 = x.to(at::promote_types(x.scalar_type(), at::kFloat));
+  at::Tensor y = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * y.to(x.scalar_type());
+}
+
+at::Tensor Embed(const RootWeights& root, const at::Tensor& input_ids) {
+  return at::embedding(root.embed, input_ids, root.padding_idx);
+}
+
+namespace {
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+}
+
+}  // namespace
+
+at::Tensor DecoderLayer(const ModelConfig& c, const LayerWeights& w, const at::Tensor& hidden,
+                        const AttentionContext& ctx) {
+  const int64_t B = hidden.size(0), T = hidden.size(1), D = c.head_dim;
+  at::Tensor x = RmsNorm(hidden, w.input_norm, c.rms_norm_eps);
+  at::Tensor q = Linear(x, w.q_proj, w.q_bias).view({B, T, c.num_attention_heads, D});
+  at::Tensor k = Linear(x, w.k_proj, w.k_bias).view({B, T, c.num_key_value_heads, D});
+  at::Tensor v = Linear(x, w.v_proj, w.v_bias).view({B, T, c.num_key_value_heads, D});
+  if (c.qk_norm) {  // Qwen3 normalises each head before RoPE
+    q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
+    k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
+  }
+  q = internal::ApplyRope(q.transpose(1, 2), ctx);
+  k = internal::ApplyRope(k.transpose(1, 2), ctx);
+  v = v.transpose(1, 2);
+  at::Tensor h = hidden + at::linear(Attention(q, k, v, ctx), w.o_proj);
+  x = RmsNorm(h, w.post_norm, c.rms_norm_eps);
+  return h + at::linear(at::silu(at::linear(x, w.gate_proj)) * at::linear(x, w.up_proj), w.down_proj);
+}
+
+at::Tensor Logits(const ModelConfig& c, const RootWeights& root, const at::Tensor& hidden) {
+  return at::linear(RmsNorm(hidden, root.final_norm, c.rms_norm_eps), root.lm_head);
+}
+
+namespace {
+
+// FNV-1a, 64 bit: tiny, stable across platforms and library versions (std::hash is neither).
+uint64_t Fnv1a(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+at::Tensor InitParameter(const ModelConfig& c, const ParamSpec& spec, uint64_t seed) {
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  if (EndsWith(spec.name, "norm.weight")) return at::ones(spec.shape, options);
+  if (EndsWith(spec.name, ".bias")) return at::zeros(spec.shape, options);
+  unsigned char seed_bytes[8];
+  for (int i = 0; i < 8; ++i) seed_bytes[i] = static_cast<unsigned char>(seed >> (8 * i));  // little-endian
+  uint64_t h = Fnv1a(0xcbf29ce484222325ULL, seed_bytes, sizeof(seed_bytes));
+  h = Fnv1a(h, spec.name.data(), spec.name.size());
+  // A private generator per parameter: the values depend on nothing but (seed, name), so every
+  // rank, world size and initialisation order produces the same bits.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(h);
+  at::Tensor t = at::empty(spec.shape, options);
+  t.normal_(0.0, c.initializer_range, gen);
+  // HF's embedding has padding_idx = pad_token_id, and its _init_weights zeroes that row.
+  if (spec.name == "model.embed_tokens.weight" && c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size)
+    t[c.pad_token_id].zero_();
+  return t;
+}
+
+}  // namespace eft::trainer

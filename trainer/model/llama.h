@@ -1,0 +1,93 @@
+// The Llama-family decoder as plain functions over weight tensors.
+//
+// Weights are not owned here: the caller (FSDP) hands in views of gathered flat parameters, one
+// decoder layer (or the root: embeddings, final norm, untied head) at a time. Parameter names and
+// shapes follow Hugging Face exactly, so a checkpoint maps 1:1. Numerics follow HF's modeling code:
+// RMSNorm in fp32 then cast back, RoPE tables in fp32, softmax in fp32, everything else in the
+// weights' dtype (bf16 or fp32).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "trainer/data/batch.h"
+#include "trainer/model/model_config.h"
+
+namespace eft::trainer {
+
+struct ParamSpec {
+  std::string name;            // HF name, e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;
+  bool decay = true;           // AdamW weight decay applies (false for norms and biases)
+  int64_t numel() const;
+};
+
+// The parameters of decoder layer `layer`, in flat-parameter order.
+std::vector<ParamSpec> LayerParamSpecs(const ModelConfig& config, int layer);
+// Embeddings, final norm, and lm_head when untied, in flat-parameter order.
+std::vector<ParamSpec> RootParamSpecs(const ModelConfig& config);
+
+struct LayerWeights {
+  at::Tensor input_norm, q_proj, k_proj, v_proj, o_proj;
+  at::Tensor q_bias, k_bias, v_bias;  // qwen2 / attention_bias only
+  at::Tensor q_norm, k_norm;          // qwen3 only
+  at::Tensor post_norm, gate_proj, up_proj, down_proj;
+};
+struct RootWeights {
+  at::Tensor embed;       // [vocab, hidden]
+  at::Tensor final_norm;  // [hidden]
+  at::Tensor lm_head;     // [vocab, hidden]; the embedding itself when tied
+  int64_t padding_idx = -1;  // config.pad_token_id when inside the vocabulary (set by BindRoot)
+};
+
+// `tensors` in the order of LayerParamSpecs / RootParamSpecs (e.g. views of a gathered flat param).
+LayerWeights BindLayer(const ModelConfig& config, const std::vector<at::Tensor>& tensors);
+RootWeights BindRoot(const ModelConfig& config, const std::vector<at::Tensor>& tensors);
+
+// Per-micro-batch tensors every layer shares: RoPE cos/sin for the batch's positions and what the
+// attention needs to stay causal and inside each packed segment.
+struct AttentionContext {
+  at::Tensor cos, sin;       // [B, T, head_dim], compute dtype
+  at::Tensor segment_ids;    // [B, T]
+  at::Tensor additive_mask;  // [B, 1, T, T] 0 / -inf in the compute dtype (CPU path), or undefined
+  // Every row is one document followed only by (optional) padding: plain causal attention is exact
+  // for every non-padding position, so a fused causal kernel may ignore the mask. On PyTorch 2.x
+  // CUDA the mask is then not built at all.
+  bool causal_only = false;
+};
+AttentionContext MakeAttentionContext(const ModelConfig& config, const Batch& batch, at::ScalarType dtype);
+
+// Causal attention that never crosses a segment: q [B, H, T, D], k/v [B, KV, T, D] (GQA: H % KV == 0).
+// The one place that chooses the kernel (SDPA/flash on PyTorch 2.x CUDA, explicit math on CPU).
+// Returns [B, T, H * D], ready for o_proj. A padding position attends to itself (and to earlier
+// padding), so no row is fully masked and nothing becomes NaN.
+at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionContext& ctx);
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// [B, T, hidden]. Like HF's nn.Embedding(padding_idx=pad_token_id): the pad token's row gets no
+// gradient from here (it still does through a tied lm_head).
+at::Tensor Embed(const RootWeights& root, const at::Tensor& input_ids);
+at::Tensor DecoderLayer(const ModelConfig& config, const LayerWeights& w, const at::Tensor& hidden,
+                        const AttentionContext& ctx);
+at::Tensor Logits(const ModelConfig& config, const RootWeights& root, const at::Tensor& hidden);  // [B, T, vocab]
+// Sum over positions with label != -100 of the token cross-entropy (fp32). Computes the head in
+// chunks of rows so the [tokens, vocab] logits never exist all at once.
+// `hidden` is the last decoder layer's output (the final norm is applied here, as in Logits); only
+// rows with a trained label reach the head. A custom autograd function computes each chunk's
+// gradients in forward (for a unit upstream gradient; backward scales them), so peak memory is one
+// chunk of logits and the head weight is not saved for backward. When autograd is recording, that
+// gradient work is done even if backward never runs: evaluate under at::NoGradGuard.
+// The loss is fp32 (fp64 for fp64 weights); its gradient reaches `hidden`, the final norm and the
+// head (the embedding when tied). Throws c10::Error for a label outside [0, vocab) other than -100.
+at::Tensor LossSum(const ModelConfig& config, const RootWeights& root, const at::Tensor& hidden,
+                   const at::Tensor& labels, int64_t chunk_rows = 1024);
+
+// Hugging Face's initialisation: normal(0, initializer_range) for linear and embedding weights,
+// zeros for biases, ones for norms (and, as HF, a zero embedding row for pad_token_id), fp32.
+// Deterministic in (seed, parameter name), so any sharding of the
+// parameters initialises them identically.
+at::Tensor InitParameter(const ModelConfig& config, const ParamSpec& spec, uint64_t seed);
+
+}  // namespace eft::trainer

@@ -1,0 +1,125 @@
+#include "trainer/parallel/communicator.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <vector>
+
+namespace eft::trainer {
+namespace {
+
+class LocalCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  std::string backend() const override { return "local"; }
+  void AllGather(const at::Tensor& shard, at::Tensor& full) override {
+    if (full.data_ptr() != shard.data_ptr()) full.copy_(shard);
+  }
+  void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) override {
+    if (full.data_ptr() != shard.data_ptr()) shard.copy_(full);
+  }
+  void AllReduceSum(at::Tensor&) override {}
+  void Broadcast(at::Tensor&, int) override {}
+  void Barrier() override {}
+};
+
+// Gloo refuses bf16 (and int16); its bits travel as fp16 instead, which Gloo only copies for
+// gathers and broadcasts. A reinterpreting view, so the values arrive bit-exact.
+at::Tensor AsTransferable(const at::Tensor& t) {
+  if (t.scalar_type() == at::kBFloat16) return t.view(at::kHalf);
+  return t;
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int rank,
+                   int world)
+      : store_(std::move(store)), pg_(std::move(pg)), rank_(rank), world_(world) {}
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  std::string backend() const override { return "gloo"; }
+
+  void AllGather(const at::Tensor& shard, at::Tensor& full) override {
+    TORCH_CHECK(full.numel() == shard.numel() * world_, "AllGather: full has ", full.numel(), " elements, expected ",
+                shard.numel() * world_);
+    at::Tensor in = AsTransferable(shard);
+    at::Tensor out = AsTransferable(full);
+    // The list form writes each rank's piece straight into its chunk of `full`.
+    std::vector<std::vector<at::Tensor>> outputs{out.chunk(world_)};
+    std::vector<at::Tensor> inputs{in};
+    pg_->allgather(outputs, inputs)->wait();
+  }
+
+  void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) override {
+    TORCH_CHECK(full.scalar_type() == at::kFloat && shard.scalar_type() == at::kFloat,
+                "ReduceScatterSum: fp32 only");
+    TORCH_CHECK(full.numel() == shard.numel() * world_, "ReduceScatterSum: size mismatch");
+    // Gloo has no reduce-scatter: an all-to-all gives every rank all W contributions to its own
+    // chunk, which it then sums itself, in rank order.
+    at::Tensor received = at::empty_like(full);
+    at::Tensor input = full.contiguous();
+    std::vector<int64_t> splits;  // empty: equal splits
+    pg_->alltoall_base(received, input, splits, splits)->wait();
+    at::sum_out(shard, received.view({world_, -1}), 0);
+  }
+
+  void AllReduceSum(at::Tensor& tensor) override {
+    std::vector<at::Tensor> tensors{tensor};
+    pg_->allreduce(tensors)->wait();
+  }
+
+  void Broadcast(at::Tensor& tensor, int root) override {
+    std::vector<at::Tensor> tensors{AsTransferable(tensor)};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    pg_->broadcast(tensors, opts)->wait();
+  }
+
+  void Barrier() override { pg_->barrier()->wait(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  int rank_, world_;
+};
+
+bool IsLoopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> CreateCpuCommunicator(const RendezvousOptions& o) {
+  if (o.world < 1 || o.rank < 0 || o.rank >= o.world) {
+    return Status::InvalidArgument("rank " + std::to_string(o.rank) + " is not in [0, " + std::to_string(o.world) + ")");
+  }
+  if (o.world == 1) return std::unique_ptr<Communicator>(new LocalCommunicator());
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(o.master_port);
+    so.isServer = o.rank == 0;
+    so.numWorkers = static_cast<size_t>(o.world);
+    so.waitWorkers = true;
+    so.timeout = o.timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+    auto options = c10d::ProcessGroupGloo::Options::create(o.timeout);
+    // On one machine, talk over loopback; across machines, over the interface that reaches the
+    // master (GLOO_SOCKET_IFNAME overrides, as in PyTorch).
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    } else if (IsLoopback(o.master_addr)) {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world, options);
+    return std::unique_ptr<Communicator>(new GlooCommunicator(store, pg, o.rank, o.world));
+  } catch (const std::exception& e) {
+    return Status::Unavailable("rendezvous at " + o.master_addr + ":" + std::to_string(o.master_port) + " as rank " +
+                               std::to_string(o.rank) + " of " + std::to_string(o.world) + " failed: " + e.what());
+  }
+}
+
+}  // namespace eft::trainer

@@ -1,0 +1,48 @@
+// Communicator: the collectives FSDP needs, behind one interface so the trainer does not care
+// whether ranks talk over Gloo (CPU) or NCCL (GPU), or are alone (world size 1).
+//
+// Every rank must call the same collectives in the same order with tensors of the same shapes.
+// Tensors must be contiguous. Supported dtypes: fp32 everywhere; bf16/fp16 for AllGather (moved as
+// raw 16-bit values, bit-exact, because Gloo refuses bf16).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "common/status.h"
+
+namespace eft::trainer {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual std::string backend() const = 0;
+
+  // full[r * n : (r + 1) * n] = shard of rank r, where n = shard.numel() and full.numel() = W * n.
+  virtual void AllGather(const at::Tensor& shard, at::Tensor& full) = 0;
+  // shard = sum over ranks r of full_r[rank * n : (rank + 1) * n] (fp32). The sum is taken in rank
+  // order on every backend, so results do not depend on timing.
+  virtual void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) = 0;
+  virtual void AllReduceSum(at::Tensor& tensor) = 0;
+  virtual void Broadcast(at::Tensor& tensor, int root) = 0;
+  virtual void Barrier() = 0;
+};
+
+struct RendezvousOptions {
+  int rank = 0;
+  int world = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+// World size 1: collectives are copies. Gloo otherwise (TCPStore rendezvous at master_addr:port,
+// rank 0 hosting the store).
+Result<std::unique_ptr<Communicator>> CreateCpuCommunicator(const RendezvousOptions& options);
+
+}  // namespace eft::trainer

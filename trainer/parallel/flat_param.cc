@@ -1,0 +1,78 @@
+#include "trainer/parallel/flat_param.h"
+
+#include <algorithm>
+
+namespace eft::trainer {
+
+FlatParamUnit::FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Communicator* comm)
+    : name_(std::move(name)), specs_(std::move(specs)), comm_(comm) {
+  for (const auto& s : specs_) {
+    offsets_.push_back(numel_);
+    numel_ += s.numel();
+  }
+  const int64_t world = comm_->world();
+  shard_numel_ = (numel_ + world - 1) / world;
+  shard_ = at::zeros({shard_numel_}, at::kFloat);
+  grad_ = at::zeros({shard_numel_}, at::kFloat);
+  decay_mask_ = at::zeros({shard_numel_}, at::kFloat);
+  const int64_t lo = shard_offset(), hi = lo + shard_numel_;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + specs_[i].numel());
+    if (a < b && specs_[i].decay) decay_mask_.slice(0, a - lo, b - lo).fill_(1.0);
+  }
+}
+
+Status FlatParamUnit::InitShard(const std::function<Result<at::Tensor>(const ParamSpec&)>& value) {
+  const int64_t lo = shard_offset(), hi = lo + shard_numel_;
+  shard_.zero_();
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + specs_[i].numel());
+    if (a >= b) continue;  // not in this rank's slice: do not even materialise it
+    EFT_ASSIGN_OR_RETURN(at::Tensor whole, value(specs_[i]));
+    if (whole.sizes().vec() != specs_[i].shape) {
+      return Status::InvalidArgument(specs_[i].name + ": shape " + c10::str(whole.sizes()) + ", expected " +
+                                     c10::str(at::IntArrayRef(specs_[i].shape)));
+    }
+    at::Tensor flat = whole.reshape({-1}).to(at::kFloat);
+    shard_.slice(0, a - lo, b - lo).copy_(flat.slice(0, a - offsets_[i], b - offsets_[i]));
+  }
+  return Status::Ok();
+}
+
+at::Tensor FlatParamUnit::Gather(at::ScalarType dtype) const {
+  at::Tensor full = at::empty({padded_numel()}, shard_.options().dtype(dtype));
+  GatherInto(full);
+  return full;
+}
+
+void FlatParamUnit::GatherInto(const at::Tensor& full) const {
+  // A second tensor over the same storage has its own version counter: writing through it does not
+  // make autograd think a saved tensor was modified in place.
+  at::Tensor alias = at::empty({0}, full.options());
+  alias.set_(full.storage(), full.storage_offset(), full.sizes(), full.strides());
+  // Casting before the gather halves the traffic in bf16.
+  at::Tensor local = full.scalar_type() == at::kFloat ? shard_ : shard_.to(full.scalar_type());
+  comm_->AllGather(local, alias);
+}
+
+std::vector<at::Tensor> FlatParamUnit::Views(const at::Tensor& full) const {
+  std::vector<at::Tensor> views;
+  views.reserve(specs_.size());
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    views.push_back(full.slice(0, offsets_[i], offsets_[i] + specs_[i].numel()).view(specs_[i].shape));
+  }
+  return views;
+}
+
+void FlatParamUnit::ReduceGrad(const at::Tensor& full_grad) {
+  at::Tensor g = full_grad.to(at::kFloat).contiguous();
+  if (comm_->world() == 1) {
+    grad_.add_(g);
+    return;
+  }
+  at::Tensor mine = at::empty_like(grad_);
+  comm_->ReduceScatterSum(g, mine);
+  grad_.add_(mine);
+}
+
+}  // namespace eft::trainer

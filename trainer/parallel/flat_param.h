@@ -1,0 +1,61 @@
+// FlatParamUnit: one FSDP (ZeRO-3) unit, e.g. one decoder layer.
+//
+// The unit's parameters are laid out back to back in one flat vector, padded to a multiple of the
+// world size W. Each rank permanently holds only its 1/W slice, in fp32 (master weights), plus an
+// fp32 gradient slice. Whole parameters exist only while the unit computes: Gather() all-gathers
+// them in the compute dtype, and ReduceGrad() reduce-scatters a gradient of the whole flat vector
+// back into the owning ranks' slices. Padding stays zero.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "common/status.h"
+#include "trainer/model/llama.h"
+#include "trainer/parallel/communicator.h"
+
+namespace eft::trainer {
+
+class FlatParamUnit {
+ public:
+  FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Communicator* comm);
+
+  const std::string& name() const { return name_; }
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  int64_t numel() const { return numel_; }                 // without padding
+  int64_t padded_numel() const { return shard_numel_ * comm_->world(); }
+  int64_t shard_numel() const { return shard_numel_; }
+  int64_t shard_offset() const { return shard_numel_ * comm_->rank(); }  // of this rank's slice
+  int64_t offset(size_t i) const { return offsets_[i]; }  // of spec i in the flat vector
+
+  at::Tensor& shard() { return shard_; }
+  at::Tensor& grad() { return grad_; }
+  const at::Tensor& decay_mask() const { return decay_mask_; }
+
+  // Fills this rank's slice: `value(spec)` gives a whole parameter (any float dtype).
+  Status InitShard(const std::function<Result<at::Tensor>(const ParamSpec&)>& value);
+  // Collective. The whole flat vector in `dtype`.
+  at::Tensor Gather(at::ScalarType dtype) const;
+  // Collective. Gathers into `full` (padded_numel elements of the compute dtype) without touching
+  // its autograd version counter, so it may refill a tensor autograd saved for backward.
+  void GatherInto(const at::Tensor& full) const;
+  // Views of a gathered flat vector, shaped like the specs.
+  std::vector<at::Tensor> Views(const at::Tensor& full) const;
+  // Collective. grad() += this rank's slice of the sum over ranks of `full_grad`.
+  void ReduceGrad(const at::Tensor& full_grad);
+  void ZeroGrad() { grad_.zero_(); }
+
+ private:
+  std::string name_;
+  std::vector<ParamSpec> specs_;
+  std::vector<int64_t> offsets_;
+  Communicator* comm_;
+  int64_t numel_ = 0;
+  int64_t shard_numel_ = 0;
+  at::Tensor shard_, grad_, decay_mask_;
+};
+
+}  // namespace eft::trainer

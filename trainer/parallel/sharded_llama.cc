@@ -1,0 +1,199 @@
+#include "trainer/parallel/sharded_llama.h"
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace eft::trainer {
+
+// What a layer's autograd function needs in backward. Lives for one micro-batch (the backward runs
+// before ForwardBackward returns).
+struct LayerCall {
+  const ModelConfig* config;
+  FlatParamUnit* unit;
+  const AttentionContext* attention;
+  at::ScalarType dtype;
+  at::Tensor full;  // the gathered parameters (non-checkpointed mode)
+};
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+int64_t Pack(LayerCall* call) { return reinterpret_cast<int64_t>(call); }
+LayerCall* Unpack(AutogradContext* ctx) { return reinterpret_cast<LayerCall*>(ctx->saved_data["call"].toInt()); }
+
+at::Tensor LayerForward(const LayerCall& call, const at::Tensor& full, const at::Tensor& hidden) {
+  return DecoderLayer(*call.config, BindLayer(*call.config, call.unit->Views(full)), hidden, *call.attention);
+}
+
+// Activation checkpointing: forward keeps only the layer's input; backward gathers the parameters
+// again, recomputes the layer with autograd on, and backpropagates through the recomputation.
+class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, int64_t packed) {
+    LayerCall* call = reinterpret_cast<LayerCall*>(packed);
+    ctx->saved_data["call"] = packed;
+    ctx->save_for_backward({hidden});
+    at::Tensor full = call->unit->Gather(call->dtype);
+    return LayerForward(*call, full, hidden);  // `full` is freed on return
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    LayerCall* call = Unpack(ctx);
+    at::Tensor hidden = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    at::Tensor full = call->unit->Gather(call->dtype).requires_grad_(true);
+    at::Tensor out;
+    {
+      at::AutoGradMode enable(true);
+      out = LayerForward(*call, full, hidden);
+    }
+    variable_list g = torch::autograd::grad({out}, {hidden, full}, {grads[0]});
+    call->unit->ReduceGrad(g[1]);
+    return {g[0], at::Tensor()};
+  }
+};
+
+void FreeStorage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+void AllocateStorage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
+  s->set_nbytes(bytes);
+}
+
+// Without checkpointing: the gathered flat parameter is an autograd node of its own, so the
+// gradient of every view of it arrives here, summed, once the layer's backward is done.
+class GatheredParams : public torch::autograd::Function<GatheredParams> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& token, int64_t packed) {
+    LayerCall* call = reinterpret_cast<LayerCall*>(packed);
+    ctx->saved_data["call"] = packed;
+    return call->unit->Gather(call->dtype);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    LayerCall* call = Unpack(ctx);
+    call->unit->ReduceGrad(grads[0]);
+    FreeStorage(call->full);  // the layer's backward, the last reader, has finished
+    return {at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+ShardedLlama::ShardedLlama(ModelConfig config, Communicator* comm, ShardingOptions options)
+    : config_(std::move(config)), comm_(comm), options_(options) {
+  units_.push_back(std::make_unique<FlatParamUnit>("root", RootParamSpecs(config_), comm_));
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    units_.push_back(std::make_unique<FlatParamUnit>("layer." + std::to_string(i),
+                                                     LayerParamSpecs(config_, static_cast<int>(i)), comm_));
+  }
+  grad_token_ = at::zeros({}, at::kFloat).requires_grad_(true);
+}
+
+ShardedLlama::~ShardedLlama() = default;
+
+Status ShardedLlama::InitRandom(uint64_t seed) {
+  return InitFrom([&](const ParamSpec& spec) -> Result<at::Tensor> { return InitParameter(config_, spec, seed); });
+}
+
+Status ShardedLlama::InitFrom(const std::function<Result<at::Tensor>(const ParamSpec&)>& value) {
+  for (auto& u : units_) EFT_RETURN_IF_ERROR(u->InitShard(value).WithContext("unit " + u->name()));
+  return Status::Ok();
+}
+
+void ShardedLlama::BeginStep() {
+  root_full_ = units_[0]->Gather(options_.compute_dtype).requires_grad_(true);
+  root_ = BindRoot(config_, units_[0]->Views(root_full_));
+}
+
+void ShardedLlama::EndStep() {
+  root_ = RootWeights();
+  root_full_ = at::Tensor();
+}
+
+at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ctx, bool with_grad) {
+  calls_.clear();
+  for (size_t i = 1; i < units_.size(); ++i) {
+    calls_.push_back(std::make_unique<LayerCall>(LayerCall{&config_, units_[i].get(), &ctx, options_.compute_dtype, {}}));
+    LayerCall* call = calls_.back().get();
+    if (!with_grad) {
+      at::Tensor full = call->unit->Gather(call->dtype);
+      hidden = LayerForward(*call, full, hidden);
+    } else if (options_.activation_checkpointing) {
+      hidden = CheckpointedLayer::apply(hidden, Pack(call));
+    } else {
+      call->full = GatheredParams::apply(grad_token_, Pack(call));
+      hidden = LayerForward(*call, call->full, hidden);
+      // The layer's saved tensors still view call->full: free its memory now and refill it just
+      // before autograd runs this layer's backward.
+      FreeStorage(call->full);
+      hidden.register_hook([call](const at::Tensor& grad) {
+        AllocateStorage(call->full);
+        call->unit->GatherInto(call->full);
+        return grad;
+      });
+    }
+  }
+  return hidden;
+}
+
+double ShardedLlama::ForwardBackward(const Batch& input, double loss_scale) {
+  Batch batch = input;
+  if (batch.empty()) {
+    // This rank has no example for this micro-batch but must join the collectives: one padding
+    // token, nothing trained.
+    batch.input_ids = at::zeros({1, 1}, at::kLong);
+    batch.labels = at::full({1, 1}, -100, at::kLong);
+    batch.position_ids = at::zeros({1, 1}, at::kLong);
+    batch.segment_ids = at::ones({1, 1}, at::kLong);
+  }
+  AttentionContext ctx = MakeAttentionContext(config_, batch, options_.compute_dtype);
+  at::Tensor hidden = Embed(root_, batch.input_ids);
+  hidden = RunLayers(hidden, ctx, /*with_grad=*/true);
+  at::Tensor loss_sum = LossSum(config_, root_, hidden, batch.labels);
+  // Keep the graph connected even with nothing to train, so every layer's backward (and its
+  // collectives) still runs.
+  at::Tensor objective = loss_sum * loss_scale + hidden.sum() * 0.0;
+  objective.backward();
+  units_[0]->ReduceGrad(root_full_.grad());
+  root_full_.mutable_grad() = at::Tensor();
+  return loss_sum.item<double>();
+}
+
+at::Tensor ShardedLlama::ForwardLogits(const Batch& batch) {
+  at::NoGradGuard no_grad;
+  at::Tensor root_full = units_[0]->Gather(options_.compute_dtype);
+  RootWeights root = BindRoot(config_, units_[0]->Views(root_full));
+  AttentionContext ctx = MakeAttentionContext(config_, batch, options_.compute_dtype);
+  at::Tensor hidden = RunLayers(Embed(root, batch.input_ids), ctx, /*with_grad=*/false);
+  return Logits(config_, root, hidden).to(at::kFloat);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> ShardedLlama::FullParameters() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& u : units_) {
+    at::Tensor full = u->Gather(at::kFloat);
+    std::vector<at::Tensor> views = u->Views(full);
+    for (size_t i = 0; i < views.size(); ++i) out.emplace_back(u->specs()[i].name, views[i].clone());
+  }
+  return out;
+}
+
+void ShardedLlama::ZeroGrad() {
+  for (auto& u : units_) u->ZeroGrad();
+}
+
+int64_t ShardedLlama::ShardBytes() const {
+  int64_t bytes = 0;
+  for (const auto& u : units_) bytes += (u->shard().numel() + u->grad().numel()) * 4;
+  return bytes;
+}
+
+}  // namespace eft::trainer

@@ -1,0 +1,189 @@
+#include "trainer/train/launch.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+extern char** environ;
+
+namespace eft::trainer {
+namespace {
+
+Result<int> ParseInt(const std::map<std::string, std::string>& env, const std::string& name, int lo, int hi) {
+  auto it = env.find(name);
+  if (it == env.end()) return Status::NotFound(name);
+  char* end = nullptr;
+  long v = std::strtol(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0' || v < lo || v > hi) {
+    return Status::InvalidArgument(name + "='" + it->second + "': expected an integer in [" + std::to_string(lo) + ", " +
+                                   std::to_string(hi) + "]");
+  }
+  return static_cast<int>(v);
+}
+
+std::map<std::string, std::string> ProcessEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+}  // namespace
+
+std::string FirstSlurmHost(const std::string& nodelist) {
+  std::string first = nodelist.substr(0, nodelist.find(','));
+  auto bracket = nodelist.find('[');
+  if (bracket == std::string::npos || bracket > nodelist.find(',')) return first;
+  // prefix[03-05,07] -> prefix03
+  std::string prefix = nodelist.substr(0, bracket);
+  size_t i = bracket + 1;
+  std::string number;
+  while (i < nodelist.size() && std::isdigit(static_cast<unsigned char>(nodelist[i]))) number += nodelist[i++];
+  return prefix + number;
+}
+
+Result<RankEnv> RankEnvFromEnvironment(const std::map<std::string, std::string>* given) {
+  std::map<std::string, std::string> env = given ? *given : ProcessEnvironment();
+  RankEnv r;
+  auto get = [&](const std::string& k) { auto it = env.find(k); return it == env.end() ? std::string() : it->second; };
+  if (env.count("RANK") || env.count("WORLD_SIZE")) {
+    r.source = env.count("EFT_JOB_ID") ? "eft-worker" : "torchrun";
+    EFT_ASSIGN_OR_RETURN(r.world, ParseInt(env, "WORLD_SIZE", 1, 1 << 20));
+    EFT_ASSIGN_OR_RETURN(r.rank, ParseInt(env, "RANK", 0, r.world - 1));
+    auto lr = ParseInt(env, "LOCAL_RANK", 0, 1 << 20);
+    r.local_rank = lr.ok() ? *lr : 0;
+    if (!lr.ok() && lr.status().code() != StatusCode::kNotFound) return lr.status();
+    auto lw = ParseInt(env, "LOCAL_WORLD_SIZE", 1, 1 << 20);
+    r.local_world = lw.ok() ? *lw : 1;
+  } else if (env.count("SLURM_PROCID") && env.count("SLURM_NTASKS")) {
+    r.source = "slurm";
+    EFT_ASSIGN_OR_RETURN(r.world, ParseInt(env, "SLURM_NTASKS", 1, 1 << 20));
+    EFT_ASSIGN_OR_RETURN(r.rank, ParseInt(env, "SLURM_PROCID", 0, r.world - 1));
+    auto lr = ParseInt(env, "SLURM_LOCALID", 0, 1 << 20);
+    r.local_rank = lr.ok() ? *lr : 0;
+    // SLURM_NTASKS_PER_NODE may be "4" or "4(x2)": the leading number is what we need.
+    r.local_world = std::max(1, std::atoi(get("SLURM_NTASKS_PER_NODE").c_str()));
+    if (get("MASTER_ADDR").empty() && !get("SLURM_JOB_NODELIST").empty()) {
+      env["MASTER_ADDR"] = FirstSlurmHost(get("SLURM_JOB_NODELIST"));
+    }
+  } else {
+    r.source = "single process";
+    return r;
+  }
+  if (r.world > 1) {
+    if (get("MASTER_ADDR").empty()) return Status::InvalidArgument("MASTER_ADDR is not set (needed for world size > 1)");
+    if (!env.count("MASTER_PORT")) return Status::InvalidArgument("MASTER_PORT is not set (needed for world size > 1)");
+  }
+  if (!get("MASTER_ADDR").empty()) r.master_addr = get("MASTER_ADDR");
+  if (env.count("MASTER_PORT")) {
+    EFT_ASSIGN_OR_RETURN(r.master_port, ParseInt(env, "MASTER_PORT", 1, 65535));
+  }
+  r.job_id = get("EFT_JOB_ID");
+  if (env.count("EFT_ATTEMPT")) {
+    EFT_ASSIGN_OR_RETURN(r.attempt, ParseInt(env, "EFT_ATTEMPT", 0, 1 << 30));
+  }
+  r.resume_from = get("EFT_RESUME_FROM");
+  if (!get("EFT_EVENTS_FD").empty()) {
+    EFT_ASSIGN_OR_RETURN(r.events_fd, ParseInt(env, "EFT_EVENTS_FD", 0, 1 << 20));
+    if (given == nullptr && ::fcntl(r.events_fd, F_GETFD) < 0) {
+      return Status::InvalidArgument("EFT_EVENTS_FD=" + get("EFT_EVENTS_FD") + " is not an open file descriptor");
+    }
+  }
+  return r;
+}
+
+namespace {
+
+volatile sig_atomic_t g_forward_signal = 0;
+void RememberSignal(int sig) { g_forward_signal = sig; }
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv) {
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  int port = FreePort();
+  std::vector<pid_t> pids;
+  struct sigaction sa {};
+  sa.sa_handler = RememberSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  for (int r = 0; r < nproc; ++r) {
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; ++e) env_strings.push_back(*e);
+    for (const auto& [k, v] : std::map<std::string, std::string>{{"RANK", std::to_string(r)},
+                                                                  {"LOCAL_RANK", std::to_string(r)},
+                                                                  {"WORLD_SIZE", std::to_string(nproc)},
+                                                                  {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
+                                                                  {"MASTER_ADDR", "127.0.0.1"},
+                                                                  {"MASTER_PORT", std::to_string(port)}}) {
+      env_strings.push_back(k + "=" + v);
+    }
+    std::vector<char*> cargv, cenv;
+    cargv.push_back(const_cast<char*>(self.c_str()));
+    for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    for (auto& e : env_strings) cenv.push_back(e.data());
+    cenv.push_back(nullptr);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execve(self.c_str(), cargv.data(), cenv.data());
+      std::perror("eft-train: exec");
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  int result = 0;
+  size_t alive = pids.size();
+  bool stopping = false;
+  while (alive > 0) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) {
+        if (g_forward_signal && !stopping) {
+          stopping = true;
+          for (pid_t p : pids) ::kill(p, g_forward_signal);
+        }
+        continue;
+      }
+      break;
+    }
+    --alive;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0 && result == 0) {
+      result = code;
+      // One rank failed: the others would wait for it in a collective until the timeout.
+      if (!stopping) {
+        stopping = true;
+        for (pid_t p : pids) ::kill(p, SIGTERM);
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace eft::trainer

@@ -1,0 +1,49 @@
+// TrainConfig: everything one training run needs, read from a job spec (the YAML/JSON users submit,
+// or the EFT_JOB_SPEC the worker hands every rank) and overridden by command-line flags.
+// Field names and defaults are the job spec's (proto/eft/v1/spec.proto); errors name the field path.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "trainer/optim/adamw.h"
+#include "trainer/optim/schedule.h"
+
+namespace eft::trainer {
+
+struct TrainConfig {
+  std::string name = "train";
+  std::string model;       // HF model directory
+  std::string train_data;  // JSONL
+  std::string data_format = "auto";
+  int64_t max_seq_len = 4096;
+
+  int64_t epochs = 1;
+  int64_t global_batch_size = 32;
+  int64_t micro_batch_size = 1;
+  int64_t max_steps = 0;  // > 0: stop after this many optimizer steps (for tests and smoke runs)
+  ScheduleConfig schedule;
+  AdamWConfig adamw;
+  double max_grad_norm = 1.0;
+  std::string precision = "bf16";  // bf16 | fp32
+  bool activation_checkpointing = true;
+  uint64_t seed = 42;
+
+  std::string checkpoint_dir;
+  std::string output_dir;  // the final Hugging Face model; default <checkpoint_dir>/final
+  int threads = 0;         // intra-op threads per rank; 0: cores / local ranks
+  double peak_tflops = 0;  // per rank, for MFU; 0: not reported
+};
+
+// Reads the fields the trainer uses from a job spec document (snake_case or lowerCamelCase keys).
+Result<TrainConfig> TrainConfigFromJobSpec(const nlohmann::json& spec);
+// Applies a "training.lr=1e-4"-style override (a job spec path and a YAML value) to a job spec
+// document, before it is read with TrainConfigFromJobSpec.
+Status ApplyOverride(const std::string& assignment, nlohmann::json* spec);
+Status ValidateTrainConfig(const TrainConfig& config);
+
+}  // namespace eft::trainer

@@ -1,0 +1,68 @@
+// Trainer: one rank's training run, start to end. The loop itself is Run(); one optimizer step is
+// Step(). Everything it uses (communicator, model, data, optimizer) is built by Create.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "trainer/data/sampler.h"
+#include "trainer/data/token_dataset.h"
+#include "trainer/optim/adamw.h"
+#include "trainer/parallel/communicator.h"
+#include "trainer/parallel/sharded_llama.h"
+#include "trainer/train/events.h"
+#include "trainer/train/launch.h"
+#include "trainer/train/train_config.h"
+
+namespace eft::trainer {
+
+struct StepResult {
+  int64_t step = 0;  // 1-based
+  double loss = 0;   // sum of token losses over all ranks / trained tokens over all ranks
+  double grad_norm = 0;
+  double lr = 0;
+  int64_t tokens = 0;  // over all ranks
+  int64_t trained_tokens = 0;
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  // Rendezvous, model (from config.model), data, optimizer. Errors in the configuration, the
+  // model or the data are InvalidArgument (the caller exits 2).
+  static Result<std::unique_ptr<Trainer>> Create(TrainConfig config, RankEnv env);
+
+  // Trains to the end (epochs or max_steps) and writes the final model. Collective.
+  Status Run();
+  // One optimizer step. Collective.
+  Result<StepResult> Step();
+
+  int64_t total_steps() const { return total_steps_; }
+  int64_t completed_steps() const { return step_; }
+  ShardedLlama& model() { return *model_; }
+  Communicator& comm() { return *comm_; }
+  // Bytes this rank holds between steps for parameters, gradients and optimizer state.
+  int64_t PersistentBytes() const;
+
+ private:
+  Trainer(TrainConfig config, RankEnv env) : config_(std::move(config)), env_(std::move(env)), events_(env_.events_fd) {}
+  void Report(const StepResult& r);
+  void ReportMemory();
+  Status SaveFinalModel();
+
+  TrainConfig config_;
+  RankEnv env_;
+  EventWriter events_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<ShardedLlama> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  TokenDataset dataset_;
+  std::unique_ptr<GlobalSampler> sampler_;
+  int64_t total_steps_ = 0;
+  int64_t step_ = 0;  // completed optimizer steps
+  double started_at_ = 0;
+  int64_t pad_token_id_ = 0;
+};
+
+}  // namespace eft::trainer
