@@ -16,6 +16,10 @@ class LocalCommunicator final : public Communicator {
   void AllGather(const at::Tensor& shard, at::Tensor& full) override {
     if (full.data_ptr() != shard.data_ptr()) full.copy_(shard);
   }
+  std::function<void()> AllGatherAsync(const at::Tensor& shard, at::Tensor& full) override {
+    AllGather(shard, full);
+    return [] {};
+  }
   void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) override {
     if (full.data_ptr() != shard.data_ptr()) shard.copy_(full);
   }
@@ -41,15 +45,17 @@ class GlooCommunicator final : public Communicator {
   int world() const override { return world_; }
   std::string backend() const override { return "gloo"; }
 
-  void AllGather(const at::Tensor& shard, at::Tensor& full) override {
+  void AllGather(const at::Tensor& shard, at::Tensor& full) override { AllGatherAsync(shard, full)(); }
+
+  std::function<void()> AllGatherAsync(const at::Tensor& shard, at::Tensor& full) override {
     TORCH_CHECK(full.numel() == shard.numel() * world_, "AllGather: full has ", full.numel(), " elements, expected ",
                 shard.numel() * world_);
-    at::Tensor in = AsTransferable(shard);
-    at::Tensor out = AsTransferable(full);
     // The list form writes each rank's piece straight into its chunk of `full`.
-    std::vector<std::vector<at::Tensor>> outputs{out.chunk(world_)};
-    std::vector<at::Tensor> inputs{in};
-    pg_->allgather(outputs, inputs)->wait();
+    auto outputs = std::make_shared<std::vector<std::vector<at::Tensor>>>(
+        std::vector<std::vector<at::Tensor>>{AsTransferable(full).chunk(world_)});
+    auto inputs = std::make_shared<std::vector<at::Tensor>>(std::vector<at::Tensor>{AsTransferable(shard)});
+    c10::intrusive_ptr<c10d::Work> work = pg_->allgather(*outputs, *inputs);
+    return [work, outputs, inputs] { work->wait(); };
   }
 
   void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) override {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,10 @@ class Communicator {
 
   // full[r * n : (r + 1) * n] = shard of rank r, where n = shard.numel() and full.numel() = W * n.
   virtual void AllGather(const at::Tensor& shard, at::Tensor& full) = 0;
+  // Starts the same all-gather and returns at once; calling the result waits for it (exactly once).
+  // The tensors must stay alive until then. Asynchronous and synchronous collectives must still be
+  // issued in the same order on every rank.
+  virtual std::function<void()> AllGatherAsync(const at::Tensor& shard, at::Tensor& full) = 0;
   // shard = sum over ranks r of full_r[rank * n : (rank + 1) * n] (fp32). The sum is taken in rank
   // order on every backend, so results do not depend on timing.
   virtual void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) = 0;

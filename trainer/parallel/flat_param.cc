@@ -45,14 +45,17 @@ at::Tensor FlatParamUnit::Gather(at::ScalarType dtype) const {
   return full;
 }
 
-void FlatParamUnit::GatherInto(const at::Tensor& full) const {
+void FlatParamUnit::GatherInto(const at::Tensor& full) const { GatherIntoAsync(full)(); }
+
+std::function<void()> FlatParamUnit::GatherIntoAsync(const at::Tensor& full) const {
   // A second tensor over the same storage has its own version counter: writing through it does not
   // make autograd think a saved tensor was modified in place.
   at::Tensor alias = at::empty({0}, full.options());
   alias.set_(full.storage(), full.storage_offset(), full.sizes(), full.strides());
   // Casting before the gather halves the traffic in bf16.
   at::Tensor local = full.scalar_type() == at::kFloat ? shard_ : shard_.to(full.scalar_type());
-  comm_->AllGather(local, alias);
+  std::function<void()> wait = comm_->AllGatherAsync(local, alias);
+  return [wait, local, alias] { wait(); };
 }
 
 std::vector<at::Tensor> FlatParamUnit::Views(const at::Tensor& full) const {

@@ -42,6 +42,8 @@ class FlatParamUnit {
   // Collective. Gathers into `full` (padded_numel elements of the compute dtype) without touching
   // its autograd version counter, so it may refill a tensor autograd saved for backward.
   void GatherInto(const at::Tensor& full) const;
+  // GatherInto, started in the background; calling the result waits for it.
+  std::function<void()> GatherIntoAsync(const at::Tensor& full) const;
   // Views of a gathered flat vector, shaped like the specs.
   std::vector<at::Tensor> Views(const at::Tensor& full) const;
   // Collective. grad() += this rank's slice of the sum over ranks of `full_grad`.

@@ -3,6 +3,9 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <functional>
+#include <utility>
+
 namespace eft::trainer {
 
 // What a layer's autograd function needs in backward. Lives for one micro-batch (the backward runs
@@ -12,7 +15,15 @@ struct LayerCall {
   FlatParamUnit* unit;
   const AttentionContext* attention;
   at::ScalarType dtype;
+  LayerCall* prev = nullptr;  // the layer before this one (computes before it, backpropagates after)
+  LayerCall* next = nullptr;
   at::Tensor full;  // the gathered parameters (non-checkpointed mode)
+  // A gather started ahead of time into `prefetched`, so communication overlaps the previous
+  // layer's compute; `wait` completes it.
+  at::Tensor prefetched;
+  std::function<void()> wait;
+  // Non-checkpointed backward: `full`'s storage is being refilled in the background.
+  std::function<void()> refill_wait;
 };
 
 namespace {
@@ -27,6 +38,20 @@ at::Tensor LayerForward(const LayerCall& call, const at::Tensor& full, const at:
   return DecoderLayer(*call.config, BindLayer(*call.config, call.unit->Views(full)), hidden, *call.attention);
 }
 
+void StartPrefetch(LayerCall* call) {
+  if (call == nullptr || call->wait) return;
+  call->prefetched = at::empty({call->unit->padded_numel()}, at::TensorOptions().dtype(call->dtype));
+  call->wait = call->unit->GatherIntoAsync(call->prefetched);
+}
+
+// This layer's whole parameters: the prefetched gather if one was started, else a gather now.
+at::Tensor TakeGathered(LayerCall* call) {
+  if (!call->wait) return call->unit->Gather(call->dtype);
+  call->wait();
+  call->wait = nullptr;
+  return std::exchange(call->prefetched, at::Tensor());
+}
+
 // Activation checkpointing: forward keeps only the layer's input; backward gathers the parameters
 // again, recomputes the layer with autograd on, and backpropagates through the recomputation.
 class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
@@ -35,14 +60,16 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     LayerCall* call = reinterpret_cast<LayerCall*>(packed);
     ctx->saved_data["call"] = packed;
     ctx->save_for_backward({hidden});
-    at::Tensor full = call->unit->Gather(call->dtype);
+    at::Tensor full = TakeGathered(call);
+    StartPrefetch(call->next);
     return LayerForward(*call, full, hidden);  // `full` is freed on return
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     LayerCall* call = Unpack(ctx);
     at::Tensor hidden = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    at::Tensor full = call->unit->Gather(call->dtype).requires_grad_(true);
+    at::Tensor full = TakeGathered(call).requires_grad_(true);
+    StartPrefetch(call->prev);  // backward walks the layers in reverse
     at::Tensor out;
     {
       at::AutoGradMode enable(true);
@@ -74,7 +101,9 @@ class GatheredParams : public torch::autograd::Function<GatheredParams> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& token, int64_t packed) {
     LayerCall* call = reinterpret_cast<LayerCall*>(packed);
     ctx->saved_data["call"] = packed;
-    return call->unit->Gather(call->dtype);
+    at::Tensor full = TakeGathered(call);
+    StartPrefetch(call->next);
+    return full;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -121,10 +150,22 @@ void ShardedLlama::EndStep() {
 at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ctx, bool with_grad) {
   calls_.clear();
   for (size_t i = 1; i < units_.size(); ++i) {
-    calls_.push_back(std::make_unique<LayerCall>(LayerCall{&config_, units_[i].get(), &ctx, options_.compute_dtype, {}}));
-    LayerCall* call = calls_.back().get();
+    auto call = std::make_unique<LayerCall>();
+    call->config = &config_;
+    call->unit = units_[i].get();
+    call->attention = &ctx;
+    call->dtype = options_.compute_dtype;
+    if (!calls_.empty()) {
+      call->prev = calls_.back().get();
+      calls_.back()->next = call.get();
+    }
+    calls_.push_back(std::move(call));
+  }
+  for (auto& owned : calls_) {
+    LayerCall* call = owned.get();
     if (!with_grad) {
-      at::Tensor full = call->unit->Gather(call->dtype);
+      at::Tensor full = TakeGathered(call);
+      StartPrefetch(call->next);
       hidden = LayerForward(*call, full, hidden);
     } else if (options_.activation_checkpointing) {
       hidden = CheckpointedLayer::apply(hidden, Pack(call));
@@ -135,8 +176,17 @@ at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ct
       // before autograd runs this layer's backward.
       FreeStorage(call->full);
       hidden.register_hook([call](const at::Tensor& grad) {
-        AllocateStorage(call->full);
-        call->unit->GatherInto(call->full);
+        if (call->refill_wait) {
+          std::exchange(call->refill_wait, nullptr)();
+        } else {
+          AllocateStorage(call->full);
+          call->unit->GatherInto(call->full);
+        }
+        // Refill the layer that backpropagates next while this one computes.
+        if (LayerCall* prev = call->prev) {
+          AllocateStorage(prev->full);
+          prev->refill_wait = prev->unit->GatherIntoAsync(prev->full);
+        }
         return grad;
       });
     }

@@ -3,7 +3,8 @@
 //
 // Units: 0 = root (embeddings, final norm, untied head), 1..L = decoder layers. The root is
 // gathered once per step (BeginStep) and stays whole until EndStep, like FSDP's root module; each
-// layer is gathered just before it computes and freed right after. Its backward re-gathers it:
+// layer is gathered just before it computes (the next layer's gather is started in the background
+// first, so communication overlaps compute) and freed right after. Its backward re-gathers it:
 // with activation checkpointing the layer is recomputed from its saved input inside a custom
 // autograd function; without, its parameters' storage is refilled by a hook that fires just before
 // autograd reaches the layer. Every gradient is reduce-scattered into the owning ranks' fp32 slices

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -49,6 +50,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   const TrainConfig& c = t->config_;
 
   int threads = c.threads;
+  // torchrun's convention: OMP_NUM_THREADS caps the threads of every rank.
+  if (threads <= 0 && std::getenv("OMP_NUM_THREADS")) threads = std::atoi(std::getenv("OMP_NUM_THREADS"));
   if (threads <= 0) {
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, t->env_.local_world));
   }
