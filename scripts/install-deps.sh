@@ -13,6 +13,8 @@ PACKAGES=(
   libtorch-dev libgloo-dev libopenblas0-pthread
   # tests: Debian's python3 with torch/numpy runs the independent numerical references
   libgtest-dev libgmock-dev sqlite3 procps python3-torch python3-numpy
+  # tests: promtool checks our /metrics exposition; the prometheus server scrapes it in e2e tests
+  prometheus
 )
 
 missing=()
