@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo behind `make demo`: a local eft cluster (one controller, three workers, each a "node"
-# on 127.0.0.1), a distributed c10d job on it, and a node failure in the middle of the job that
-# the controller survives by restarting the job on the remaining nodes from its newest checkpoint.
+# on 127.0.0.1). Part 1 fine-tunes a small random Qwen3 with eft-train across the three nodes.
+# Part 2 runs a distributed c10d job and kills a node in the middle of it; the controller restarts
+# the job on the remaining nodes from its newest checkpoint.
 #
 # Usage: scripts/demo.sh [BUILD_DIR]. Everything lives under a temporary directory that is printed;
 # every process started here is stopped by PID on exit.
@@ -24,8 +25,9 @@ trap cleanup EXIT
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "Starting eft-controller on $EFT_CONTROLLER (database $DEMO/controller.db)"
+echo "trainer_program: $BUILD/trainer/eft-train" >"$DEMO/controller.yaml"
 setsid "$BUILD/controller/eft-controller" --listen "$EFT_CONTROLLER" --db "$DEMO/controller.db" \
-  --heartbeat-interval 0.5 --heartbeat-timeout 2 >"$DEMO/controller.log" 2>&1 &
+  --config "$DEMO/controller.yaml" --heartbeat-interval 0.5 --heartbeat-timeout 2 >"$DEMO/controller.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 50); do "$EFTCTL" node list >/dev/null 2>&1 && break; sleep 0.1; done
 
@@ -35,6 +37,7 @@ for i in 0 1 2; do
     --slots 1 --work-dir "$DEMO/work/node$i" --address 127.0.0.1 >"$DEMO/node$i.log" 2>&1 &
   PIDS+=($!)
   eval "NODE${i}_PID=$!"
+  disown $!  # no "Killed" message from bash when the demo kills it
 done
 for _ in $(seq 50); do
   [ "$("$EFTCTL" node list | grep -c READY)" -eq 3 ] && break
@@ -42,6 +45,37 @@ for _ in $(seq 50); do
 done
 "$EFTCTL" node list
 
+say "Part 1: fine-tune a small random Qwen3 with eft-train (FSDP over 3 nodes, Gloo on CPU)"
+"$BUILD/trainer/eft-train" init-model --arch qwen3 --hidden 128 --layers 4 --heads 4 --kv-heads 2 --head-dim 32 \
+  --intermediate 256 --vocab-size 512 --tie-embeddings --dtype float32 --seed 1 --out "$DEMO/model"
+python3 - "$DEMO/sft.jsonl" <<'PY'
+# 96 short "conversations" of token ids: the first 4 tokens are the prompt (label -100, not
+# trained); the answer counts up from the prompt's last token, a pattern the model can learn.
+import json, random, sys
+random.seed(0)
+with open(sys.argv[1], "w") as f:
+    for _ in range(96):
+        a = random.randrange(10, 500)
+        prompt = [1, 2, 3, a]
+        answer = [(a + k) % 500 + 10 for k in range(1, 13)]
+        f.write(json.dumps({"input_ids": prompt + answer, "labels": [-100] * 4 + answer}) + "\n")
+PY
+cat >"$DEMO/sft.yaml" <<YAML
+name: sft-demo
+model: $DEMO/model
+data: {train: $DEMO/sft.jsonl, format: pretokenized, max_seq_len: 64}
+resources: {nodes: {min: 1, max: 3}, gpus_per_node: 1}
+training: {epochs: 8, global_batch_size: 24, micro_batch_size: 4, lr: 3.0e-3, precision: fp32,
+           schedule: {type: cosine, warmup_ratio: 0.05}}
+checkpoint: {dir: $DEMO/sft-checkpoints}
+env: {OMP_NUM_THREADS: "1"}
+YAML
+cat "$DEMO/sft.yaml"
+"$EFTCTL" job submit -f "$DEMO/sft.yaml" --follow
+"$EFTCTL" job logs 1 --rank 0 | tail -4
+echo "final Hugging Face model: $(ls "$DEMO/sft-checkpoints/final")"
+
+say "Part 2: a node dies in the middle of a job"
 cat >"$DEMO/job.yaml" <<YAML
 # A distributed job on 2..3 nodes. The rank program is eft's c10d test workload: every step is a
 # Gloo all-reduce across all ranks; rank 0 checkpoints every 5 steps. Its result is 1+2+...+steps
@@ -57,9 +91,10 @@ say "Submitting $DEMO/job.yaml"
 cat "$DEMO/job.yaml"
 "$EFTCTL" job submit -f "$DEMO/job.yaml" --follow >"$DEMO/follow.log" 2>&1 &
 FOLLOW=$!
-JOB=1
+JOB=2
 
 say "Waiting for the job to pass step 15, then killing node2 (kill -9: the node and its rank die)"
+step=0
 for _ in $(seq 300); do
   step=$("$EFTCTL" job get $JOB -o json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("progress",{}).get("step",0))')
   [ "${step:-0}" -ge 15 ] && break
