@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "controller/log_follower.h"
 
 namespace eft::controller {
 
@@ -54,43 +55,14 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
 
 grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* ctx, const v1::GetLogsRequest* req,
                                      grpc::ServerWriter<v1::LogChunk>* writer) {
-  auto job = c_->GetJob(req->job_id());
-  if (!job.ok()) return ToGrpc(job.status());
-  constexpr size_t kChunk = 64 * 1024;
-  std::map<LogId, int64_t> sent;
-  auto quiet_since = std::chrono::steady_clock::now();
+  auto follower = LogFollower::Open(c_, *req);
+  if (!follower.ok()) return ToGrpc(follower.status());
+  // This handler owns its thread, so it may simply sleep between polls.
   while (!ctx->IsCancelled()) {
-    bool progressed = false;
-    for (const LogId& id : c_->logs().List(req->job_id())) {
-      if (req->has_rank() && id.rank != req->rank()) continue;
-      if (req->attempt() != 0 && id.attempt != req->attempt()) continue;
-      int64_t& offset = sent[id];
-      while (true) {
-        auto data = c_->logs().Read(id, offset, kChunk);
-        if (!data.ok()) return ToGrpc(data.status());
-        if (data->empty()) break;
-        v1::LogChunk chunk;
-        chunk.set_job_id(id.job_id);
-        chunk.set_attempt(id.attempt);
-        chunk.set_rank(id.rank);
-        chunk.set_offset(offset);
-        offset += static_cast<int64_t>(data->size());
-        chunk.set_data(std::move(data).value());
-        if (!writer->Write(chunk)) return grpc::Status::OK;
-        progressed = true;
-      }
-    }
-    if (!req->follow()) return grpc::Status::OK;
-    auto now = std::chrono::steady_clock::now();
-    if (progressed) quiet_since = now;
-    // Workers ship the last lines shortly after their ranks exit: once the job ended, wait for the
-    // logs to stay quiet for a moment before closing the stream.
-    auto current = c_->GetJob(req->job_id());
-    if (!current.ok()) return ToGrpc(current.status());
-    if (Controller::IsTerminal(current->state()) && now - quiet_since > std::chrono::seconds(2)) {
-      return grpc::Status::OK;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto step = follower->Poll([&](v1::LogChunk&& chunk) { return writer->Write(chunk); });
+    if (!step.ok()) return ToGrpc(step.status());
+    if (*step == LogFollower::Step::kDone) return grpc::Status::OK;  // complete, or the client went away
+    if (*step == LogFollower::Step::kWait) std::this_thread::sleep_for(follower->options().poll_interval);
   }
   return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");
 }

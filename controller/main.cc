@@ -1,5 +1,6 @@
 // eft-controller: one per cluster. Keeps jobs, nodes, attempts and checkpoints in SQLite and
-// serves JobService, NodeService (clients) and AgentService (workers) over gRPC.
+// serves JobService, NodeService (clients) and AgentService (workers) over gRPC, and the same
+// client API as REST/JSON with --http (controller/http/).
 #include <csignal>
 #include <cstdio>
 
@@ -9,6 +10,8 @@
 #include "common/logging.h"
 #include "controller/controller.h"
 #include "controller/grpc_services.h"
+#include "controller/http/http_server.h"
+#include "controller/http/rest_api.h"
 
 int main(int argc, char** argv) {
   using namespace eft;
@@ -24,6 +27,14 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-interval", heartbeat_interval_s, "seconds between worker heartbeats (default 1)");
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s, "seconds without heartbeat before a node is LOST (default 3)");
   app.add_option("--log-level", log_level, "debug|info|warning|error");
+  std::string http_address;
+  int http_threads = 0;
+  double http_read_timeout_s = 0;
+  app.add_option("--http", http_address, "serve the REST API on HOST:PORT (default: off)");
+  app.add_option("--http-threads", http_threads, "threads serving HTTP (default 2)")->check(CLI::Range(1, 64));
+  app.add_option("--http-read-timeout", http_read_timeout_s,
+                 "seconds a client has to send a complete request; also the keep-alive idle time (default 15)")
+      ->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -58,12 +69,34 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // REST listens before the state loads, so /healthz answers and /readyz says "loading" meanwhile.
+  http::RestApi rest_api;
+  std::unique_ptr<http::HttpServer> http_server;
+  if (!http_address.empty()) {
+    http::HttpServerConfig http_config;
+    http_config.address = http_address;
+    if (http_threads > 0) http_config.threads = http_threads;
+    if (http_read_timeout_s > 0) {
+      http_config.read_timeout = std::chrono::milliseconds(static_cast<long>(http_read_timeout_s * 1000));
+    }
+    http_server = std::make_unique<http::HttpServer>(http_config,
+                                                     [&rest_api](const http::HttpRequest& r) { return rest_api.Handle(r); });
+    Status s = http_server->Start();
+    if (!s.ok()) {
+      EFT_LOG(ERROR) << s.message();
+      return 1;
+    }
+    EFT_LOG(INFO) << "REST API on " << http_address << " (port " << http_server->port() << ")";
+  }
+
   auto controller = Controller::Create(config, RealClock::Get());
   if (!controller.ok()) {
     EFT_LOG(ERROR) << "cannot start: " << controller.status();
     return 1;
   }
   Controller* c = controller->get();
+  // Ready as soon as the state is loaded, so that gRPC answering implies REST is ready as well.
+  rest_api.SetController(c);
   JobServiceImpl jobs(c);
   NodeServiceImpl nodes(c);
   AgentServiceImpl agents(c);
@@ -76,6 +109,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
     EFT_LOG(ERROR) << "cannot listen on " << c->config().listen;
+    if (http_server) http_server->Stop();  // before the controller it calls into goes away
     return 1;
   }
   c->StartTicker();
@@ -85,6 +119,9 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   EFT_LOG(INFO) << "signal " << sig << ": shutting down (running jobs keep running on their workers)";
+  rest_api.SetShuttingDown();
+  // The HTTP threads call into the controller, so they stop before it is destroyed.
+  if (http_server) http_server->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

@@ -28,6 +28,7 @@ TestCluster::TestCluster(ClusterOptions options) : options_(options) {
   buf.push_back('\0');
   dir_ = ::mkdtemp(buf.data());
   port_ = PickFreePort();
+  while (options_.http && (http_port_ == 0 || http_port_ == port_)) http_port_ = PickFreePort();
   for (int i = 0; i < options_.workers; ++i) workers_.push_back(std::make_unique<ChildProcess>());
   Connect();
 }
@@ -65,11 +66,14 @@ void TestCluster::StartController() {
   // another checkout's tests) never rendezvous on each other's ports.
   if (master_port_base_ == 0) master_port_base_ = 20000 + (PickFreePort() % 20000);
   std::ofstream(dir_ + "/controller.yaml") << "master_port_base: " << master_port_base_
-                                           << "\nmaster_port_count: 200\n";
-  ASSERT_TRUE(controller_->Start({BuildDir() + "/controller/eft-controller", "--listen", controller_address(), "--db",
-                                  dir_ + "/controller.db", "--config", dir_ + "/controller.yaml",
-                                  "--heartbeat-interval", interval, "--heartbeat-timeout", timeout},
-                                 {}, dir_ + "/controller.log"));
+                                           << "\nmaster_port_count: 200\ntrainer_program: " << TrainerBinary()
+                                           << "\n";
+  std::vector<std::string> argv = {BuildDir() + "/controller/eft-controller", "--listen", controller_address(), "--db",
+                                   dir_ + "/controller.db", "--config", dir_ + "/controller.yaml",
+                                   "--heartbeat-interval", interval, "--heartbeat-timeout", timeout};
+  if (options_.http) argv.insert(argv.end(), {"--http", http_address()});
+  argv.insert(argv.end(), options_.controller_args.begin(), options_.controller_args.end());
+  ASSERT_TRUE(controller_->Start(argv, {}, dir_ + "/controller.log"));
   // Ready when it answers an RPC. Each probe uses a new channel: a channel whose first connection
   // was refused sits in reconnect backoff for a while, whatever the backoff arguments say.
   bool up = WaitUntil(

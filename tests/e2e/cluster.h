@@ -27,6 +27,10 @@ struct ClusterOptions {
   int slots_per_worker = 1;
   double heartbeat_interval_s = 0.5;
   double heartbeat_timeout_s = 2.0;
+  // Also serve the REST API (--http on a free port of 127.0.0.1); see http_address().
+  bool http = false;
+  // Appended to the controller's command line (e.g. {"--http-read-timeout", "2"}).
+  std::vector<std::string> controller_args;
 };
 
 class TestCluster {
@@ -37,6 +41,9 @@ class TestCluster {
   const std::string& dir() const { return dir_; }
   std::string checkpoint_root() const { return dir_ + "/shared"; }
   std::string controller_address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // The REST API (ClusterOptions::http); the port stays the same across controller restarts.
+  int http_port() const { return http_port_; }
+  std::string http_address() const { return "127.0.0.1:" + std::to_string(http_port_); }
 
   void StartController();
   void KillController(int sig = 9);  // and reap
@@ -73,6 +80,7 @@ class TestCluster {
   ClusterOptions options_;
   std::string dir_;
   int port_;
+  int http_port_ = 0;
   int master_port_base_ = 0;
   bool keep_ = false;
   std::unique_ptr<ChildProcess> controller_;

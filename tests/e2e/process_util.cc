@@ -115,6 +115,7 @@ std::string BuildDir() {
 }
 
 std::string WorkloadBinary() { return BuildDir() + "/tests/workload/eft-test-workload"; }
+std::string TrainerBinary() { return BuildDir() + "/trainer/eft-train"; }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);

@@ -39,6 +39,7 @@ class ChildProcess {
 int PickFreePort();
 std::string BuildDir();  // $EFT_BUILD_DIR
 std::string WorkloadBinary();
+std::string TrainerBinary();  // eft-train
 // Reads a whole file ("" if missing).
 std::string ReadFile(const std::string& path);
 // Polls `pred` every 20 ms until true or timeout; returns its last value.

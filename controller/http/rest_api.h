@@ -1,0 +1,67 @@
+// RestApi: the REST face of JobService and NodeService (grpc-gateway style), plus the probes
+// /healthz, /readyz and /metrics. It maps an HttpRequest to an HttpReply and knows nothing about
+// sockets, so it is exercised directly in unit tests and served by HttpServer in eft-controller.
+//
+// Every endpoint calls the same Controller method as its gRPC twin and returns the same message as
+// JSON, so REST and gRPC cannot drift apart in behaviour, only in encoding.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "controller/controller.h"
+#include "controller/http/http_types.h"
+#include "controller/log_follower.h"
+#include "controller/http/router.h"
+
+namespace eft::controller::http {
+
+struct RestApiOptions {
+  // Serves GET /metrics (Prometheus text exposition 0.0.4) when set; without it /metrics is 404.
+  // Called on a server thread for every scrape, possibly on several at once.
+  std::function<std::string()> metrics_text;
+  // Log streams are polled from the server's few threads, so each poll is capped in size.
+  LogFollowerOptions logs = [] {
+    LogFollowerOptions o;
+    o.max_bytes_per_poll = 256 * 1024;
+    return o;
+  }();
+};
+
+class RestApi {
+ public:
+  explicit RestApi(RestApiOptions options = {});
+
+  // The API answers UNAVAILABLE (and /readyz 503) until the controller has loaded its state and is
+  // set here; the server can thus listen (and answer /healthz) while the database loads.
+  void SetController(Controller* controller) { controller_.store(controller); }
+  // /readyz turns 503 so that load balancers stop sending before the server stops.
+  void SetShuttingDown() { shutting_down_.store(true); }
+
+  // Thread-safe; never throws.
+  HttpReply Handle(const HttpRequest& request);
+
+ private:
+  void AddRoutes();
+  // The controller, or nullptr with *error set to 503.
+  Controller* Ready(HttpReply* error) const;
+
+  HttpReply Healthz(const RouteContext& ctx);
+  HttpReply Readyz(const RouteContext& ctx);
+  HttpReply Metrics(const RouteContext& ctx);
+  HttpReply SubmitJob(const RouteContext& ctx);
+  HttpReply ListJobs(const RouteContext& ctx);
+  HttpReply GetJob(const RouteContext& ctx);
+  HttpReply CancelJob(const RouteContext& ctx);
+  HttpReply GetLogs(const RouteContext& ctx);
+  HttpReply ListNodes(const RouteContext& ctx);
+  HttpReply SetDrained(const RouteContext& ctx, bool drained);
+
+  RestApiOptions options_;
+  Router router_;
+  std::atomic<Controller*> controller_{nullptr};
+  std::atomic<bool> shutting_down_{false};
+};
+
+}  // namespace eft::controller::http

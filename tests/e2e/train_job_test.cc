@@ -1,0 +1,113 @@
+// The main path end to end: a job without `command` submitted to a real controller runs eft-train
+// on every rank through real workers (EFT_JOB_SPEC, the rank environment, events), trains a tiny
+// random Llama, and writes the final Hugging Face directory.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include "tests/e2e/cluster.h"
+
+namespace eft::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+bool Terminal(const v1::Job& j) {
+  return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
+         j.state() == v1::JOB_STATE_CANCELLED;
+}
+
+std::string Describe(const v1::Job& j) {
+  std::string out = "job " + j.id() + " " + v1::JobState_Name(j.state()) + " (" + j.reason() + ")\n";
+  for (const auto& e : j.events()) out += "  [" + e.type() + "] " + e.message() + "\n";
+  return out;
+}
+
+class TrainJob : public ::testing::Test {
+ protected:
+  void Prepare(TestCluster& c) {
+    model_ = c.dir() + "/model";
+    std::string cmd = TrainerBinary() + " init-model --arch qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 2 "
+                                        "--head-dim 16 --intermediate 96 --vocab-size 128 --dtype float32 --out " +
+                      model_ + " > /dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    data_ = c.dir() + "/data.jsonl";
+    std::mt19937 gen(5);
+    std::ofstream f(data_);
+    for (int i = 0; i < 32; ++i) {
+      nlohmann::json ids = nlohmann::json::array();
+      for (int t = 0; t < 12; ++t) ids.push_back(1 + static_cast<int>(gen() % 127));
+      f << nlohmann::json{{"input_ids", ids}}.dump() << "\n";
+    }
+  }
+
+  v1::JobSpec Spec(TestCluster& c, const std::string& name, const std::string& model) {
+    v1::JobSpec spec;
+    spec.set_name(name);
+    spec.set_model(model);
+    spec.mutable_data()->set_train(data_);
+    spec.mutable_data()->set_max_seq_len(64);
+    spec.mutable_resources()->mutable_nodes()->set_min(2);
+    spec.mutable_resources()->mutable_nodes()->set_max(2);
+    auto* t = spec.mutable_training();
+    t->set_epochs(2);
+    t->set_global_batch_size(8);
+    t->set_micro_batch_size(2);
+    t->set_lr(3e-3);
+    t->set_precision("fp32");
+    spec.mutable_checkpoint()->set_dir(c.checkpoint_root() + "/" + name);
+    (*spec.mutable_env())["OMP_NUM_THREADS"] = "1";
+    return spec;
+  }
+
+  std::string model_, data_;
+};
+
+TEST_F(TrainJob, AJobWithoutCommandRunsEftTrainOnEveryRank) {
+  ClusterOptions o;
+  o.workers = 2;
+  TestCluster c(o);
+  c.StartAll();
+  Prepare(c);
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(Spec(c, "sft", model_), &job).ok());
+  job = c.WaitForJob(job.id(), Terminal, 180s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << Describe(job);
+  EXPECT_EQ(job.attempts_size(), 1);
+  EXPECT_EQ(job.attempts(0).world_size(), 2);
+  // Progress comes from rank 0's step events: 32 examples / 8 per step x 2 epochs.
+  EXPECT_EQ(job.progress().step(), 8);
+  EXPECT_EQ(job.progress().total_steps(), 8);
+  EXPECT_GT(job.progress().loss(), 0);
+  EXPECT_GT(job.progress().tokens_per_s(), 0);
+  std::string final_dir = c.checkpoint_root() + "/sft/final";
+  EXPECT_TRUE(fs::exists(final_dir + "/model.safetensors"));
+  EXPECT_TRUE(fs::exists(final_dir + "/config.json"));
+  std::string log = ReadFile(c.dir() + "/work/node0/logs/" + job.id() + "/attempt-1/rank-0.log");
+  EXPECT_NE(log.find("step 8/8"), std::string::npos) << log;
+}
+
+TEST_F(TrainJob, ABrokenModelFailsTheJobWithoutRetry) {
+  ClusterOptions o;
+  o.workers = 2;
+  TestCluster c(o);
+  c.StartAll();
+  Prepare(c);
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(Spec(c, "broken", c.dir() + "/no-such-model"), &job).ok());
+  job = c.WaitForJob(job.id(), Terminal, 120s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED) << Describe(job);
+  EXPECT_EQ(job.attempts_size(), 1);
+  EXPECT_NE(job.reason().find("exited with code 2"), std::string::npos) << job.reason();
+}
+
+}  // namespace
+}  // namespace eft::testing
