@@ -16,6 +16,17 @@ bool IsLive(const v1::RankStatus& r) {
   return r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING;
 }
 
+// The slots a worker reports busy, and by what: what scheduling sees of a node's report.
+template <typename Ranks>
+std::vector<std::tuple<std::string, int, int, int>> LiveSlots(const Ranks& ranks) {
+  std::vector<std::tuple<std::string, int, int, int>> out;
+  for (const auto& r : ranks) {
+    if (IsLive(r)) out.emplace_back(r.key().job_id(), r.key().attempt(), r.key().rank(), r.slot());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
 Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req) {
@@ -48,6 +59,7 @@ Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req
   node.last_heartbeat = clock_->Now();
   node.last_heartbeat_ms = clock_->WallMillis();
   node.reported.assign(req.ranks().begin(), req.ranks().end());
+  CapacityChangedLocked();
   EFT_LOG(INFO) << "node " << rec.name << (known ? " re-registered" : " registered") << " (" << rec.slots
                 << " slots, address " << rec.address << ", " << req.ranks_size() << " ranks reported)"
                 << (was_lost ? ": READY again after being LOST" : "") << (restarted ? ": worker restarted" : "");
@@ -74,10 +86,12 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
   if (req.shutting_down() && !node.shutting_down) {
     EFT_LOG(INFO) << "node " << node.rec.name << ": worker shutting down; no new ranks go there";
   }
+  if (node.shutting_down != req.shutting_down()) CapacityChangedLocked();
   node.shutting_down = req.shutting_down();
   node.last_heartbeat = clock_->Now();
   node.last_heartbeat_ms = clock_->WallMillis();
   out.set_acked_event_seq(ProcessEventsLocked(node, req));
+  if (LiveSlots(node.reported) != LiveSlots(req.ranks())) CapacityChangedLocked();
   node.reported.assign(req.ranks().begin(), req.ranks().end());
   ApplyRankReportsLocked(node);
   ScheduleLocked();
@@ -86,7 +100,9 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
 }
 
 void Controller::ApplyRankReportsLocked(NodeEntry& node) {
-  for (const auto& id : std::vector<std::string>(live_jobs_.begin(), live_jobs_.end())) {
+  std::set<std::string> active;
+  if (auto it = active_on_node_.find(node.rec.name); it != active_on_node_.end()) active = it->second;
+  for (const auto& id : active) {
     JobEntry& j = jobs_.at(id);
     if (!j.active() || !j.current()) continue;
     const AttemptRecord& a = *j.current();
@@ -183,7 +199,9 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
 
 void Controller::DesiredForLocked(const NodeEntry& node,
                                   google::protobuf::RepeatedPtrField<v1::RankAssignment>* out) const {
-  for (const auto& id : live_jobs_) {
+  auto it = active_on_node_.find(node.rec.name);
+  if (it == active_on_node_.end()) return;
+  for (const auto& id : it->second) {
     const JobEntry& j = jobs_.at(id);
     if (!j.active() || !j.current()) continue;
     const AttemptRecord& a = *j.current();

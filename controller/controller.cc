@@ -79,11 +79,13 @@ Status Controller::Load() {
     }
     if (j.rec.state == v1::JOB_STATE_RECOVERING) j.stop_deadline = now + config_.stop_report_slack;
     std::string id = j.rec.id;
-    if (!IsTerminal(j.rec.state)) live_jobs_.insert(id);
+    attempts_created_ += static_cast<int64_t>(j.attempts.size());
     job_order_.push_back(id);
-    jobs_[id] = std::move(j);
+    IndexLocked(jobs_[id] = std::move(j));
   }
-  EFT_LOG(INFO) << "loaded " << jobs_.size() << " jobs (" << live_jobs_.size() << " not finished) and "
+  size_t unfinished = std::count_if(jobs_.begin(), jobs_.end(),
+                                    [](const auto& kv) { return !IsTerminal(kv.second.rec.state); });
+  EFT_LOG(INFO) << "loaded " << jobs_.size() << " jobs (" << unfinished << " not finished) and "
                 << nodes_.size() << " nodes from " << store_->path();
   return Status::Ok();
 }
@@ -101,6 +103,25 @@ EventRecord Controller::MakeEvent(const JobEntry& job, const std::string& type, 
   e.attempt = job.rec.attempt;
   e.message = message;
   return e;
+}
+
+void Controller::IndexLocked(JobEntry& j) {
+  const int64_t numeric = std::stoll(j.rec.id);
+  if (j.indexed_pending) pending_.erase(numeric);
+  for (const auto& n : j.indexed_nodes) {
+    auto it = active_on_node_.find(n);
+    if (it != active_on_node_.end()) {
+      it->second.erase(j.rec.id);
+      if (it->second.empty()) active_on_node_.erase(it);
+    }
+  }
+  j.indexed_pending = j.rec.state == v1::JOB_STATE_QUEUED || j.rec.state == v1::JOB_STATE_RECOVERING;
+  if (j.indexed_pending) pending_.insert(numeric);
+  j.indexed_nodes.clear();
+  if (j.active() && j.current()) {
+    j.indexed_nodes = j.current()->nodes;
+    for (const auto& n : j.indexed_nodes) active_on_node_[n].insert(j.rec.id);
+  }
 }
 
 void Controller::Bump(JobEntry& job) {
@@ -127,8 +148,9 @@ Status Controller::Apply(JobEntry& job, JobChange change) {
   if (change.insert_attempt) job.attempts.push_back(*change.insert_attempt);
   if (change.update_attempt && !job.attempts.empty()) job.attempts.back() = *change.update_attempt;
   job.events.insert(job.events.end(), change.events.begin(), change.events.end());
-  if (IsTerminal(change.rec.state)) live_jobs_.erase(change.rec.id);
   job.rec = std::move(change.rec);
+  IndexLocked(job);
+  CapacityChangedLocked();
   Bump(job);
   return Status::Ok();
 }
@@ -171,9 +193,8 @@ Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::s
   j.spec_json = JobSpecToJson(j.rec.spec).dump();
   EFT_LOG(INFO) << "job " << rec.id << " submitted (" << rec.spec.name() << ")";
   std::string id = rec.id;
-  live_jobs_.insert(id);
   job_order_.push_back(id);
-  jobs_[id] = std::move(j);
+  IndexLocked(jobs_[id] = std::move(j));
   ScheduleLocked();
   changed_.notify_all();
   return ToProto(jobs_[id], true);
@@ -269,6 +290,7 @@ Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained) {
   rec.drained = drained;
   EFT_RETURN_IF_ERROR(store_->UpsertNode(rec).WithContext("storing node " + name));
   it->second.rec = rec;
+  CapacityChangedLocked();
   EFT_LOG(INFO) << "node " << name << (drained ? " drained: it takes no new ranks" : " undrained");
   if (!drained) ScheduleLocked();
   v1::Node out = ToProto(it->second);
@@ -338,13 +360,7 @@ v1::Node Controller::ToProto(const NodeEntry& n) const {
   if (n.rec.registered_ms) *out.mutable_registered_time() = Ts(n.rec.registered_ms);
   if (n.last_heartbeat_ms) *out.mutable_last_heartbeat_time() = Ts(n.last_heartbeat_ms);
   std::set<std::string> jobs;
-  for (const auto& id : live_jobs_) {
-    const JobEntry& j = jobs_.at(id);
-    if (j.active() && j.current() &&
-        std::count(j.current()->nodes.begin(), j.current()->nodes.end(), n.rec.name)) {
-      jobs.insert(id);
-    }
-  }
+  if (auto it = active_on_node_.find(n.rec.name); it != active_on_node_.end()) jobs = it->second;
   for (const auto& r : n.reported) {
     if (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING) jobs.insert(r.key().job_id());
   }

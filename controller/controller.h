@@ -88,6 +88,11 @@ class Controller {
     bool end_counted = false;
     std::string spec_json;        // handed to ranks as EFT_JOB_SPEC
     uint64_t version = 1;
+    // capacity_epoch_ when placement last failed: until capacity changes it would fail again.
+    uint64_t unplaceable_epoch = 0;
+    // Where IndexLocked filed the job, so it can take it out again.
+    bool indexed_pending = false;
+    std::vector<std::string> indexed_nodes;
     bool active() const;          // STARTING or RUNNING
     const AttemptRecord* current() const { return attempts.empty() ? nullptr : &attempts.back(); }
   };
@@ -119,6 +124,12 @@ class Controller {
   EventRecord MakeEvent(const JobEntry& job, const std::string& type, const std::string& message) const;
   Status Apply(JobEntry& job, JobChange change);
   void Bump(JobEntry& job);
+  // Files the job under pending_ (QUEUED/RECOVERING) or active_on_node_ (STARTING/RUNNING), after
+  // any change of its state or attempt, so heartbeats and scheduling touch only the jobs concerned.
+  void IndexLocked(JobEntry& job);
+  // Something that decides where ranks can go changed (nodes, slots, attempts): placements that
+  // failed before may succeed now.
+  void CapacityChangedLocked() { ++capacity_epoch_; }
 
   // lifecycle.cc: the state machine.
   void ScheduleLocked();
@@ -151,8 +162,11 @@ class Controller {
   std::condition_variable changed_;
   std::map<std::string, JobEntry> jobs_;               // by id
   std::vector<std::string> job_order_;                 // ids in submit order
-  std::set<std::string> live_jobs_;                    // not terminal
+  std::set<int64_t> pending_;                          // QUEUED/RECOVERING jobs, by numeric id (submit order)
+  std::map<std::string, std::set<std::string>> active_on_node_;  // node -> STARTING/RUNNING jobs with ranks there
   std::map<std::string, NodeEntry> nodes_;             // by name
+  uint64_t capacity_epoch_ = 1;
+  int64_t attempts_created_ = 0;  // over all jobs, ever: picks each attempt's MASTER_PORT
 
   std::atomic<bool> stopping_{false};
   std::thread ticker_;

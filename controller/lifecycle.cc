@@ -58,16 +58,21 @@ void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) 
   node.incarnation.clear();
   node.reported.clear();  // whatever it ran is gone with it
   EFT_LOG(WARNING) << "node " << rec.name << " LOST: " << reason;
-  for (const auto& id : std::vector<std::string>(live_jobs_.begin(), live_jobs_.end())) {
+  CapacityChangedLocked();
+  // Running attempts with ranks there end at once: not the job's fault, so no restart is counted.
+  std::set<std::string> active;
+  if (auto it = active_on_node_.find(rec.name); it != active_on_node_.end()) active = it->second;
+  for (const auto& id : active) {
     JobEntry& j = jobs_.at(id);
-    if (!j.current()) continue;
+    if (j.active()) (void)EndAttemptLocked(j, "node " + rec.name + " lost (" + reason + ")", Outcome::kRestart);
+  }
+  // An attempt that just ended because its ranks failed was most likely cut off from this node.
+  for (int64_t numeric : std::vector<int64_t>(pending_.begin(), pending_.end())) {
+    JobEntry& j = jobs_.at(std::to_string(numeric));
+    if (j.rec.state != v1::JOB_STATE_RECOVERING || !j.end_counted || !j.current()) continue;
     const auto& nodes = j.current()->nodes;
     if (std::find(nodes.begin(), nodes.end(), rec.name) == nodes.end()) continue;
-    if (j.active()) {
-      // Not the job's fault: restart at once without counting it against max_restarts.
-      (void)EndAttemptLocked(j, "node " + rec.name + " lost (" + reason + ")", Outcome::kRestart);
-    } else if (j.rec.state == v1::JOB_STATE_RECOVERING && j.end_counted &&
-               clock_->Now() < j.ended_at + config_.heartbeat_timeout + config_.heartbeat_interval) {
+    if (clock_->Now() < j.ended_at + config_.heartbeat_timeout + config_.heartbeat_interval) {
       ForgiveLastFailureLocked(j, "node " + rec.name + " lost (" + reason + ")");
     }
   }
@@ -97,10 +102,10 @@ std::vector<NodeCapacity> Controller::CapacitiesLocked() const {
     auto it = busy.find(node);
     if (it != busy.end() && slot >= 0 && slot < static_cast<int>(it->second.size())) it->second[slot] = true;
   };
-  for (const auto& id : live_jobs_) {
-    const JobEntry& j = jobs_.at(id);
-    if (!j.active() || !j.current()) continue;
-    const AttemptRecord& a = *j.current();
+  std::set<std::string> active;
+  for (const auto& [node, ids] : active_on_node_) active.insert(ids.begin(), ids.end());
+  for (const auto& id : active) {
+    const AttemptRecord& a = *jobs_.at(id).current();
     for (size_t i = 0; i < a.nodes.size() && i < a.slots.size(); ++i) {
       for (int slot : a.slots[i]) mark(a.nodes[i], slot);
     }
@@ -154,11 +159,11 @@ void Controller::ScheduleLocked() {
   SteadyTime now = clock_->Now();
   std::vector<NodeCapacity> caps;
   bool caps_valid = false;
-  for (const auto& id : job_order_) {
-    if (!live_jobs_.count(id)) continue;
-    JobEntry& j = jobs_.at(id);
-    if (j.rec.state != v1::JOB_STATE_QUEUED && j.rec.state != v1::JOB_STATE_RECOVERING) continue;
+  // A copy: starting an attempt takes the job out of pending_.
+  for (int64_t numeric : std::vector<int64_t>(pending_.begin(), pending_.end())) {
+    JobEntry& j = jobs_.at(std::to_string(numeric));
     if (j.rec.not_before_ms > now_ms) continue;
+    if (j.unplaceable_epoch == capacity_epoch_) continue;  // nothing changed since it last did not fit
     if (j.rec.state == v1::JOB_STATE_RECOVERING) {
       if (now < j.stop_deadline && OldRanksLiveLocked(j)) continue;
       // A rank failure is often the first sign of a dying node. Wait until every node of the last
@@ -180,6 +185,7 @@ void Controller::ScheduleLocked() {
     if (j.current()) req.previous_nodes = j.current()->nodes;
     Placement p = PlaceGang(req, caps);
     if (!p.placed) {
+      j.unplaceable_epoch = capacity_epoch_;
       std::string reason = "waiting for nodes: " + p.why_not;
       if (reason != j.rec.reason) {
         j.rec.reason = reason;  // informational; persisted with the next real transition
@@ -213,9 +219,8 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
   c.rec.reason.clear();
   c.rec.not_before_ms = 0;
   if (!c.rec.start_ms) c.rec.start_ms = a.start_ms;
-  // A port number burned by a failed transition is harmless, so the counter commits on its own.
-  EFT_ASSIGN_OR_RETURN(int64_t counter, store_->NextCounter("master_port"));
-  a.master_port = config_.master_port_base + static_cast<int>((counter - 1) % config_.master_port_count);
+  // Attempts are never deleted, so their count is durable without a write of its own.
+  a.master_port = config_.master_port_base + static_cast<int>(attempts_created_ % config_.master_port_count);
   c.insert_attempt = a;
   std::ostringstream msg;
   msg << "attempt " << a.number << ": world size " << a.world_size << " on " << JoinNodes(a.nodes) << " (master "
@@ -225,6 +230,7 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
   e.attempt = a.number;
   c.events.push_back(std::move(e));
   EFT_RETURN_IF_ERROR(Apply(j, std::move(c)));
+  ++attempts_created_;
   j.ranks.assign(a.world_size, RankView{});
   return Status::Ok();
 }
