@@ -64,7 +64,7 @@ Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req
                 << " slots, address " << rec.address << ", " << req.ranks_size() << " ranks reported)"
                 << (was_lost ? ": READY again after being LOST" : "") << (restarted ? ": worker restarted" : "");
   ApplyRankReportsLocked(node);
-  ScheduleLocked();
+  MaybeScheduleLocked();
   v1::RegisterResponse out;
   out.set_heartbeat_interval_ms(static_cast<int32_t>(config_.heartbeat_interval.count()));
   DesiredForLocked(node, out.mutable_desired());
@@ -94,7 +94,7 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
   if (LiveSlots(node.reported) != LiveSlots(req.ranks())) CapacityChangedLocked();
   node.reported.assign(req.ranks().begin(), req.ranks().end());
   ApplyRankReportsLocked(node);
-  ScheduleLocked();
+  MaybeScheduleLocked();
   DesiredForLocked(node, out.mutable_desired());
   return out;
 }

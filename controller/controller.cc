@@ -80,6 +80,7 @@ Status Controller::Load() {
     if (j.rec.state == v1::JOB_STATE_RECOVERING) j.stop_deadline = now + config_.stop_report_slack;
     std::string id = j.rec.id;
     attempts_created_ += static_cast<int64_t>(j.attempts.size());
+    if (!j.rec.request_id.empty()) by_request_id_[j.rec.request_id] = j.rec.id;
     job_order_.push_back(id);
     IndexLocked(jobs_[id] = std::move(j));
   }
@@ -116,7 +117,7 @@ void Controller::IndexLocked(JobEntry& j) {
     }
   }
   j.indexed_pending = j.rec.state == v1::JOB_STATE_QUEUED || j.rec.state == v1::JOB_STATE_RECOVERING;
-  if (j.indexed_pending) pending_.insert(numeric);
+  if (j.indexed_pending) pending_[numeric] = &j;
   j.indexed_nodes.clear();
   if (j.active() && j.current()) {
     j.indexed_nodes = j.current()->nodes;
@@ -164,9 +165,7 @@ Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::s
   if (request_id.size() > 128) return Status::InvalidArgument("request_id: at most 128 characters");
   std::lock_guard<std::mutex> lock(mu_);
   if (!request_id.empty()) {
-    for (const auto& [id, j] : jobs_) {
-      if (j.rec.request_id == request_id) return ToProto(j, true);
-    }
+    if (auto it = by_request_id_.find(request_id); it != by_request_id_.end()) return ToProto(jobs_.at(it->second), true);
   }
   JobRecord rec;
   rec.request_id = request_id;
@@ -194,8 +193,13 @@ Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::s
   EFT_LOG(INFO) << "job " << rec.id << " submitted (" << rec.spec.name() << ")";
   std::string id = rec.id;
   job_order_.push_back(id);
-  IndexLocked(jobs_[id] = std::move(j));
-  ScheduleLocked();
+  if (!request_id.empty()) by_request_id_[request_id] = id;
+  JobEntry& entry = jobs_[id] = std::move(j);
+  IndexLocked(entry);
+  // Older pending jobs did not fit at the current capacity and still do not: only the new one can
+  // start now, so there is no need for a pass over the whole queue.
+  std::optional<std::vector<NodeCapacity>> caps;
+  TryPlaceLocked(entry, &caps);
   changed_.notify_all();
   return ToProto(jobs_[id], true);
 }
@@ -292,7 +296,7 @@ Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained) {
   it->second.rec = rec;
   CapacityChangedLocked();
   EFT_LOG(INFO) << "node " << name << (drained ? " drained: it takes no new ranks" : " undrained");
-  if (!drained) ScheduleLocked();
+  if (!drained) MaybeScheduleLocked();
   v1::Node out = ToProto(it->second);
   for (const auto& cap : CapacitiesLocked()) {
     if (cap.name == name) out.set_free_slots(cap.ready ? static_cast<int>(cap.free_slots.size()) : 0);

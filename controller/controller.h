@@ -132,7 +132,12 @@ class Controller {
   void CapacityChangedLocked() { ++capacity_epoch_; }
 
   // lifecycle.cc: the state machine.
+  // A full scheduling pass over pending jobs (the ticker, and MaybeScheduleLocked).
   void ScheduleLocked();
+  // A pass only if capacity changed since the last one: what RPC handlers call.
+  void MaybeScheduleLocked();
+  // Places `job` if it is due and fits; `caps` is computed on first need and reset after a start.
+  void TryPlaceLocked(JobEntry& job, std::optional<std::vector<NodeCapacity>>* caps);
   std::vector<NodeCapacity> CapacitiesLocked() const;
   bool OldRanksLiveLocked(const JobEntry& job) const;
   // Every node of the job's last attempt has heartbeated since it ended, or is LOST.
@@ -162,10 +167,12 @@ class Controller {
   std::condition_variable changed_;
   std::map<std::string, JobEntry> jobs_;               // by id
   std::vector<std::string> job_order_;                 // ids in submit order
-  std::set<int64_t> pending_;                          // QUEUED/RECOVERING jobs, by numeric id (submit order)
+  std::map<int64_t, JobEntry*> pending_;               // QUEUED/RECOVERING jobs, by numeric id (submit order)
+  std::map<std::string, std::string> by_request_id_;   // SubmitJob idempotency keys -> job id
   std::map<std::string, std::set<std::string>> active_on_node_;  // node -> STARTING/RUNNING jobs with ranks there
   std::map<std::string, NodeEntry> nodes_;             // by name
   uint64_t capacity_epoch_ = 1;
+  uint64_t last_pass_epoch_ = 0;
   int64_t attempts_created_ = 0;  // over all jobs, ever: picks each attempt's MASTER_PORT
 
   std::atomic<bool> stopping_{false};

@@ -1,5 +1,6 @@
 // Controller: the job state machine. Scheduling attempts, ending them, restart policy, node loss.
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -67,8 +68,8 @@ void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) 
     if (j.active()) (void)EndAttemptLocked(j, "node " + rec.name + " lost (" + reason + ")", Outcome::kRestart);
   }
   // An attempt that just ended because its ranks failed was most likely cut off from this node.
-  for (int64_t numeric : std::vector<int64_t>(pending_.begin(), pending_.end())) {
-    JobEntry& j = jobs_.at(std::to_string(numeric));
+  for (const auto& [numeric, job] : std::map<int64_t, JobEntry*>(pending_)) {
+    JobEntry& j = *job;
     if (j.rec.state != v1::JOB_STATE_RECOVERING || !j.end_counted || !j.current()) continue;
     const auto& nodes = j.current()->nodes;
     if (std::find(nodes.begin(), nodes.end(), rec.name) == nodes.end()) continue;
@@ -155,46 +156,48 @@ bool Controller::PreviousNodesSettledLocked(const JobEntry& job) const {
 }
 
 void Controller::ScheduleLocked() {
-  int64_t now_ms = clock_->WallMillis();
-  SteadyTime now = clock_->Now();
-  std::vector<NodeCapacity> caps;
-  bool caps_valid = false;
+  last_pass_epoch_ = capacity_epoch_;
+  std::optional<std::vector<NodeCapacity>> caps;
   // A copy: starting an attempt takes the job out of pending_.
-  for (int64_t numeric : std::vector<int64_t>(pending_.begin(), pending_.end())) {
-    JobEntry& j = jobs_.at(std::to_string(numeric));
-    if (j.rec.not_before_ms > now_ms) continue;
-    if (j.unplaceable_epoch == capacity_epoch_) continue;  // nothing changed since it last did not fit
-    if (j.rec.state == v1::JOB_STATE_RECOVERING) {
-      if (now < j.stop_deadline && OldRanksLiveLocked(j)) continue;
-      // A rank failure is often the first sign of a dying node. Wait until every node of the last
-      // attempt has proven itself alive since then (one heartbeat) or has been declared LOST, so the
-      // next attempt is not placed on a dead node. Bounded by the heartbeat timeout.
-      if (now < j.ended_at + config_.heartbeat_timeout + config_.heartbeat_interval &&
-          !PreviousNodesSettledLocked(j)) {
-        continue;
-      }
+  for (const auto& [numeric, job] : std::map<int64_t, JobEntry*>(pending_)) TryPlaceLocked(*job, &caps);
+}
+
+void Controller::MaybeScheduleLocked() {
+  // Placements only change with capacity; what only time changes (backoffs, stop deadlines) is
+  // picked up by the next tick.
+  if (capacity_epoch_ != last_pass_epoch_) ScheduleLocked();
+}
+
+void Controller::TryPlaceLocked(JobEntry& j, std::optional<std::vector<NodeCapacity>>* caps) {
+  if (j.rec.not_before_ms > clock_->WallMillis()) return;
+  if (j.unplaceable_epoch == capacity_epoch_) return;  // nothing changed since it last did not fit
+  if (j.rec.state == v1::JOB_STATE_RECOVERING) {
+    SteadyTime now = clock_->Now();
+    if (now < j.stop_deadline && OldRanksLiveLocked(j)) return;
+    // A rank failure is often the first sign of a dying node. Wait until every node of the last
+    // attempt has proven itself alive since then (one heartbeat) or has been declared LOST, so the
+    // next attempt is not placed on a dead node. Bounded by the heartbeat timeout.
+    if (now < j.ended_at + config_.heartbeat_timeout + config_.heartbeat_interval && !PreviousNodesSettledLocked(j)) {
+      return;
     }
-    if (!caps_valid) {
-      caps = CapacitiesLocked();
-      caps_valid = true;
-    }
-    PlacementRequest req;
-    req.min_nodes = j.rec.spec.resources().nodes().min();
-    req.max_nodes = j.rec.spec.resources().nodes().max();
-    req.slots_per_node = j.rec.spec.resources().gpus_per_node();
-    if (j.current()) req.previous_nodes = j.current()->nodes;
-    Placement p = PlaceGang(req, caps);
-    if (!p.placed) {
-      j.unplaceable_epoch = capacity_epoch_;
-      std::string reason = "waiting for nodes: " + p.why_not;
-      if (reason != j.rec.reason) {
-        j.rec.reason = reason;  // informational; persisted with the next real transition
-        Bump(j);
-      }
-      continue;
-    }
-    if (StartAttemptLocked(j, p).ok()) caps_valid = false;
   }
+  if (!caps->has_value()) *caps = CapacitiesLocked();
+  PlacementRequest req;
+  req.min_nodes = j.rec.spec.resources().nodes().min();
+  req.max_nodes = j.rec.spec.resources().nodes().max();
+  req.slots_per_node = j.rec.spec.resources().gpus_per_node();
+  if (j.current()) req.previous_nodes = j.current()->nodes;
+  Placement p = PlaceGang(req, **caps);
+  if (!p.placed) {
+    j.unplaceable_epoch = capacity_epoch_;
+    std::string reason = "waiting for nodes: " + p.why_not;
+    if (reason != j.rec.reason) {
+      j.rec.reason = reason;  // informational; persisted with the next real transition
+      Bump(j);
+    }
+    return;
+  }
+  if (StartAttemptLocked(j, p).ok()) caps->reset();
 }
 
 Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
