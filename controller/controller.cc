@@ -159,49 +159,99 @@ Status Controller::Apply(JobEntry& job, JobChange change) {
 // ---------------------------------------------------------------------------------------------
 // JobService
 
+// Group commit: a submit that arrives while another batch is being written waits and goes into the
+// next transaction with the others, so N concurrent submits cost one fsync instead of N.
+struct Controller::PendingSubmit {
+  v1::JobSpec spec;
+  std::string request_id;
+  std::optional<Result<v1::Job>> result;
+};
+
 Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::string& request_id) {
-  v1::JobSpec spec = submitted;
-  EFT_RETURN_IF_ERROR(NormalizeJobSpec(&spec));
+  PendingSubmit me{submitted, request_id, std::nullopt};
+  EFT_RETURN_IF_ERROR(NormalizeJobSpec(&me.spec));
   if (request_id.size() > 128) return Status::InvalidArgument("request_id: at most 128 characters");
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!request_id.empty()) {
-    if (auto it = by_request_id_.find(request_id); it != by_request_id_.end()) return ToProto(jobs_.at(it->second), true);
-  }
-  JobRecord rec;
-  rec.request_id = request_id;
-  rec.spec = spec;
-  rec.state = v1::JOB_STATE_QUEUED;
-  rec.create_ms = clock_->WallMillis();
-  JobEntry j;
-  Status s = store_->RunInTransaction([&]() -> Status {
-    EFT_RETURN_IF_ERROR(store_->InsertJob(&rec));
-    // The default checkpoint dir depends on the id, which only the insert knows.
-    if (rec.spec.checkpoint().dir().empty()) {
-      rec.spec.mutable_checkpoint()->set_dir(config_.data_dir + "/checkpoints/" + rec.id);
-      EFT_RETURN_IF_ERROR(store_->UpdateJob(rec));
+  std::unique_lock<std::mutex> lock(submit_mu_);
+  submit_queue_.push_back(&me);
+  while (!me.result) {
+    if (submit_leader_) {
+      submit_cv_.wait(lock);
+      continue;
     }
-    j.rec = rec;
-    j.events.push_back(MakeEvent(j, "submitted", "submitted \"" + rec.spec.name() + "\": " +
-                                                     std::to_string(rec.spec.resources().nodes().min()) + ".." +
-                                                     std::to_string(rec.spec.resources().nodes().max()) +
-                                                     " nodes x " + std::to_string(rec.spec.resources().gpus_per_node()) +
-                                                     " ranks"));
-    return store_->AppendEvent(j.events.back());
+    submit_leader_ = true;
+    std::vector<PendingSubmit*> batch;
+    batch.swap(submit_queue_);
+    lock.unlock();
+    CommitSubmits(batch);
+    lock.lock();
+    submit_leader_ = false;
+    submit_cv_.notify_all();
+  }
+  return std::move(*me.result);
+}
+
+void Controller::CommitSubmits(const std::vector<PendingSubmit*>& batch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<JobEntry> created;
+  std::map<PendingSubmit*, size_t> created_for;
+  std::map<std::string, size_t> batch_request_ids;
+  Status s = store_->RunInTransaction([&]() -> Status {
+    for (PendingSubmit* p : batch) {
+      // A retried submit (same request id) gets the job the first one created.
+      if (!p->request_id.empty() &&
+          (by_request_id_.count(p->request_id) || batch_request_ids.count(p->request_id))) {
+        continue;
+      }
+      JobRecord rec;
+      rec.request_id = p->request_id;
+      rec.spec = p->spec;
+      rec.state = v1::JOB_STATE_QUEUED;
+      rec.create_ms = clock_->WallMillis();
+      EFT_RETURN_IF_ERROR(store_->InsertJob(&rec));
+      // The default checkpoint dir depends on the id, which only the insert knows.
+      if (rec.spec.checkpoint().dir().empty()) {
+        rec.spec.mutable_checkpoint()->set_dir(config_.data_dir + "/checkpoints/" + rec.id);
+        EFT_RETURN_IF_ERROR(store_->UpdateJob(rec));
+      }
+      JobEntry j;
+      j.rec = rec;
+      const auto& r = rec.spec.resources();
+      j.events.push_back(MakeEvent(j, "submitted",
+                                   "submitted \"" + rec.spec.name() + "\": " + std::to_string(r.nodes().min()) + ".." +
+                                       std::to_string(r.nodes().max()) + " nodes x " +
+                                       std::to_string(r.gpus_per_node()) + " ranks"));
+      EFT_RETURN_IF_ERROR(store_->AppendEvent(j.events.back()));
+      created_for[p] = created.size();
+      if (!p->request_id.empty()) batch_request_ids[p->request_id] = created.size();
+      created.push_back(std::move(j));
+    }
+    return Status::Ok();
   });
-  if (!s.ok()) return s.WithContext("storing the job");
-  j.spec_json = JobSpecToJson(j.rec.spec).dump();
-  EFT_LOG(INFO) << "job " << rec.id << " submitted (" << rec.spec.name() << ")";
-  std::string id = rec.id;
-  job_order_.push_back(id);
-  if (!request_id.empty()) by_request_id_[request_id] = id;
-  JobEntry& entry = jobs_[id] = std::move(j);
-  IndexLocked(entry);
-  // Older pending jobs did not fit at the current capacity and still do not: only the new one can
+  if (!s.ok()) {
+    for (PendingSubmit* p : batch) p->result = s.WithContext("storing the job");
+    return;
+  }
+  std::vector<JobEntry*> entries;
+  for (JobEntry& j : created) {
+    j.spec_json = JobSpecToJson(j.rec.spec).dump();
+    EFT_LOG(INFO) << "job " << j.rec.id << " submitted (" << j.rec.spec.name() << ")";
+    std::string id = j.rec.id;
+    job_order_.push_back(id);
+    if (!j.rec.request_id.empty()) by_request_id_[j.rec.request_id] = id;
+    JobEntry& entry = jobs_[id] = std::move(j);
+    IndexLocked(entry);
+    entries.push_back(&entry);
+  }
+  // Older pending jobs did not fit at the current capacity and still do not: only the new ones can
   // start now, so there is no need for a pass over the whole queue.
   std::optional<std::vector<NodeCapacity>> caps;
-  TryPlaceLocked(entry, &caps);
+  for (JobEntry* entry : entries) TryPlaceLocked(*entry, &caps);
+  for (PendingSubmit* p : batch) {
+    auto it = created_for.find(p);
+    const std::string& id = it != created_for.end() ? entries[it->second]->rec.id : by_request_id_.at(p->request_id);
+    p->result = ToProto(jobs_.at(id), true);
+  }
   changed_.notify_all();
-  return ToProto(jobs_[id], true);
 }
 
 Result<v1::Job> Controller::GetJob(const std::string& id) {

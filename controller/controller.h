@@ -116,6 +116,9 @@ class Controller {
 
   Controller(ControllerConfig config, Clock* clock, std::unique_ptr<Store> store);
   Status Load();
+  struct PendingSubmit;
+  // Writes a batch of submits in one transaction and answers each of them.
+  void CommitSubmits(const std::vector<PendingSubmit*>& batch);
 
   // controller.cc: conversions and lookups.
   v1::Job ToProto(const JobEntry& job, bool full) const;
@@ -174,6 +177,12 @@ class Controller {
   uint64_t capacity_epoch_ = 1;
   uint64_t last_pass_epoch_ = 0;
   int64_t attempts_created_ = 0;  // over all jobs, ever: picks each attempt's MASTER_PORT
+
+  // Group commit of submits (see SubmitJob): one leader writes while the others queue.
+  std::mutex submit_mu_;
+  std::condition_variable submit_cv_;
+  std::vector<PendingSubmit*> submit_queue_;
+  bool submit_leader_ = false;
 
   std::atomic<bool> stopping_{false};
   std::thread ticker_;

@@ -3,6 +3,7 @@
 #include "controller/controller.h"
 
 #include <filesystem>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -401,6 +402,36 @@ TEST_F(ControllerTest, SubmitIsIdempotentWithRequestIdAndValidates) {
   auto rejected = c_->SubmitJob(bad, "");
   EXPECT_EQ(rejected.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(rejected.status().message().find("nodes.max"), std::string::npos) << rejected.status();
+}
+
+TEST_F(ControllerTest, ConcurrentSubmitsAreGroupCommittedAndEachAcknowledgedOnce) {
+  // 16 threads x 20 submits; every fourth thread reuses one request id, as retrying clients do.
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::map<std::string, int> ids;  // job id -> acknowledgements
+  std::vector<std::string> shared_ids;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        std::string request_id = t % 4 == 0 ? "same-" + std::to_string(i) : "";
+        auto job = c_->SubmitJob(Spec("c" + std::to_string(t), 1, 1), request_id);
+        ASSERT_TRUE(job.ok()) << job.status();
+        std::lock_guard<std::mutex> lock(mu);
+        ++ids[job->id()];
+        if (!request_id.empty()) shared_ids.push_back(request_id + "=" + job->id());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // 12 threads x 20 distinct jobs, plus 20 jobs shared by the 4 threads that reuse request ids.
+  EXPECT_EQ(ids.size(), 12u * 20 + 20);
+  std::map<std::string, std::set<std::string>> by_request;
+  for (const auto& s : shared_ids) by_request[s.substr(0, s.find('='))].insert(s.substr(s.find('=') + 1));
+  for (const auto& [rid, jobs] : by_request) EXPECT_EQ(jobs.size(), 1u) << rid << " made more than one job";
+  Restart();
+  v1::ListJobsRequest all;
+  all.set_page_size(1000);
+  EXPECT_EQ(c_->ListJobs(all)->jobs_size(), 12 * 20 + 20) << "every acknowledged submit is durable";
 }
 
 TEST_F(ControllerTest, ListJobsPagesNewestFirstAndFilters) {
