@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "controller.yaml with further settings")->check(CLI::ExistingFile);
   app.add_option("--heartbeat-interval", heartbeat_interval_s, "seconds between worker heartbeats (default 1)");
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s, "seconds without heartbeat before a node is LOST (default 3)");
-  app.add_option("--log-level", log_level, "debug|info|warning|error");
+  app.add_option("--log-level", log_level, "debug|info|warning|error")
+      ->check(CLI::IsMember({"debug", "info", "warning", "warn", "error"}));
   std::string http_address;
   int http_threads = 0;
   double http_read_timeout_s = 0;
@@ -40,14 +41,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (!log_level.empty()) {
-    LogLevel level;
-    if (!ParseLogLevel(log_level, &level)) {
-      std::fprintf(stderr, "--log-level: expected debug, info, warning or error, got '%s'\n", log_level.c_str());
-      return 2;
-    }
-    SetLogLevel(level);
-  }
+  if (LogLevel level; ParseLogLevel(log_level, &level)) SetLogLevel(level);
 
   ControllerConfig config;
   if (!config_path.empty()) {

@@ -21,20 +21,14 @@ int main(int argc, char** argv) {
   app.add_option("--slots", config.slots, "rank slots (default: one per visible GPU, else 1)");
   app.add_option("--work-dir", config.work_dir, "rank logs and state (default: /tmp/eft-worker-NAME)");
   app.add_option("--address", config.address, "address other nodes reach this one at (MASTER_ADDR; default: host name)");
-  app.add_option("--log-level", log_level, "debug|info|warning|error");
+  app.add_option("--log-level", log_level, "debug|info|warning|error")
+      ->check(CLI::IsMember({"debug", "info", "warning", "warn", "error"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (!log_level.empty()) {
-    LogLevel level;
-    if (!ParseLogLevel(log_level, &level)) {
-      std::fprintf(stderr, "--log-level: expected debug, info, warning or error, got '%s'\n", log_level.c_str());
-      return 2;
-    }
-    SetLogLevel(level);
-  }
+  if (LogLevel level; ParseLogLevel(log_level, &level)) SetLogLevel(level);
   Status s = FinalizeWorkerConfig(&config);
   if (!s.ok()) {
     std::fprintf(stderr, "eft-worker: %s\n", s.message().c_str());

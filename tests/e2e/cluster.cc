@@ -20,6 +20,17 @@ namespace eft::testing {
 
 namespace fs = std::filesystem;
 
+bool IsTerminal(const v1::Job& j) {
+  return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
+         j.state() == v1::JOB_STATE_CANCELLED;
+}
+
+std::string DescribeJob(const v1::Job& j) {
+  std::string out = "job " + j.id() + " " + v1::JobState_Name(j.state()) + " (" + j.reason() + ")\n";
+  for (const auto& e : j.events()) out += "  [" + e.type() + "] " + e.message() + "\n";
+  return out;
+}
+
 TestCluster::TestCluster(ClusterOptions options) : options_(options) {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "cluster";

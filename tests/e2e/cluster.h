@@ -33,6 +33,11 @@ struct ClusterOptions {
   std::vector<std::string> controller_args;
 };
 
+// SUCCEEDED, FAILED or CANCELLED.
+bool IsTerminal(const v1::Job& job);
+// The job's state, reason and every event: what a failing assertion should print.
+std::string DescribeJob(const v1::Job& job);
+
 class TestCluster {
  public:
   explicit TestCluster(ClusterOptions options = {});

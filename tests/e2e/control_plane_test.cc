@@ -16,16 +16,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-bool Terminal(const v1::Job& j) {
-  return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
-         j.state() == v1::JOB_STATE_CANCELLED;
-}
 
-std::string Describe(const v1::Job& j) {
-  std::string out = "job " + j.id() + " " + v1::JobState_Name(j.state()) + " (" + j.reason() + ")\n";
-  for (const auto& e : j.events()) out += "  [" + e.type() + "] " + e.message() + "\n";
-  return out;
-}
 
 // The workload's result file: {"acc": ..., "expected": ..., "world_size": ..., "attempt": ...}.
 nlohmann::json Result(TestCluster& c, const std::string& name) {
@@ -38,8 +29,8 @@ TEST(ControlPlane, JobTakesUpToMaxNodesAndSucceeds) {
   c.StartAll();
   v1::Job job;
   ASSERT_TRUE(c.Submit(c.WorkloadJob("three", 2, 3, 12, 20, 4), &job).ok());
-  job = c.WaitForJob(job.id(), Terminal, 60s);
-  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << Describe(job);
+  job = c.WaitForJob(job.id(), IsTerminal, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(job);
   ASSERT_EQ(job.attempts_size(), 1);
   EXPECT_EQ(job.attempts(0).world_size(), 3);
   EXPECT_EQ(job.attempts(0).nodes_size(), 3);
@@ -58,8 +49,8 @@ TEST(ControlPlane, WorkerKilledMidJobRestartsAtSmallerWorldSizeFromCheckpoint) {
   v1::Job job;
   ASSERT_TRUE(c.Submit(c.WorkloadJob("elastic", 2, 3, 40, 100, 5), &job).ok());
   // Let it make progress past a checkpoint.
-  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.checkpoints_size() >= 2 || Terminal(j); }, 60s);
-  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << Describe(job);
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.checkpoints_size() >= 2 || IsTerminal(j); }, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << DescribeJob(job);
   std::vector<pid_t> first = c.RankPids("elastic", 1);
   ASSERT_EQ(first.size(), 3u);
 
@@ -83,9 +74,9 @@ TEST(ControlPlane, WorkerKilledMidJobRestartsAtSmallerWorldSizeFromCheckpoint) {
       4s);
   EXPECT_TRUE(survivors_gone) << "ranks of attempt 1 still alive";
 
-  job = c.WaitForJob(job.id(), Terminal, 90s);
-  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << Describe(job);
-  ASSERT_EQ(job.attempts_size(), 2) << Describe(job);
+  job = c.WaitForJob(job.id(), IsTerminal, 90s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(job);
+  ASSERT_EQ(job.attempts_size(), 2) << DescribeJob(job);
   EXPECT_NE(job.attempts(0).end_reason().find("node node2 lost"), std::string::npos) << job.attempts(0).end_reason();
   EXPECT_EQ(job.attempts(1).world_size(), 2);
   EXPECT_FALSE(job.attempts(1).resume_from().empty()) << "attempt 2 must resume from a checkpoint";
@@ -102,19 +93,19 @@ TEST(ControlPlane, ControllerKilledMidJobKeepsTheAttemptRunning) {
   ASSERT_TRUE(c.Submit(c.WorkloadJob("survivor", 3, 3, 30, 100, 5), &job).ok());
   // A second job that cannot start while the first holds every node: it must survive too.
   ASSERT_TRUE(c.Submit(c.WorkloadJob("waiting", 3, 3, 3, 10, 5), &queued).ok());
-  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.progress().step() >= 5 || Terminal(j); }, 60s);
-  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << Describe(job);
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.progress().step() >= 5 || IsTerminal(j); }, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << DescribeJob(job);
 
   c.KillController(SIGKILL);
   std::this_thread::sleep_for(1500ms);  // ranks keep training; workers keep retrying
   c.StartController();
 
-  job = c.WaitForJob(job.id(), Terminal, 90s);
-  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << Describe(job);
-  EXPECT_EQ(job.attempts_size(), 1) << "the controller restart must not restart the job\n" << Describe(job);
+  job = c.WaitForJob(job.id(), IsTerminal, 90s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(job);
+  EXPECT_EQ(job.attempts_size(), 1) << "the controller restart must not restart the job\n" << DescribeJob(job);
   EXPECT_EQ(Result(c, "survivor").value("acc", -1.0), 30.0 * 31 / 2);
-  queued = c.WaitForJob(queued.id(), Terminal, 60s);
-  EXPECT_EQ(queued.state(), v1::JOB_STATE_SUCCEEDED) << Describe(queued);
+  queued = c.WaitForJob(queued.id(), IsTerminal, 60s);
+  EXPECT_EQ(queued.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(queued);
   EXPECT_EQ(queued.spec().name(), "waiting");
 }
 
@@ -126,8 +117,8 @@ TEST(ControlPlane, ExitCode2FailsWithoutRetry) {
                                      {"--fail-at-step", "3", "--fail-rank", "1", "--fail-code", "2"}),
                        &job)
                   .ok());
-  job = c.WaitForJob(job.id(), Terminal, 60s);
-  ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED) << Describe(job);
+  job = c.WaitForJob(job.id(), IsTerminal, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED) << DescribeJob(job);
   EXPECT_EQ(job.attempts_size(), 1);
   EXPECT_NE(job.reason().find("exited with code 2"), std::string::npos) << job.reason();
 }
@@ -140,9 +131,9 @@ TEST(ControlPlane, RepeatedFailuresFailTheJobAfterMaxRestarts) {
   spec.mutable_fault_tolerance()->set_max_restarts(2);
   v1::Job job;
   ASSERT_TRUE(c.Submit(spec, &job).ok());
-  job = c.WaitForJob(job.id(), Terminal, 90s);
-  ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED) << Describe(job);
-  EXPECT_EQ(job.attempts_size(), 3) << "1 attempt + max_restarts (2) restarts\n" << Describe(job);
+  job = c.WaitForJob(job.id(), IsTerminal, 90s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED) << DescribeJob(job);
+  EXPECT_EQ(job.attempts_size(), 3) << "1 attempt + max_restarts (2) restarts\n" << DescribeJob(job);
   EXPECT_EQ(job.restarts(), 2);
   EXPECT_NE(job.reason().find("max_restarts"), std::string::npos) << job.reason();
 }
@@ -152,8 +143,8 @@ TEST(ControlPlane, CancelStopsEveryRankWithinTheGracePeriod) {
   c.StartAll();
   v1::Job job;
   ASSERT_TRUE(c.Submit(c.WorkloadJob("cancel-me", 3, 3, 1000, 100, 50), &job).ok());
-  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING || Terminal(j); }, 30s);
-  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << Describe(job);
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING || IsTerminal(j); }, 30s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << DescribeJob(job);
   ASSERT_TRUE(WaitUntil([&] { return c.RankPids("cancel-me", 1).size() == 3; }, 10s));
   std::vector<pid_t> pids = c.RankPids("cancel-me", 1);
 

@@ -15,10 +15,6 @@ namespace {
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 
-bool Terminal(const v1::Job& j) {
-  return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
-         j.state() == v1::JOB_STATE_CANCELLED;
-}
 
 std::string ToJson(const google::protobuf::Message& m) {
   std::string out;
@@ -91,14 +87,14 @@ TEST(Rest, JobsAndNodesThroughRestMatchGrpc) {
   EXPECT_EQ(c.GetJob(id_c).spec().name(), "yaml-c");
 
   for (const std::string& id : {id_a, b.id(), id_c}) {
-    v1::Job done = c.WaitForJob(id, Terminal, 60s);
+    v1::Job done = c.WaitForJob(id, IsTerminal, 60s);
     EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << id << ": " << done.reason();
   }
 
   // A long job to cancel through REST.
   json d = Rest(c, "POST", "/v1/jobs", 200, ToJson(c.WorkloadJob("rest-d", 1, 1, 1000, 100, 0)));
   std::string id_d = d["id"];
-  c.WaitForJob(id_d, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING || Terminal(j); }, 30s);
+  c.WaitForJob(id_d, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING || IsTerminal(j); }, 30s);
   json cancelled = Rest(c, "POST", "/v1/jobs/" + id_d + ":cancel", 200);
   EXPECT_EQ(cancelled["state"], "JOB_STATE_CANCELLED");
   EXPECT_EQ(c.GetJob(id_d).state(), v1::JOB_STATE_CANCELLED);
@@ -222,8 +218,8 @@ TEST(Rest, FollowStreamsLinesWhileTheRankWritesThem) {
     text += *chunk;
     if (!saw_step_while_running && text.find("step 1/20") != std::string::npos) {
       v1::Job now = c.GetJob(id);
-      EXPECT_FALSE(Terminal(now)) << "the first step line arrived only after the job ended";
-      saw_step_while_running = !Terminal(now);
+      EXPECT_FALSE(IsTerminal(now)) << "the first step line arrived only after the job ended";
+      saw_step_while_running = !IsTerminal(now);
       // The follow stream holds no server thread: other requests are answered at once meanwhile.
       auto t0 = std::chrono::steady_clock::now();
       auto h = HttpCall(c.http_port(), "GET", "/healthz");
@@ -236,7 +232,7 @@ TEST(Rest, FollowStreamsLinesWhileTheRankWritesThem) {
   EXPECT_GT(chunks, 3) << "lines came over time, not in one piece";
   EXPECT_NE(text.find("step 20/20"), std::string::npos) << text;
   EXPECT_NE(text.find("finished"), std::string::npos) << text;
-  EXPECT_TRUE(Terminal(c.GetJob(id))) << "follow ends only when the job did";
+  EXPECT_TRUE(IsTerminal(c.GetJob(id))) << "follow ends only when the job did";
   other.join();
   EXPECT_NE(all_ranks.find("[attempt 1 rank 0] step 20/20"), std::string::npos) << all_ranks;
   EXPECT_NE(all_ranks.find("[attempt 1 rank 1] eft-test-workload job=" + id), std::string::npos) << all_ranks;

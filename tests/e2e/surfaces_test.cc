@@ -15,10 +15,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-bool Terminal(const v1::Job& j) {
-  return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
-         j.state() == v1::JOB_STATE_CANCELLED;
-}
 
 struct CommandResult {
   int exit_code = -1;
@@ -158,12 +154,12 @@ TEST(Surfaces, RestartedWorkerKillsItsOldRanksAndTheJobRecovers) {
   c.StartAll();
   v1::Job job;
   ASSERT_TRUE(c.Submit(c.WorkloadJob("bounce", 3, 3, 30, 100, 5), &job).ok());
-  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.checkpoints_size() >= 1 || Terminal(j); }, 60s);
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.checkpoints_size() >= 1 || IsTerminal(j); }, 60s);
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
   // SIGKILL only the worker process (not its group): its rank dies through PR_SET_PDEATHSIG.
   c.KillWorker(1);
   c.StartWorker(1);  // back within the heartbeat timeout, as a new incarnation
-  job = c.WaitForJob(job.id(), Terminal, 90s);
+  job = c.WaitForJob(job.id(), IsTerminal, 90s);
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
   ASSERT_GE(job.attempts_size(), 2);
   EXPECT_EQ(job.attempts(job.attempts_size() - 1).world_size(), 3) << "node1 is back, so the job uses it again";
@@ -176,13 +172,13 @@ TEST(Surfaces, WorkerSigtermStopsItsRanksGracefullyAndTheJobMovesOn) {
   c.StartAll();
   v1::Job job;
   ASSERT_TRUE(c.Submit(c.WorkloadJob("drain", 2, 3, 40, 100, 100), &job).ok());
-  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.progress().step() >= 5 || Terminal(j); }, 60s);
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.progress().step() >= 5 || IsTerminal(j); }, 60s);
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
   c.worker(2).Signal(SIGTERM);
   int status = c.worker(2).Wait(10s);
   ASSERT_NE(status, -1) << "eft-worker did not exit after SIGTERM";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  job = c.WaitForJob(job.id(), Terminal, 90s);
+  job = c.WaitForJob(job.id(), IsTerminal, 90s);
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
   ASSERT_GE(job.attempts_size(), 2);
   EXPECT_NE(job.attempts(0).end_reason().find("exit 75"), std::string::npos) << job.attempts(0).end_reason();

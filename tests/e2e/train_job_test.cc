@@ -20,16 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-bool Terminal(const v1::Job& j) {
-  return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
-         j.state() == v1::JOB_STATE_CANCELLED;
-}
 
-std::string Describe(const v1::Job& j) {
-  std::string out = "job " + j.id() + " " + v1::JobState_Name(j.state()) + " (" + j.reason() + ")\n";
-  for (const auto& e : j.events()) out += "  [" + e.type() + "] " + e.message() + "\n";
-  return out;
-}
 
 class TrainJob : public ::testing::Test {
  protected:
@@ -79,8 +70,8 @@ TEST_F(TrainJob, AJobWithoutCommandRunsEftTrainOnEveryRank) {
   Prepare(c);
   v1::Job job;
   ASSERT_TRUE(c.Submit(Spec(c, "sft", model_), &job).ok());
-  job = c.WaitForJob(job.id(), Terminal, 180s);
-  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << Describe(job);
+  job = c.WaitForJob(job.id(), IsTerminal, 180s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(job);
   EXPECT_EQ(job.attempts_size(), 1);
   EXPECT_EQ(job.attempts(0).world_size(), 2);
   // Progress comes from rank 0's step events: 32 examples / 8 per step x 2 epochs.
@@ -103,8 +94,8 @@ TEST_F(TrainJob, ABrokenModelFailsTheJobWithoutRetry) {
   Prepare(c);
   v1::Job job;
   ASSERT_TRUE(c.Submit(Spec(c, "broken", c.dir() + "/no-such-model"), &job).ok());
-  job = c.WaitForJob(job.id(), Terminal, 120s);
-  ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED) << Describe(job);
+  job = c.WaitForJob(job.id(), IsTerminal, 120s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED) << DescribeJob(job);
   EXPECT_EQ(job.attempts_size(), 1);
   EXPECT_NE(job.reason().find("exited with code 2"), std::string::npos) << job.reason();
 }
