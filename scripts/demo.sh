@@ -73,7 +73,7 @@ YAML
 cat "$DEMO/sft.yaml"
 "$EFTCTL" job submit -f "$DEMO/sft.yaml" --follow
 "$EFTCTL" job logs 1 --rank 0 | tail -4
-echo "final Hugging Face model: $(ls "$DEMO/sft-checkpoints/final")"
+echo "final checkpoint (a Hugging Face model directory): $(ls -dv "$DEMO"/sft-checkpoints/step-* | tail -1)"
 
 say "Part 2: a node dies in the middle of a job"
 cat >"$DEMO/job.yaml" <<YAML

@@ -5,6 +5,7 @@
 //
 // Without --config the job spec comes from EFT_JOB_SPEC (set by eft-worker). Exit codes
 // (ARCHITECTURE.md): 0 done, 2 bad configuration or input, 1 anything else.
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,7 +14,7 @@
 
 #include "common/logging.h"
 #include "common/yaml_json.h"
-#include "trainer/io/safetensors.h"
+#include "trainer/checkpoint/full_state.h"
 #include "trainer/model/llama.h"
 #include "trainer/model/model_config.h"
 #include "trainer/train/launch.h"
@@ -25,6 +26,13 @@ using namespace eft;
 using namespace eft::trainer;
 
 constexpr int kExitConfig = 2;
+constexpr int kExitStopped = 75;  // stopped on request after saving a checkpoint
+
+// First SIGTERM/SIGINT: finish the step, save, exit 75. A second one: die at once.
+void OnStopSignal(int sig) {
+  Trainer::RequestStop();
+  std::signal(sig, SIG_DFL);
+}
 
 int ExitFor(const Status& s) {
   switch (s.code()) {
@@ -77,29 +85,16 @@ int InitModel(const InitModelArgs& a) {
     auto layer = LayerParamSpecs(*config, static_cast<int>(i));
     specs.insert(specs.end(), layer.begin(), layer.end());
   }
-  for (const auto& spec : specs) tensors.emplace_back(spec.name, InitParameter(*config, spec, a.seed).to(dtype));
-  std::filesystem::create_directories(a.out);
-  Status s = WriteSafetensorsDir(a.out, tensors, 5ull << 30, {{"format", "pt"}});
-  if (!s.ok()) return Fail(s);
-  std::ofstream(a.out + "/config.json") << config->ToHfJson().dump(2) << "\n";
-  if (!a.tokenizer.empty()) {
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                          "merges.txt", "tokenizer.model", "generation_config.json"}) {
-      std::filesystem::path src = std::filesystem::path(a.tokenizer) / f;
-      std::error_code ec;
-      if (std::filesystem::exists(src)) {
-        std::filesystem::copy_file(src, std::filesystem::path(a.out) / f,
-                                   std::filesystem::copy_options::overwrite_existing, ec);
-      }
-    }
-  }
+  for (const auto& spec : specs) tensors.emplace_back(spec.name, InitParameter(*config, spec, a.seed));
+  auto written = WriteHfModel(a.out, tensors, *config, dtype, a.tokenizer);
+  if (!written.ok()) return Fail(written.status());
   std::printf("wrote a random %s model (%.2fM parameters, %s) to %s\n", a.arch.c_str(), config->NumParameters() / 1e6,
               a.dtype.c_str(), a.out.c_str());
   return 0;
 }
 
 int Train(const std::string& config_path, const std::vector<std::string>& overrides, int threads,
-          const std::string& output_dir) {
+          const std::string& output_dir, const std::string& resume) {
   Result<nlohmann::json> spec = Status::InvalidArgument("no job spec");
   if (!config_path.empty()) {
     spec = LoadYamlOrJsonFile(config_path);
@@ -120,11 +115,15 @@ int Train(const std::string& config_path, const std::vector<std::string>& overri
   if (!output_dir.empty()) config->output_dir = output_dir;
   auto env = RankEnvFromEnvironment();
   if (!env.ok()) return Fail(env.status());
+  if (!resume.empty()) env->resume_from = resume;
+  std::signal(SIGTERM, OnStopSignal);
+  std::signal(SIGINT, OnStopSignal);
   SetLogProgram("eft-train rank " + std::to_string(env->rank));
   auto trainer = Trainer::Create(*config, *env);
   if (!trainer.ok()) return Fail(trainer.status());
   try {
     Status s = (*trainer)->Run();
+    if (s.code() == StatusCode::kAborted) return kExitStopped;
     if (!s.ok()) return Fail(s);
   } catch (const std::exception& e) {
     // A collective failing because a peer died lands here: retryable, not a configuration error.
@@ -147,13 +146,15 @@ int main(int argc, char** argv) {
   int nproc = 0;
   int64_t max_steps = 0;
   int threads = 0;
-  std::string output_dir;
+  std::string output_dir, resume;
+  train->add_option("--resume", resume, "auto (the newest valid checkpoint in checkpoint.dir) or a checkpoint path "
+                                        "(default: $EFT_RESUME_FROM)");
   train->add_option("--config", config_path, "job spec YAML/JSON (default: $EFT_JOB_SPEC)");
   train->add_option("--set", overrides, "override one field: --set training.lr=1e-4 (repeatable)");
   train->add_option("--nproc", nproc, "spawn this many local ranks (like torchrun --nproc-per-node)");
   train->add_option("--max-steps", max_steps, "stop after this many optimizer steps");
   train->add_option("--threads", threads, "intra-op threads per rank (default: cores / local ranks)");
-  train->add_option("--output-dir", output_dir, "where the final model goes (default: <checkpoint.dir>/final)");
+  train->add_option("--output-dir", output_dir, "also write the final model as a Hugging Face directory here");
 
   InitModelArgs im;
   auto* init = app.add_subcommand("init-model", "write a randomly initialised Hugging Face model directory");
@@ -187,7 +188,8 @@ int main(int argc, char** argv) {
     for (const auto& o : overrides) args.insert(args.end(), {"--set", o});
     if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
     if (!output_dir.empty()) args.insert(args.end(), {"--output-dir", output_dir});
+    if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
     return SpawnLocalRanks(nproc, args);
   }
-  return Train(config_path, overrides, threads, output_dir);
+  return Train(config_path, overrides, threads, output_dir, resume);
 }

@@ -79,9 +79,13 @@ TEST_F(TrainJob, AJobWithoutCommandRunsEftTrainOnEveryRank) {
   EXPECT_EQ(job.progress().total_steps(), 8);
   EXPECT_GT(job.progress().loss(), 0);
   EXPECT_GT(job.progress().tokens_per_s(), 0);
-  std::string final_dir = c.checkpoint_root() + "/sft/final";
+  // The last checkpoint is a full one: a Hugging Face directory, committed, and known to the controller.
+  std::string final_dir = c.checkpoint_root() + "/sft/step-8";
   EXPECT_TRUE(fs::exists(final_dir + "/model.safetensors"));
   EXPECT_TRUE(fs::exists(final_dir + "/config.json"));
+  EXPECT_TRUE(fs::exists(final_dir + "/COMMITTED"));
+  ASSERT_GE(job.checkpoints_size(), 1);
+  EXPECT_EQ(job.checkpoints(job.checkpoints_size() - 1).path(), final_dir);
   std::string log = ReadFile(c.dir() + "/work/node0/logs/" + job.id() + "/attempt-1/rank-0.log");
   EXPECT_NE(log.find("step 8/8"), std::string::npos) << log;
 }
@@ -98,6 +102,37 @@ TEST_F(TrainJob, ABrokenModelFailsTheJobWithoutRetry) {
   ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED) << DescribeJob(job);
   EXPECT_EQ(job.attempts_size(), 1);
   EXPECT_NE(job.reason().find("exited with code 2"), std::string::npos) << job.reason();
+}
+
+// The mission in one test: a node dies in the middle of an eft-train job; the controller restarts it
+// on the nodes it has, at a smaller world size, from the newest checkpoint, and the job finishes.
+TEST_F(TrainJob, ANodeLostMidTrainingResumesFromTheNewestCheckpointAtASmallerWorldSize) {
+  ClusterOptions o;
+  o.workers = 3;
+  TestCluster c(o);
+  c.StartAll();
+  Prepare(c);
+  v1::JobSpec spec = Spec(c, "elastic", model_);
+  spec.mutable_resources()->mutable_nodes()->set_min(2);
+  spec.mutable_resources()->mutable_nodes()->set_max(3);
+  spec.mutable_training()->set_epochs(60);  // 240 steps: long enough to lose a node on the way
+  spec.mutable_checkpoint()->set_every_steps(10);
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(spec, &job).ok());
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.checkpoints_size() >= 2 || IsTerminal(j); }, 180s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << DescribeJob(job);
+  ASSERT_EQ(job.attempts(0).world_size(), 3);
+  c.KillWorker(2);
+  job = c.WaitForJob(job.id(), IsTerminal, 300s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(job);
+  ASSERT_EQ(job.attempts_size(), 2) << DescribeJob(job);
+  EXPECT_EQ(job.attempts(1).world_size(), 2);
+  const std::string from = job.attempts(1).resume_from();
+  ASSERT_FALSE(from.empty()) << DescribeJob(job);
+  std::string log = ReadFile(c.dir() + "/work/node0/logs/" + job.id() + "/attempt-2/rank-0.log");
+  EXPECT_NE(log.find("resumed from " + from), std::string::npos) << log;
+  EXPECT_NE(log.find("written at world size 3, now 2"), std::string::npos) << log;
+  EXPECT_EQ(job.progress().step(), 240);
 }
 
 }  // namespace

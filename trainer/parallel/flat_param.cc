@@ -22,9 +22,20 @@ FlatParamUnit::FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Com
   }
 }
 
-Status FlatParamUnit::InitShard(const std::function<Result<at::Tensor>(const ParamSpec&)>& value) {
+std::pair<int64_t, int64_t> FlatParamUnit::OwnedRange() const {
+  const int64_t lo = std::min(shard_offset(), numel_);
+  return {lo, std::min(shard_offset() + shard_numel_, numel_)};
+}
+
+at::Tensor FlatParamUnit::GatherSlices(const at::Tensor& slice) const {
+  at::Tensor full = at::empty({padded_numel()}, slice.options());
+  comm_->AllGather(slice.contiguous(), full);
+  return full;
+}
+
+Status FlatParamUnit::FillSlice(at::Tensor& slice, const WholeValue& value) const {
   const int64_t lo = shard_offset(), hi = lo + shard_numel_;
-  shard_.zero_();
+  slice.zero_();
   for (size_t i = 0; i < specs_.size(); ++i) {
     int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + specs_[i].numel());
     if (a >= b) continue;  // not in this rank's slice: do not even materialise it
@@ -34,7 +45,7 @@ Status FlatParamUnit::InitShard(const std::function<Result<at::Tensor>(const Par
                                      c10::str(at::IntArrayRef(specs_[i].shape)));
     }
     at::Tensor flat = whole.reshape({-1}).to(at::kFloat);
-    shard_.slice(0, a - lo, b - lo).copy_(flat.slice(0, a - offsets_[i], b - offsets_[i]));
+    slice.slice(0, a - lo, b - lo).copy_(flat.slice(0, a - offsets_[i], b - offsets_[i]));
   }
   return Status::Ok();
 }

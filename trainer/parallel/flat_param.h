@@ -35,8 +35,16 @@ class FlatParamUnit {
   at::Tensor& grad() { return grad_; }
   const at::Tensor& decay_mask() const { return decay_mask_; }
 
-  // Fills this rank's slice: `value(spec)` gives a whole parameter (any float dtype).
-  Status InitShard(const std::function<Result<at::Tensor>(const ParamSpec&)>& value);
+  using WholeValue = std::function<Result<at::Tensor>(const ParamSpec&)>;
+  // Fills this rank's slice: `value(spec)` gives a whole parameter (any float dtype). Only the
+  // parameters that overlap the slice are asked for.
+  Status InitShard(const WholeValue& value) { return FillSlice(shard_, value); }
+  // The same for any tensor laid out like the shard (e.g. an optimizer moment).
+  Status FillSlice(at::Tensor& slice, const WholeValue& value) const;
+  // Collective. Every rank's slice-shaped fp32 `slice`, gathered into the whole flat vector.
+  at::Tensor GatherSlices(const at::Tensor& slice) const;
+  // [begin, end) of the flat vector this rank's slice holds, padding excluded (may be empty).
+  std::pair<int64_t, int64_t> OwnedRange() const;
   // Collective. The whole flat vector in `dtype`.
   at::Tensor Gather(at::ScalarType dtype) const;
   // Collective. Gathers into `full` (padded_numel elements of the compute dtype) without touching

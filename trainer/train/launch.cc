@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
@@ -105,6 +106,7 @@ Result<RankEnv> RankEnvFromEnvironment(const std::map<std::string, std::string>*
 
 namespace {
 
+constexpr int kExitStoppedOnRequest = 75;
 volatile sig_atomic_t g_forward_signal = 0;
 void RememberSignal(int sig) { g_forward_signal = sig; }
 
@@ -131,6 +133,7 @@ int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  const pid_t launcher = ::getpid();
   for (int r = 0; r < nproc; ++r) {
     std::vector<std::string> env_strings;
     for (char** e = environ; *e; ++e) env_strings.push_back(*e);
@@ -150,6 +153,11 @@ int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv) {
     cenv.push_back(nullptr);
     pid_t pid = ::fork();
     if (pid == 0) {
+      // Ranks get signals only through this launcher (Ctrl-C at a terminal would otherwise reach
+      // them twice: a second SIGINT means "die now"), and die with it.
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(1);  // the launcher died before prctl
       ::execve(self.c_str(), cargv.data(), cenv.data());
       std::perror("eft-train: exec");
       ::_exit(127);
@@ -174,7 +182,12 @@ int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv) {
     }
     --alive;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code != 0 && result == 0) {
+    // 75: a rank stopped on request after saving; the others are finishing the same save.
+    if (code == kExitStoppedOnRequest) {
+      if (result == 0) result = code;
+      continue;
+    }
+    if (code != 0 && (result == 0 || result == kExitStoppedOnRequest)) {
       result = code;
       // One rank failed: the others would wait for it in a collective until the timeout.
       if (!stopping) {

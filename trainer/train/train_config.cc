@@ -98,6 +98,9 @@ Result<TrainConfig> TrainConfigFromJobSpec(const json& spec) {
   }
   if (const json* k = Field(spec, "checkpoint")) {
     EFT_RETURN_IF_ERROR(Read(*k, "dir", "spec.checkpoint.", &c.checkpoint_dir));
+    EFT_RETURN_IF_ERROR(ReadNumber(*k, "every_steps", "spec.checkpoint.", &c.checkpoint_every_steps));
+    EFT_RETURN_IF_ERROR(ReadNumber(*k, "full_every_steps", "spec.checkpoint.", &c.checkpoint_full_every_steps));
+    EFT_RETURN_IF_ERROR(ReadNumber(*k, "keep_last", "spec.checkpoint.", &c.keep_last));
   }
   return c;
 }
@@ -142,6 +145,9 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   }
   if (c.adamw.weight_decay < 0) return bad("spec.training.weight_decay: must be >= 0");
   if (c.max_steps < 0) return bad("max_steps: must be >= 0");
+  if (c.checkpoint_every_steps < 0) return bad("spec.checkpoint.every_steps: must be >= 0 (0: never)");
+  if (c.checkpoint_full_every_steps < 0) return bad("spec.checkpoint.full_every_steps: must be >= 0 (0: only at the end)");
+  if (c.keep_last < 1) return bad("spec.checkpoint.keep_last: must be >= 1");
   EFT_RETURN_IF_ERROR(ValidateSchedule(c.schedule));
   return Status::Ok();
 }

@@ -33,8 +33,11 @@ struct TrainConfig {
   bool activation_checkpointing = true;
   uint64_t seed = 42;
 
-  std::string checkpoint_dir;
-  std::string output_dir;  // the final Hugging Face model; default <checkpoint_dir>/final
+  std::string checkpoint_dir;     // empty: no checkpoints
+  int64_t checkpoint_every_steps = 200;     // sharded checkpoints; 0: never
+  int64_t checkpoint_full_every_steps = 0;  // full (HF + optimizer) checkpoints; 0: only at the end
+  int keep_last = 3;
+  std::string output_dir;  // also write the final model as a plain Hugging Face directory here
   int threads = 0;         // intra-op threads per rank; 0: cores / local ranks
   double peak_tflops = 0;  // per rank, for MFU; 0: not reported
 };

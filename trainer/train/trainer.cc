@@ -4,8 +4,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "trainer/checkpoint/full_state.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/optim/clip.h"
 #include "trainer/optim/schedule.h"
@@ -36,11 +39,7 @@ Status CheckDataFormat(const TrainConfig& c) {
   return Status::Ok();
 }
 
-at::ScalarType HfDtype(const std::string& torch_dtype) {
-  if (torch_dtype == "float32") return at::kFloat;
-  if (torch_dtype == "float16") return at::kHalf;
-  return at::kBFloat16;
-}
+std::atomic<bool> g_stop_requested{false};
 
 // LibTorch's intra-op pool and OpenBLAS's own pool each default to every core; together they
 // oversubscribe the CPU and spin against each other (measured on 2 cores: 5x slower). Keep OpenBLAS
@@ -99,6 +98,23 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   t->sampler_ = std::make_unique<GlobalSampler>(t->dataset_.size(), c.global_batch_size, c.seed);
   t->total_steps_ = c.epochs * t->sampler_->steps_per_epoch();
   if (c.max_steps > 0) t->total_steps_ = std::min(t->total_steps_, c.max_steps);
+
+  CheckpointPolicy policy;
+  policy.root = c.checkpoint_dir;
+  policy.every_steps = c.checkpoint_every_steps;
+  policy.full_every_steps = c.checkpoint_full_every_steps;
+  policy.keep_last = c.keep_last;
+  policy.tokenizer_dir = c.model;
+  t->checkpointer_ = std::make_unique<Checkpointer>(policy, t->comm_.get(), t->model_.get(), t->optimizer_.get(),
+                                                    &t->events_);
+  t->compat_ = CompatibilityRecord(c, model_config, t->dataset_.stats().examples, t->dataset_.stats().tokens);
+  if (!t->env_.resume_from.empty()) {
+    EFT_ASSIGN_OR_RETURN(std::optional<TrainerState> resumed, t->checkpointer_->Resume(t->env_.resume_from, t->compat_));
+    if (resumed) {
+      t->step_ = resumed->step;
+      t->loss_tail_ = resumed->loss_tail;
+    }
+  }
   if (t->env_.rank == 0) {
     const auto& st = t->dataset_.stats();
     EFT_LOG(INFO) << "eft-train: " << model_config.model_type << " " << model_config.NumParameters() / 1e6
@@ -183,39 +199,72 @@ void Trainer::Report(const StepResult& r) {
   events_.Emit(e);
 }
 
+void Trainer::RequestStop() { g_stop_requested = true; }
+
+TrainerState Trainer::State() const {
+  TrainerState s;
+  s.step = step_;
+  s.optimizer_step = optimizer_->step();
+  s.epoch = step_ / sampler_->steps_per_epoch();
+  s.samples_consumed = std::min(step_ * config_.global_batch_size, config_.epochs * dataset_.size());
+  s.total_steps = total_steps_;
+  s.world_size = comm_->world();
+  s.loss_tail = loss_tail_;
+  s.compat = compat_;
+  return s;
+}
+
 Status Trainer::Run() {
   started_at_ = Now();
+  const int64_t first_step = step_;
+  const CheckpointPolicy& policy = checkpointer_->policy();
   while (step_ < total_steps_) {
     EFT_ASSIGN_OR_RETURN(StepResult r, Step());
+    loss_tail_.push_back(r.loss);
+    if (loss_tail_.size() > 100) loss_tail_.erase(loss_tail_.begin());
     Report(r);
-    if (step_ == 1) ReportMemory();
+    if (step_ == first_step + 1) ReportMemory();
+    const bool last = step_ == total_steps_;
+    bool saved = false;
+    if (checkpointer_->enabled() && !last) {
+      if (policy.full_every_steps > 0 && step_ % policy.full_every_steps == 0) {
+        EFT_RETURN_IF_ERROR(checkpointer_->SaveFull(State()));
+        saved = true;
+      } else if (policy.every_steps > 0 && step_ % policy.every_steps == 0) {
+        EFT_RETURN_IF_ERROR(checkpointer_->BeginSharded(State()).status());
+        saved = true;
+      }
+    }
+    // One small collective per step: commits finished background saves, and spreads a stop request
+    // from any rank to all of them, so they all stop after the same step.
+    EFT_ASSIGN_OR_RETURN(bool stop, checkpointer_->Poll(g_stop_requested.load(), /*wait=*/false));
+    // Test hook: die like a node that lost power, at a known step, on every rank.
+    if (const char* kill_at = std::getenv("EFT_DEBUG_KILL_AT_STEP"); kill_at && std::atoll(kill_at) == step_) {
+      std::raise(SIGKILL);
+    }
+    if (stop && !last) {
+      if (checkpointer_->enabled()) {
+        if (!saved) EFT_RETURN_IF_ERROR(checkpointer_->BeginSharded(State()).status());
+        EFT_RETURN_IF_ERROR(checkpointer_->Poll(false, /*wait=*/true).status());
+      }
+      if (env_.rank == 0) EFT_LOG(INFO) << "stopped on request after step " << step_;
+      return Status(StatusCode::kAborted, "stopped on request after step " + std::to_string(step_));
+    }
   }
+  EFT_RETURN_IF_ERROR(checkpointer_->Poll(false, /*wait=*/true).status());
+  if (checkpointer_->enabled()) EFT_RETURN_IF_ERROR(checkpointer_->SaveFull(State()));
   EFT_RETURN_IF_ERROR(SaveFinalModel());
   if (env_.rank == 0) events_.Emit({{"event", "finished"}, {"step", step_}});
   return Status::Ok();
 }
 
 Status Trainer::SaveFinalModel() {
-  std::string dir = config_.output_dir;
-  if (dir.empty() && !config_.checkpoint_dir.empty()) dir = config_.checkpoint_dir + "/final";
-  if (dir.empty()) return Status::Ok();
+  if (config_.output_dir.empty()) return Status::Ok();
   auto params = model_->FullParameters();  // collective: every rank takes part
   if (env_.rank != 0) return Status::Ok();
-  const at::ScalarType dtype = HfDtype(model_->config().torch_dtype);
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (auto& [name, t] : params) tensors.emplace_back(name, t.to(dtype));
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Status::IoError("creating " + dir + ": " + ec.message());
-  EFT_RETURN_IF_ERROR(WriteSafetensorsDir(dir, tensors, 5ull << 30, {{"format", "pt"}}));
-  std::ofstream(dir + "/config.json") << model_->config().ToHfJson().dump(2) << "\n";
-  // The tokenizer travels with the weights, so the directory is usable on its own.
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-                        "vocab.json", "merges.txt", "tokenizer.model"}) {
-    fs::path src = fs::path(config_.model) / f;
-    if (fs::exists(src)) fs::copy_file(src, fs::path(dir) / f, fs::copy_options::overwrite_existing, ec);
-  }
-  EFT_LOG(INFO) << "final model written to " << dir;
+  EFT_RETURN_IF_ERROR(
+      WriteHfModel(config_.output_dir, params, model_->config(), HfDtype(model_->config()), config_.model).status());
+  EFT_LOG(INFO) << "final model written to " << config_.output_dir;
   return Status::Ok();
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "trainer/checkpoint/checkpointer.h"
 #include "trainer/data/sampler.h"
 #include "trainer/data/token_dataset.h"
 #include "trainer/optim/adamw.h"
@@ -33,8 +34,12 @@ class Trainer {
   // model or the data are InvalidArgument (the caller exits 2).
   static Result<std::unique_ptr<Trainer>> Create(TrainConfig config, RankEnv env);
 
-  // Trains to the end (epochs or max_steps) and writes the final model. Collective.
+  // Trains to the end (epochs or max_steps), checkpointing on the way and writing a full checkpoint
+  // (and output_dir, if set) at the end. Collective. Aborted when it stopped on request (SIGTERM
+  // on any rank: see RequestStop) after saving a checkpoint; the caller exits 75.
   Status Run();
+  // Asks every rank to stop after the current step (async-signal-safe: call it from a handler).
+  static void RequestStop();
   // One optimizer step. Collective.
   Result<StepResult> Step();
 
@@ -48,6 +53,7 @@ class Trainer {
  private:
   Trainer(TrainConfig config, RankEnv env) : config_(std::move(config)), env_(std::move(env)), events_(env_.events_fd) {}
   void Report(const StepResult& r);
+  TrainerState State() const;
   void ReportMemory();
   Status SaveFinalModel();
 
@@ -63,6 +69,9 @@ class Trainer {
   int64_t step_ = 0;  // completed optimizer steps
   double started_at_ = 0;
   int64_t pad_token_id_ = 0;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::vector<double> loss_tail_;
+  nlohmann::json compat_;
 };
 
 }  // namespace eft::trainer

@@ -1,0 +1,188 @@
+// Checkpoints end to end: eft-train processes killed with SIGKILL at a known step (every rank, like
+// a power cut) and resumed at another world size must continue exactly where the uninterrupted run
+// went; corrupt checkpoints are skipped; SIGTERM saves and exits 75.
+#include <signal.h>
+
+#include <functional>
+#include <thread>
+
+#include "tests/e2e/trainer_fixture.h"
+#include "trainer/checkpoint/manifest.h"
+
+namespace eft::testing {
+namespace {
+
+class CheckpointTest : public TrainerTest {
+ protected:
+  void SetUp() override {
+    TrainerTest::SetUp();
+    InitModel();
+    WriteData(48);
+    // 48 examples / 8 per step = 6 steps per epoch; 2 epochs = 12 steps.
+    epochs_ = 2;
+  }
+  std::string Spec(int every, int full_every, const std::string& ckpt_dir) {
+    extra_yaml_ = "checkpoint: {dir: " + ckpt_dir + ", every_steps: " + std::to_string(every) +
+                  ", full_every_steps: " + std::to_string(full_every) + ", keep_last: 5}\n";
+    return WriteSpec(8, 2, 3e-3);
+  }
+  std::string Resumed(const Run& r) {
+    auto at = r.output.find("resumed from ");
+    return at == std::string::npos ? "" : r.output.substr(at, r.output.find('\n', at) - at);
+  }
+};
+
+// Per-step losses and final weights of a resumed run against the uninterrupted one. Different
+// world sizes sum the same fp32 numbers in a different order (per-rank partial sums, then the
+// all-reduce), so results differ by float rounding only: ~1e-7 relative per step. 1e-6 absolute on
+// losses (~4.8) and weights (~0.02..1) leaves a factor of a few for 7 steps of Adam.
+void ExpectSameTraining(const std::vector<double>& ref_losses, const std::vector<double>& losses, size_t first_step,
+                        const std::map<std::string, at::Tensor>& ref_weights,
+                        const std::map<std::string, at::Tensor>& weights, const std::string& what) {
+  ASSERT_EQ(losses.size(), ref_losses.size() - first_step) << what;
+  double max_loss_diff = 0, max_weight_diff = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_NEAR(losses[i], ref_losses[first_step + i], 1e-6) << what << " step " << first_step + i + 1;
+    max_loss_diff = std::max(max_loss_diff, std::abs(losses[i] - ref_losses[first_step + i]));
+  }
+  ASSERT_EQ(weights.size(), ref_weights.size()) << what;
+  for (const auto& [name, t] : ref_weights) {
+    const double d = (weights.at(name) - t).abs().max().item<double>();
+    EXPECT_LT(d, 1e-6) << what << " " << name;
+    max_weight_diff = std::max(max_weight_diff, d);
+  }
+  std::printf("%s: max |loss diff| %.3g, max |weight diff| %.3g\n", what.c_str(), max_loss_diff, max_weight_diff);
+}
+
+TEST_F(CheckpointTest, KilledAtW4ResumesExactlyAtW2AndW3FromASharded) {
+  Run ref = TrainRun("ref", 4, Spec(5, 0, (dir_ / "ref-ckpt").string()), 0);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  ASSERT_EQ(ref.losses.size(), 12u);
+  auto ref_weights = Weights("ref");
+
+  for (int resume_world : {2, 3}) {
+    const std::string ckpt = (dir_ / ("ckpt-w" + std::to_string(resume_world))).string();
+    std::string spec = Spec(5, 0, ckpt);
+    // Every rank dies by SIGKILL after step 10: step-5 is committed, step-10 may be half written.
+    Run killed = TrainRun("killed", 4, spec, 0, "", "EFT_DEBUG_KILL_AT_STEP=10");
+    EXPECT_NE(killed.exit_code, 0);
+    ASSERT_GE(killed.losses.size(), 10u);
+    const std::string newest = trainer::NewestValidCheckpoint(ckpt);
+    ASSERT_FALSE(newest.empty());
+    const std::string name = "resumed-w" + std::to_string(resume_world);
+    Run resumed = TrainRun(name, resume_world, spec, 0, "--resume auto");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    const size_t from = newest == ckpt + "/step-10" ? 10 : 5;
+    EXPECT_NE(Resumed(resumed).find("step-" + std::to_string(from)), std::string::npos) << resumed.output;
+    ExpectSameTraining(ref.losses, resumed.losses, from, ref_weights, Weights(name),
+                       "resumed at W=" + std::to_string(resume_world) + " from step " + std::to_string(from));
+  }
+}
+
+TEST_F(CheckpointTest, ResumesExactlyFromAFullCheckpoint) {
+  Run ref = TrainRun("ref", 2, Spec(0, 4, (dir_ / "ref-ckpt").string()), 0);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const std::string ckpt = (dir_ / "ckpt").string();
+  std::string spec = Spec(0, 4, ckpt);
+  Run killed = TrainRun("killed", 2, spec, 0, "", "EFT_DEBUG_KILL_AT_STEP=6");
+  ASSERT_GE(killed.losses.size(), 6u);
+  auto m = trainer::VerifyCheckpoint(ckpt + "/step-4");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->kind, "full");
+  Run resumed = TrainRun("resumed", 3, spec, 0, "--resume " + ckpt + "/step-4");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  ExpectSameTraining(ref.losses, resumed.losses, 4, Weights("ref"), Weights("resumed"), "from full step-4");
+  // The final full checkpoint is a Hugging Face directory.
+  EXPECT_TRUE(fs::exists(ckpt + "/step-12/model.safetensors"));
+  EXPECT_TRUE(fs::exists(ckpt + "/step-12/config.json"));
+  EXPECT_TRUE(trainer::VerifyCheckpoint(ckpt + "/step-12").ok());
+}
+
+// Every kind of damage to the newest checkpoint: the resume names it, skips it and continues from
+// the previous one (step-3) with the right losses.
+TEST_F(CheckpointTest, ADamagedNewestCheckpointIsSkippedForThePreviousOne) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  std::string spec = Spec(3, 0, ckpt);
+  Run ref = TrainRun("ref", 2, spec, 0, "", "EFT_DEBUG_KILL_AT_STEP=7");
+  ASSERT_TRUE(trainer::VerifyCheckpoint(ckpt + "/step-3").ok());
+  ASSERT_TRUE(trainer::VerifyCheckpoint(ckpt + "/step-6").ok());
+  ASSERT_GE(ref.losses.size(), 5u);
+  const std::string shard = "/step-6/rank-00001-of-00002.safetensors";
+  auto flip = [](const std::string& path) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(fs::file_size(path) / 2);
+    f.seekg(at);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(at);
+    f.write(&c, 1);
+  };
+  struct Case {
+    std::string name;
+    std::function<void(const std::string&)> damage;
+    std::string reason;  // in the warning
+  };
+  std::vector<Case> cases = {
+      {"truncated-shard", [&](const std::string& d) { fs::resize_file(d + shard, fs::file_size(d + shard) - 100); },
+       "truncated"},
+      {"flipped-byte", [&](const std::string& d) { flip(d + shard); }, "checksum mismatch"},
+      {"no-manifest", [&](const std::string& d) { fs::remove(d + "/step-6/COMMITTED"); }, "no COMMITTED"},
+      {"missing-file", [&](const std::string& d) { fs::remove(d + shard); }, "listed in the manifest but missing"},
+      {"stale-tmp",  // a newer save that was never committed is not a checkpoint at all
+       [&](const std::string& d) {
+         fs::remove_all(d + "/step-6");
+         fs::create_directories(d + "/step-9.tmp");
+         fs::copy_file(d + "/step-3/rank-00000-of-00002.safetensors", d + "/step-9.tmp/rank-00000-of-00002.safetensors");
+       },
+       ""},
+  };
+  for (const auto& c : cases) {
+    const std::string copy = (dir_ / c.name).string();
+    fs::copy(ckpt, copy, fs::copy_options::recursive);
+    c.damage(copy);
+    // Killed after step 5 to keep it short (a smaller --max-steps would change the LR schedule).
+    Run resumed = TrainRun(c.name, 2, Spec(3, 0, copy), 0, "--resume auto", "EFT_DEBUG_KILL_AT_STEP=5");
+    if (!c.reason.empty()) {
+      EXPECT_NE(resumed.output.find("skipping checkpoint " + copy + "/step-6: "), std::string::npos) << resumed.output;
+      EXPECT_NE(resumed.output.find(c.reason), std::string::npos) << c.name << "\n" << resumed.output;
+    }
+    EXPECT_NE(Resumed(resumed).find(copy + "/step-3 "), std::string::npos) << c.name << "\n" << resumed.output;
+    ASSERT_EQ(resumed.losses.size(), 2u) << "steps 4 and 5";
+    EXPECT_NEAR(resumed.losses[0], ref.losses[3], 1e-6) << c.name;
+    EXPECT_NEAR(resumed.losses[1], ref.losses[4], 1e-6) << c.name;
+  }
+}
+
+TEST_F(CheckpointTest, AnIncompatibleResumeIsRefusedWithTheReason) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  Run first = TrainRun("first", 2, Spec(3, 0, ckpt), 0, "", "EFT_DEBUG_KILL_AT_STEP=4");
+  ASSERT_TRUE(trainer::VerifyCheckpoint(ckpt + "/step-3").ok());
+  std::string spec = Spec(3, 0, ckpt);
+  Run other = TrainRun("other", 2, spec, 0, "--resume auto --set training.global_batch_size=4");
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("training.global_batch_size: checkpoint 8, now 4"), std::string::npos) << other.output;
+}
+
+TEST_F(CheckpointTest, SigtermSavesAndExits75) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  epochs_ = 1000;  // long enough to be stopped
+  std::string spec = Spec(0, 0, ckpt);
+  std::string events = (dir_ / "term.events").string();
+  ChildProcess p;
+  ASSERT_TRUE(p.Start({"/bin/sh", "-c",
+                       "EFT_EVENTS_FD=3 exec " + Train() + " train --config " + spec + " --nproc 2 --threads 1 3>>" + events},
+                      {}, (dir_ / "term.log").string()));
+  // Wait for a few steps, then SIGTERM the launcher, which forwards it to the ranks.
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(events).find("\"step\":3") != std::string::npos; },
+                        std::chrono::seconds(60)));
+  p.Signal(SIGTERM);
+  int status = p.Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 75) << ReadFile((dir_ / "term.log").string());
+  EXPECT_FALSE(trainer::NewestValidCheckpoint(ckpt).empty());
+  EXPECT_NE(ReadFile(events).find("\"event\":\"checkpoint\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace eft::testing

@@ -1,0 +1,227 @@
+#include "trainer/checkpoint/checkpointer.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "common/logging.h"
+#include "trainer/checkpoint/full_state.h"
+#include "trainer/io/safetensors.h"
+
+namespace eft::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+constexpr const char* kStateFile = "trainer_state.json";
+
+Status WriteStateFile(const std::string& dir, const TrainerState& state) {
+  std::string path = dir + "/" + kStateFile, tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << state.ToJson().dump(2) << "\n";
+    out.flush();
+    if (!out) return Status::IoError("writing " + tmp);
+  }
+  EFT_RETURN_IF_ERROR(FsyncFile(tmp));
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Status::IoError("renaming " + tmp + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(CheckpointPolicy policy, Communicator* comm, ShardedLlama* model, AdamW* optimizer,
+                           EventWriter* events)
+    : policy_(std::move(policy)), comm_(comm), model_(model), optimizer_(optimizer), events_(events) {}
+
+Checkpointer::~Checkpointer() {
+  if (writer_.joinable()) writer_.join();
+}
+
+std::vector<UnitState> Checkpointer::Units() {
+  std::vector<UnitState> out;
+  auto& params = optimizer_->params();
+  for (size_t i = 0; i < model_->units().size(); ++i) {
+    out.push_back(UnitState{model_->units()[i].get(), params[i].exp_avg, params[i].exp_avg_sq});
+  }
+  return out;
+}
+
+std::string Checkpointer::DirFor(int64_t step, bool tmp) const {
+  return policy_.root + "/step-" + std::to_string(step) + (tmp ? ".tmp" : "");
+}
+
+Result<double> Checkpointer::BeginSharded(const TrainerState& state) {
+  const double t0 = Now();
+  if (pending_) EFT_RETURN_IF_ERROR(Poll(false, /*wait=*/true).status());
+  StagedShard staged = StageShard(Units());
+  const std::string dir = DirFor(state.step, true);
+  const std::string file = dir + "/" + ShardFileName(comm_->rank(), comm_->world());
+  const bool write_state = comm_->rank() == 0;
+  pending_ = true;
+  pending_step_ = state.step;
+  pending_stall_ = Now() - t0;
+  writer_done_ = false;
+  writer_ = std::thread([this, staged = std::move(staged), dir, file, state, write_state]() mutable {
+    const double w0 = Now();
+    Status s;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) s = Status::IoError("creating " + dir + ": " + ec.message());
+    if (s.ok()) s = WriteSafetensors(file, staged.tensors, staged.metadata);
+    if (s.ok() && write_state) s = WriteStateFile(dir, state);
+    writer_status_ = s;
+    writer_seconds_ = Now() - w0;
+    writer_done_ = true;
+  });
+  return pending_stall_;
+}
+
+Result<bool> Checkpointer::Poll(bool stop_requested_here, bool wait) {
+  if (pending_ && wait && writer_.joinable()) writer_.join();
+  const bool done = !pending_ || writer_done_.load();
+  const bool failed = pending_ && done && !writer_status_.ok();
+  at::Tensor flags = at::tensor({stop_requested_here ? 1.0 : 0.0, done ? 1.0 : 0.0, failed ? 1.0 : 0.0}, at::kDouble);
+  comm_->AllReduceSum(flags);
+  const bool stop = flags[0].item<double>() > 0;
+  if (pending_ && flags[1].item<double>() == comm_->world()) {
+    if (writer_.joinable()) writer_.join();
+    pending_ = false;
+    if (flags[2].item<double>() > 0) {
+      if (!writer_status_.ok()) EFT_LOG(ERROR) << "checkpoint at step " << pending_step_ << " failed: " << writer_status_;
+      if (comm_->rank() == 0) {
+        EFT_LOG(ERROR) << "checkpoint at step " << pending_step_ << " not committed: a rank could not write its files";
+      }
+    } else {
+      std::vector<std::string> files;
+      for (int r = 0; r < comm_->world(); ++r) files.push_back(ShardFileName(r, comm_->world()));
+      files.push_back(kStateFile);
+      Status s = Commit(pending_step_, "sharded", files, writer_seconds_, pending_stall_);
+      if (!s.ok()) EFT_LOG(ERROR) << "checkpoint at step " << pending_step_ << " not committed: " << s;
+    }
+  }
+  return stop;
+}
+
+Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::vector<std::string>& files,
+                            double seconds, double stall_seconds) {
+  if (comm_->rank() != 0) return Status::Ok();
+  const std::string tmp = DirFor(step, true), final_dir = DirFor(step, false);
+  // Files of an earlier attempt that crashed while writing this step are not part of this one.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(tmp, ec)) {
+    std::string name = entry.path().filename().string();
+    if (std::find(files.begin(), files.end(), name) == files.end()) fs::remove_all(entry.path(), ec);
+  }
+  EFT_ASSIGN_OR_RETURN(Manifest m, WriteManifest(tmp, step, kind, comm_->world(), files));
+  EFT_RETURN_IF_ERROR(CommitCheckpointDir(tmp, final_dir));
+  EFT_LOG(INFO) << "checkpoint " << final_dir << " (" << kind << ", " << m.total_bytes() / 1048576.0 << " MiB, "
+                << seconds << " s to write, the step loop waited " << stall_seconds << " s)";
+  events_->Emit({{"event", "checkpoint"},
+                 {"kind", kind},
+                 {"step", step},
+                 {"path", final_dir},
+                 {"bytes", m.total_bytes()},
+                 {"seconds", seconds},
+                 {"stall_seconds", stall_seconds}});
+  auto deleted = ApplyRetention(policy_.root, std::max(1, policy_.keep_last));
+  if (!deleted.ok()) EFT_LOG(WARNING) << "checkpoint retention: " << deleted.status();
+  return Status::Ok();
+}
+
+Status Checkpointer::SaveFull(const TrainerState& state) {
+  EFT_RETURN_IF_ERROR(Poll(false, /*wait=*/true).status());
+  const double t0 = Now();
+  const std::string tmp = DirFor(state.step, true);
+  const bool writer = comm_->rank() == 0;
+  Status s;
+  std::vector<std::string> files;
+  auto written = WriteFullState(*model_, Units(), tmp, policy_.tokenizer_dir, writer);
+  if (!written.ok()) {
+    s = written.status();
+  } else if (writer) {
+    files = *written;
+    s = WriteStateFile(tmp, state);
+    files.push_back(kStateFile);
+  }
+  // Everyone learns whether the writer succeeded before it commits, so no rank goes on believing a
+  // checkpoint exists that does not.
+  at::Tensor failed = at::tensor({s.ok() ? 0.0 : 1.0}, at::kDouble);
+  comm_->AllReduceSum(failed);
+  if (failed.item<double>() > 0) {
+    return s.ok() ? Status::IoError("full checkpoint at step " + std::to_string(state.step) + " failed on rank 0")
+                  : s.WithContext("full checkpoint at step " + std::to_string(state.step));
+  }
+  return Commit(state.step, "full", files, Now() - t0, Now() - t0);
+}
+
+Result<std::optional<TrainerState>> Checkpointer::Resume(const std::string& resume_from, const nlohmann::json& compat) {
+  // Rank 0 picks and verifies the checkpoint (reading every byte once), the others take its word:
+  // N ranks checksumming the same files on shared storage would read them N times.
+  const double t0 = Now();
+  constexpr int64_t kMaxPath = 4096;
+  at::Tensor choice = at::zeros({kMaxPath + 2}, at::kLong);  // [status code, path length, path bytes...]
+  Status resolve_status;
+  int64_t* slots = choice.data_ptr<int64_t>();
+  if (comm_->rank() == 0) {
+    auto resolved = ResolveResume(resume_from, policy_.root);
+    if (!resolved.ok()) {
+      resolve_status = resolved.status();
+      slots[0] = static_cast<int64_t>(resolve_status.code());
+    } else if (static_cast<int64_t>(resolved->size()) > kMaxPath) {
+      resolve_status = Status::InvalidArgument("checkpoint path longer than 4096 bytes: " + *resolved);
+      slots[0] = static_cast<int64_t>(resolve_status.code());
+    } else {
+      slots[1] = static_cast<int64_t>(resolved->size());
+      for (size_t i = 0; i < resolved->size(); ++i) slots[2 + i] = static_cast<uint8_t>((*resolved)[i]);
+    }
+  }
+  comm_->Broadcast(choice, 0);
+  const auto code = static_cast<StatusCode>(slots[0]);
+  if (code != StatusCode::kOk) {
+    if (comm_->rank() == 0) return resolve_status;
+    return Status(code, "rank 0 found no checkpoint to resume from (see its log)");
+  }
+  std::string dir(static_cast<size_t>(slots[1]), '\0');
+  for (size_t i = 0; i < dir.size(); ++i) dir[i] = static_cast<char>(slots[2 + i]);
+  if (dir.empty()) return std::optional<TrainerState>();
+  const double verified_at = Now();
+  EFT_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(dir));
+  std::ifstream in(dir + "/" + kStateFile);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) return Status::DataLoss(dir + "/" + kStateFile + ": not JSON");
+  EFT_ASSIGN_OR_RETURN(TrainerState state, TrainerState::FromJson(j));
+  EFT_RETURN_IF_ERROR(CheckCompatible(state.compat, compat).WithContext("resuming from " + dir));
+  if (manifest.kind == "full") {
+    EFT_RETURN_IF_ERROR(LoadFullState(dir, Units()).WithContext("resuming from " + dir));
+  } else {
+    std::vector<std::string> files;
+    for (const auto& f : manifest.files) {
+      if (f.path.rfind("rank-", 0) == 0) files.push_back(dir + "/" + f.path);
+    }
+    EFT_RETURN_IF_ERROR(LoadShards(files, Units()).WithContext("resuming from " + dir));
+  }
+  optimizer_->set_step(state.optimizer_step);
+  const double loaded_at = Now();
+  if (comm_->rank() == 0) {
+    EFT_LOG(INFO) << "resumed from " << dir << " (" << manifest.kind << ", step " << state.step << ", written at world size "
+                  << state.world_size << ", now " << comm_->world() << "; " << manifest.total_bytes() / 1048576.0
+                  << " MiB verified in " << verified_at - t0 << " s, loaded in " << loaded_at - verified_at << " s)";
+    events_->Emit({{"event", "resumed"},
+                   {"step", state.step},
+                   {"kind", manifest.kind},
+                   {"path", dir},
+                   {"bytes", manifest.total_bytes()},
+                   {"verify_seconds", verified_at - t0},
+                   {"load_seconds", loaded_at - verified_at}});
+  }
+  return std::optional<TrainerState>(state);
+}
+
+}  // namespace eft::trainer

@@ -1,0 +1,83 @@
+// Checkpointer: when and how a training run saves and resumes.
+//
+// Sharded saves are asynchronous: the step loop only waits while this rank's state is copied
+// (staged) in memory; a background thread writes the copy into <root>/step-N.tmp/. At every step
+// boundary all ranks call Poll(), one small all-reduce that also carries "stop requested" (SIGTERM
+// on any rank); once every rank's files are written, rank 0 writes the COMMITTED manifest (sizes and
+// CRC-32C of every file) and renames step-N.tmp to step-N. A checkpoint without a valid manifest
+// does not exist. Full checkpoints (a Hugging Face directory plus optimizer state) are synchronous.
+// Every committed checkpoint is reported as an event, and retention keeps the newest keep_last.
+//
+// Collective methods must be called by every rank in the same order.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "trainer/checkpoint/manifest.h"
+#include "trainer/checkpoint/sharded_state.h"
+#include "trainer/checkpoint/trainer_state.h"
+#include "trainer/optim/adamw.h"
+#include "trainer/parallel/sharded_llama.h"
+#include "trainer/train/events.h"
+
+namespace eft::trainer {
+
+struct CheckpointPolicy {
+  std::string root;            // checkpoint.dir; empty: no checkpoints
+  int64_t every_steps = 0;     // sharded; 0: never
+  int64_t full_every_steps = 0;  // full; 0: only at the end
+  int keep_last = 3;
+  std::string tokenizer_dir;   // copied into full checkpoints
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(CheckpointPolicy policy, Communicator* comm, ShardedLlama* model, AdamW* optimizer,
+               EventWriter* events);
+  ~Checkpointer();  // waits for a background write
+
+  bool enabled() const { return !policy_.root.empty(); }
+  const CheckpointPolicy& policy() const { return policy_; }
+
+  // Starts a sharded save of `state` (taken after state.step steps). Waits first for a previous save
+  // to be committed (collective then). Returns the seconds the caller was held up.
+  Result<double> BeginSharded(const TrainerState& state);
+  // Collective, once per step boundary on every rank: commits a finished background save and tells
+  // whether any rank asked to stop. With wait, blocks until a pending save is written and committed.
+  Result<bool> Poll(bool stop_requested_here, bool wait);
+  // Collective: a full checkpoint of `state`, written and committed before it returns.
+  Status SaveFull(const TrainerState& state);
+
+  // The checkpoint to resume from (see ResolveResume), agreed by all ranks (collective), loaded into
+  // the model and optimizer. Returns its trainer state, or nullopt for a fresh start. A checkpoint
+  // from an incompatible run is FailedPrecondition (the caller exits 2).
+  Result<std::optional<TrainerState>> Resume(const std::string& resume_from, const nlohmann::json& compat);
+
+ private:
+  std::vector<UnitState> Units();
+  std::string DirFor(int64_t step, bool tmp) const;
+  Status Commit(int64_t step, const std::string& kind, const std::vector<std::string>& files, double seconds,
+                double stall_seconds);
+
+  CheckpointPolicy policy_;
+  Communicator* comm_;
+  ShardedLlama* model_;
+  AdamW* optimizer_;
+  EventWriter* events_;
+
+  // The save being written in the background, if any.
+  bool pending_ = false;
+  int64_t pending_step_ = 0;
+  double pending_stall_ = 0;
+  std::thread writer_;
+  std::atomic<bool> writer_done_{false};
+  Status writer_status_;
+  double writer_seconds_ = 0;
+};
+
+}  // namespace eft::trainer

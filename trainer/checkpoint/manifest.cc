@@ -1,0 +1,345 @@
+#include "trainer/checkpoint/manifest.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "common/logging.h"
+
+namespace eft::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr uint32_t kPolynomial = 0x82F63B78;  // CRC-32C, reflected
+
+const std::array<uint32_t, 256>& Table() {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ kPolynomial : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  return table;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) uint32_t Crc32cHardware(const uint8_t* p, size_t n, uint32_t crc) {
+  uint64_t c = ~crc;
+  while (n > 0 && (reinterpret_cast<uintptr_t>(p) & 7) != 0) {
+    c = __builtin_ia32_crc32qi(static_cast<uint32_t>(c), *p++);
+    --n;
+  }
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = __builtin_ia32_crc32di(c, word);
+  }
+  for (; n > 0; --n) c = __builtin_ia32_crc32qi(static_cast<uint32_t>(c), *p++);
+  return ~static_cast<uint32_t>(c);
+}
+const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
+#endif
+
+Status Errno(const std::string& what, const std::string& path) {
+  return Status::IoError(what + " " + path + ": " + std::strerror(errno));
+}
+
+std::string ReadFile(const std::string& path, bool* ok) {
+  std::ifstream in(path, std::ios::binary);
+  *ok = static_cast<bool>(in);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Parses "step-123" (not "step-123.tmp", not "step-abc"); -1 otherwise.
+int64_t StepOf(const std::string& name, const std::string& suffix) {
+  if (name.rfind("step-", 0) != 0 || name.size() <= 5 + suffix.size()) return -1;
+  if (name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return -1;
+  const std::string digits = name.substr(5, name.size() - 5 - suffix.size());
+  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoll(digits);
+}
+
+// Manifest present and every file of the size it says: what retention trusts without reading
+// every byte back (the newest checkpoint was just written and checksummed by this process).
+bool LooksComplete(const std::string& dir) {
+  bool ok = false;
+  json j = json::parse(ReadFile(dir + "/" + kManifestName, &ok), nullptr, false);
+  if (!ok || j.is_discarded()) return false;
+  auto m = Manifest::FromJson(j);
+  if (!m.ok()) return false;
+  for (const auto& f : m->files) {
+    std::error_code ec;
+    auto size = fs::file_size(fs::path(dir) / f.path, ec);
+    if (ec || static_cast<int64_t>(size) != f.bytes) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+uint32_t Crc32cPortable(const void* data, size_t n, uint32_t crc) {
+  const auto& table = Table();
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint32_t c = ~crc;
+  for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+  return ~c;
+}
+
+uint32_t Crc32c(const void* data, size_t n, uint32_t crc) {
+#if defined(__x86_64__)
+  if (kHaveSse42) return Crc32cHardware(static_cast<const uint8_t*>(data), n, crc);
+#endif
+  return Crc32cPortable(data, n, crc);
+}
+
+Result<std::pair<uint32_t, int64_t>> Crc32cFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? Status::NotFound(path + ": missing") : Errno("opening", path);
+  std::vector<char> buf(4 << 20);
+  uint32_t crc = 0;
+  int64_t total = 0;
+  while (true) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status s = Errno("reading", path);
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    crc = Crc32c(buf.data(), static_cast<size_t>(n), crc);
+    total += n;
+  }
+  ::close(fd);
+  return std::make_pair(crc, total);
+}
+
+Status FsyncFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("opening", path);
+  int rc = ::fsync(fd);
+  Status s = rc == 0 ? Status::Ok() : Errno("fsync of", path);
+  ::close(fd);
+  return s;
+}
+
+Status FsyncDir(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("opening", path);
+  int rc = ::fsync(fd);
+  Status s = rc == 0 ? Status::Ok() : Errno("fsync of", path);
+  ::close(fd);
+  return s;
+}
+
+int64_t Manifest::total_bytes() const {
+  int64_t n = 0;
+  for (const auto& f : files) n += f.bytes;
+  return n;
+}
+
+json Manifest::ToJson() const {
+  json list = json::array();
+  for (const auto& f : files) list.push_back({{"path", f.path}, {"bytes", f.bytes}, {"crc32c", f.crc32c}});
+  return {{"format", 1}, {"step", step}, {"kind", kind}, {"world_size", world_size}, {"files", list}};
+}
+
+Result<Manifest> Manifest::FromJson(const json& j) {
+  Manifest m;
+  try {
+    if (j.at("format").get<int>() != 1) return Status::DataLoss("unknown manifest format");
+    m.step = j.at("step").get<int64_t>();
+    m.kind = j.at("kind").get<std::string>();
+    m.world_size = j.at("world_size").get<int>();
+    for (const auto& f : j.at("files")) {
+      ManifestFile mf{f.at("path").get<std::string>(), f.at("bytes").get<int64_t>(), f.at("crc32c").get<uint32_t>()};
+      // A manifest only ever names files inside its own directory.
+      if (mf.path.empty() || mf.path.find('/') != std::string::npos || mf.path == "." || mf.path == "..") {
+        return Status::DataLoss("manifest names a file outside the checkpoint: " + mf.path);
+      }
+      m.files.push_back(std::move(mf));
+    }
+  } catch (const std::exception& e) {
+    return Status::DataLoss(std::string("malformed manifest: ") + e.what());
+  }
+  if (m.kind != "sharded" && m.kind != "full") return Status::DataLoss("manifest has unknown kind " + m.kind);
+  return m;
+}
+
+Result<Manifest> WriteManifest(const std::string& dir, int64_t step, const std::string& kind, int world_size,
+                               const std::vector<std::string>& files) {
+  Manifest m;
+  m.step = step;
+  m.kind = kind;
+  m.world_size = world_size;
+  for (const auto& name : files) {
+    const std::string path = dir + "/" + name;
+    EFT_RETURN_IF_ERROR(FsyncFile(path));
+    EFT_ASSIGN_OR_RETURN(auto crc_size, Crc32cFile(path));
+    m.files.push_back({name, crc_size.second, crc_size.first});
+  }
+  const std::string path = dir + "/" + kManifestName, tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << m.ToJson().dump(2) << "\n";
+    out.flush();
+    if (!out) return Status::IoError("writing " + tmp);
+  }
+  EFT_RETURN_IF_ERROR(FsyncFile(tmp));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("renaming", tmp);
+  EFT_RETURN_IF_ERROR(FsyncDir(dir));
+  return m;
+}
+
+Result<Manifest> ReadManifest(const std::string& dir) {
+  bool ok = false;
+  std::string text = ReadFile(dir + "/" + kManifestName, &ok);
+  if (!ok) return Status::NotFound(dir + ": no " + std::string(kManifestName) + " manifest (incomplete checkpoint)");
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return Status::DataLoss(dir + "/" + kManifestName + ": not JSON (truncated?)");
+  auto m = Manifest::FromJson(j);
+  if (!m.ok()) return m.status().WithContext(dir + "/" + kManifestName);
+  return m;
+}
+
+Result<Manifest> VerifyCheckpoint(const std::string& dir) {
+  EFT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(dir));
+  for (const auto& f : m.files) {
+    const std::string path = dir + "/" + f.path;
+    auto crc_size = Crc32cFile(path);
+    if (!crc_size.ok()) {
+      return Status::DataLoss(crc_size.status().code() == StatusCode::kNotFound
+                                  ? path + ": listed in the manifest but missing"
+                                  : crc_size.status().message());
+    }
+    if (crc_size->second != f.bytes) {
+      return Status::DataLoss(path + ": " + std::to_string(crc_size->second) + " bytes, the manifest says " +
+                              std::to_string(f.bytes) + " (truncated?)");
+    }
+    if (crc_size->first != f.crc32c) return Status::DataLoss(path + ": checksum mismatch (corrupted)");
+  }
+  return m;
+}
+
+std::vector<CheckpointDir> ListCheckpointDirs(const std::string& root) {
+  std::vector<CheckpointDir> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (!entry.is_directory(ec)) continue;
+    int64_t step = StepOf(entry.path().filename().string(), "");
+    if (step >= 0) out.push_back({step, entry.path().string()});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step > b.step; });
+  return out;
+}
+
+namespace {
+
+std::string NewestValidBefore(const std::string& root, int64_t before, std::vector<std::string>* skipped) {
+  for (const auto& d : ListCheckpointDirs(root)) {
+    if (d.step >= before) continue;
+    auto m = VerifyCheckpoint(d.path);
+    if (m.ok()) return d.path;
+    EFT_LOG(WARNING) << "skipping checkpoint " << d.path << ": " << m.status().message();
+    if (skipped) skipped->push_back(d.path);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string NewestValidCheckpoint(const std::string& root, std::vector<std::string>* skipped) {
+  return NewestValidBefore(root, INT64_MAX, skipped);
+}
+
+Result<std::string> ResolveResume(const std::string& resume_from, const std::string& root,
+                                  std::vector<std::string>* skipped) {
+  if (resume_from.empty()) return std::string();
+  if (resume_from == "auto") {
+    if (root.empty()) return Status::InvalidArgument("resume from auto needs checkpoint.dir");
+    return NewestValidCheckpoint(root, skipped);
+  }
+  auto m = VerifyCheckpoint(resume_from);
+  if (m.ok()) return resume_from;
+  EFT_LOG(WARNING) << "skipping checkpoint " << resume_from << ": " << m.status().message();
+  if (skipped) skipped->push_back(resume_from);
+  // Fall back to an older checkpoint of the same run: the one asked for may have been damaged after
+  // it was reported.
+  const fs::path path = fs::path(resume_from).lexically_normal();
+  std::string parent = (path.has_filename() ? path : path.parent_path()).parent_path().string();
+  std::string name = (path.has_filename() ? path : path.parent_path()).filename().string();
+  int64_t step = StepOf(name, "");
+  if (step < 0 && !root.empty()) {
+    parent = root;
+    step = INT64_MAX;
+  }
+  std::string older = step >= 0 ? NewestValidBefore(parent, step, skipped) : "";
+  if (older.empty()) {
+    return Status::NotFound("cannot resume from " + resume_from + " (" + m.status().message() +
+                            ") and no older valid checkpoint exists");
+  }
+  return older;
+}
+
+Status CommitCheckpointDir(const std::string& tmp, const std::string& final_dir) {
+  std::error_code ec;
+  if (fs::exists(final_dir, ec)) {
+    // A checkpoint of this step from an earlier attempt (possibly damaged): the new one replaces it.
+    const std::string old = final_dir + ".replaced";
+    fs::remove_all(old, ec);
+    fs::rename(final_dir, old, ec);
+    if (ec) return Status::IoError("moving aside " + final_dir + ": " + ec.message());
+  }
+  if (::rename(tmp.c_str(), final_dir.c_str()) != 0) return Errno("renaming", tmp);
+  const std::string parent = fs::path(final_dir).parent_path().string();
+  EFT_RETURN_IF_ERROR(FsyncDir(parent.empty() ? "." : parent));
+  fs::remove_all(final_dir + ".replaced", ec);
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> ApplyRetention(const std::string& root, int keep_last) {
+  if (keep_last < 1) return Status::InvalidArgument("keep_last must be at least 1");
+  std::vector<std::string> deleted;
+  std::set<std::string> keep;
+  int64_t newest_kept = -1;
+  auto dirs = ListCheckpointDirs(root);
+  for (const auto& d : dirs) {
+    if (static_cast<int>(keep.size()) >= keep_last) break;
+    if (!LooksComplete(d.path)) continue;
+    keep.insert(d.path);
+    newest_kept = std::max(newest_kept, d.step);
+  }
+  if (keep.empty()) return deleted;  // nothing known good: delete nothing
+  std::error_code ec;
+  for (const auto& d : dirs) {
+    if (keep.count(d.path)) continue;
+    fs::remove_all(d.path, ec);
+    if (ec) return Status::IoError("deleting " + d.path + ": " + ec.message());
+    deleted.push_back(d.path);
+  }
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t step = StepOf(name, ".tmp");
+    if (step < 0) step = StepOf(name, ".replaced");
+    if (step >= 0 && step < newest_kept) {
+      fs::remove_all(entry.path(), ec);
+      if (ec) return Status::IoError("deleting " + entry.path().string() + ": " + ec.message());
+      deleted.push_back(entry.path().string());
+    }
+  }
+  return deleted;
+}
+
+}  // namespace eft::trainer

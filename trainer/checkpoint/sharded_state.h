@@ -1,0 +1,44 @@
+// Sharded training state: every rank writes the slices it owns of every FSDP unit (fp32 master
+// weights and both AdamW moments) into its own safetensors file, and records in the file's metadata
+// where each slice sits in the unit's flat vector. Any world size can load it: each rank copies,
+// from every file whose slice overlaps its own, only the overlapping range (the files are
+// memory-mapped, so only those bytes are read). Nothing is lost or approximated: the state is
+// elementwise, so resharding it is exact.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "common/status.h"
+#include "trainer/parallel/flat_param.h"
+
+namespace eft::trainer {
+
+// One unit and its optimizer moments (tensors shaped like the unit's shard).
+struct UnitState {
+  FlatParamUnit* unit;
+  at::Tensor exp_avg;
+  at::Tensor exp_avg_sq;
+};
+
+// "rank-00003-of-00008.safetensors"
+std::string ShardFileName(int rank, int world);
+
+// A copy of this rank's state, so training can go on while it is written.
+struct StagedShard {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  std::map<std::string, std::string> metadata;
+  int64_t bytes() const;
+};
+StagedShard StageShard(const std::vector<UnitState>& units);
+
+// Fills every unit's shard and moments from the shard files `files` (paths) of one checkpoint.
+// DataLoss when the files do not cover this rank's slices; FailedPrecondition when a unit's layout
+// (parameter names and shapes) differs from the checkpoint's.
+Status LoadShards(const std::vector<std::string>& files, const std::vector<UnitState>& units);
+
+}  // namespace eft::trainer

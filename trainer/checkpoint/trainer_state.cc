@@ -1,0 +1,72 @@
+#include "trainer/checkpoint/trainer_state.h"
+
+namespace eft::trainer {
+
+using nlohmann::json;
+
+json TrainerState::ToJson() const {
+  return {{"format", 1},           {"step", step},         {"optimizer_step", optimizer_step}, {"epoch", epoch},           {"samples_consumed", samples_consumed},
+          {"total_steps", total_steps}, {"world_size", world_size}, {"loss_tail", loss_tail}, {"compat", compat}};
+}
+
+Result<TrainerState> TrainerState::FromJson(const json& j) {
+  TrainerState s;
+  try {
+    if (j.value("format", 0) != 1) return Status::DataLoss("trainer_state.json: unknown format");
+    s.step = j.at("step").get<int64_t>();
+    s.optimizer_step = j.at("optimizer_step").get<int64_t>();
+    s.epoch = j.at("epoch").get<int64_t>();
+    s.samples_consumed = j.at("samples_consumed").get<int64_t>();
+    s.total_steps = j.at("total_steps").get<int64_t>();
+    s.world_size = j.at("world_size").get<int>();
+    s.loss_tail = j.at("loss_tail").get<std::vector<double>>();
+    s.compat = j.at("compat");
+  } catch (const std::exception& e) {
+    return Status::DataLoss(std::string("trainer_state.json: ") + e.what());
+  }
+  return s;
+}
+
+json CompatibilityRecord(const TrainConfig& c, const ModelConfig& model, int64_t examples, int64_t tokens) {
+  return {{"model", model.ToHfJson()},
+          {"data.examples", examples},
+          {"data.tokens", tokens},
+          {"data.max_seq_len", c.max_seq_len},
+          {"training.global_batch_size", c.global_batch_size},
+          {"training.epochs", c.epochs},
+          {"training.max_steps", c.max_steps},  // with epochs, the LR schedule's length
+          {"training.seed", c.seed},
+          {"training.lr", c.schedule.lr},
+          {"training.schedule.type", c.schedule.type},
+          {"training.schedule.warmup_ratio", c.schedule.warmup_ratio},
+          {"training.schedule.min_lr", c.schedule.min_lr},
+          {"training.weight_decay", c.adamw.weight_decay},
+          {"training.max_grad_norm", c.max_grad_norm}};
+}
+
+Status CheckCompatible(const json& saved, const json& current) {
+  std::string diffs;
+  for (const auto& [key, now] : current.items()) {
+    auto it = saved.find(key);
+    if (it == saved.end()) {
+      diffs += (diffs.empty() ? "" : "; ") + key + ": not in the checkpoint";
+    } else if (*it != now) {
+      // The model config is long: say which of its fields differ.
+      if (it->is_object() && now.is_object()) {
+        for (const auto& [k, v] : now.items()) {
+          if (!it->contains(k) || (*it)[k] != v) {
+            diffs += (diffs.empty() ? "" : "; ") + key + "." + k + ": checkpoint " +
+                     (it->contains(k) ? (*it)[k].dump() : std::string("absent")) + ", now " + v.dump();
+          }
+        }
+      } else {
+        diffs += (diffs.empty() ? "" : "; ") + key + ": checkpoint " + it->dump() + ", now " + now.dump();
+      }
+    }
+  }
+  if (diffs.empty()) return Status::Ok();
+  return Status::FailedPrecondition("the checkpoint comes from an incompatible run (" + diffs +
+                                    "); world size, nodes, micro_batch_size and precision may change, these may not");
+}
+
+}  // namespace eft::trainer
