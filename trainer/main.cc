@@ -118,6 +118,9 @@ int Train(const std::string& config_path, const std::vector<std::string>& overri
   if (!resume.empty()) env->resume_from = resume;
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGINT, OnStopSignal);
+  // A file size limit (ulimit -f) then fails the write with EFBIG, like a full disk, instead of
+  // killing the rank: a failed checkpoint is reported and training goes on.
+  std::signal(SIGXFSZ, SIG_IGN);
   SetLogProgram("eft-train rank " + std::to_string(env->rank));
   auto trainer = Trainer::Create(*config, *env);
   if (!trainer.ok()) return Fail(trainer.status());

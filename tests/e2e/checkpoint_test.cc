@@ -154,6 +154,20 @@ TEST_F(CheckpointTest, ADamagedNewestCheckpointIsSkippedForThePreviousOne) {
   }
 }
 
+// A disk that refuses the writes (here a file size limit, which fails write() with EFBIG just as a
+// full disk fails it with ENOSPC): no checkpoint is committed half-written, training goes on past
+// the failed sharded saves, and only the final full save failing fails the run (retryable, exit 1).
+TEST_F(CheckpointTest, AFullDiskCommitsNothingAndTrainingGoesOn) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  Run r = TrainRun("full", 2, Spec(3, 0, ckpt), 0, "", "ulimit -f 8;");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.losses.size(), 12u) << "training went on after the failed saves";
+  EXPECT_NE(r.output.find("checkpoint at step 3 not committed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("File too large"), std::string::npos) << r.output;
+  EXPECT_TRUE(trainer::ListCheckpointDirs(ckpt).empty()) << "nothing committed";
+  for (const auto& e : r.events) EXPECT_NE(e["event"], "checkpoint") << e.dump();
+}
+
 TEST_F(CheckpointTest, AnIncompatibleResumeIsRefusedWithTheReason) {
   const std::string ckpt = (dir_ / "ckpt").string();
   Run first = TrainRun("first", 2, Spec(3, 0, ckpt), 0, "", "EFT_DEBUG_KILL_AT_STEP=4");

@@ -69,13 +69,27 @@ Result<double> Checkpointer::BeginSharded(const TrainerState& state) {
   pending_stall_ = Now() - t0;
   writer_done_ = false;
   writer_ = std::thread([this, staged = std::move(staged), dir, file, state, write_state]() mutable {
+    // Written, fsynced and checksummed here, off the step loop: committing then only needs the
+    // manifest, whose entries travel to rank 0 with the next Poll.
     const double w0 = Now();
     Status s;
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) s = Status::IoError("creating " + dir + ": " + ec.message());
     if (s.ok()) s = WriteSafetensors(file, staged.tensors, staged.metadata);
+    std::vector<ManifestFile> sealed;
+    if (s.ok()) {
+      auto f = SealFile(dir, fs::path(file).filename().string());
+      if (f.ok()) sealed.push_back(*f);
+      s = f.status();
+    }
     if (s.ok() && write_state) s = WriteStateFile(dir, state);
+    if (s.ok() && write_state) {
+      auto f = SealFile(dir, kStateFile);
+      if (f.ok()) sealed.push_back(*f);
+      s = f.status();
+    }
+    writer_files_ = std::move(sealed);
     writer_status_ = s;
     writer_seconds_ = Now() - w0;
     writer_done_ = true;
@@ -87,21 +101,35 @@ Result<bool> Checkpointer::Poll(bool stop_requested_here, bool wait) {
   if (pending_ && wait && writer_.joinable()) writer_.join();
   const bool done = !pending_ || writer_done_.load();
   const bool failed = pending_ && done && !writer_status_.ok();
-  at::Tensor flags = at::tensor({stop_requested_here ? 1.0 : 0.0, done ? 1.0 : 0.0, failed ? 1.0 : 0.0}, at::kDouble);
+  // [stop, done, failed, then per rank: its shard's CRC-32C and size] summed over ranks. Doubles
+  // hold both exactly (< 2^53).
+  const int world = comm_->world();
+  at::Tensor flags = at::zeros({3 + 2 * world}, at::kDouble);
+  double* f = flags.data_ptr<double>();
+  f[0] = stop_requested_here ? 1 : 0;
+  f[1] = done ? 1 : 0;
+  f[2] = failed ? 1 : 0;
+  if (pending_ && done && !failed && !writer_files_.empty()) {
+    f[3 + 2 * comm_->rank()] = writer_files_.front().crc32c;
+    f[4 + 2 * comm_->rank()] = static_cast<double>(writer_files_.front().bytes);
+  }
   comm_->AllReduceSum(flags);
-  const bool stop = flags[0].item<double>() > 0;
-  if (pending_ && flags[1].item<double>() == comm_->world()) {
+  f = flags.data_ptr<double>();
+  const bool stop = f[0] > 0;
+  if (pending_ && f[1] == world) {
     if (writer_.joinable()) writer_.join();
     pending_ = false;
-    if (flags[2].item<double>() > 0) {
+    if (f[2] > 0) {
       if (!writer_status_.ok()) EFT_LOG(ERROR) << "checkpoint at step " << pending_step_ << " failed: " << writer_status_;
       if (comm_->rank() == 0) {
         EFT_LOG(ERROR) << "checkpoint at step " << pending_step_ << " not committed: a rank could not write its files";
       }
-    } else {
-      std::vector<std::string> files;
-      for (int r = 0; r < comm_->world(); ++r) files.push_back(ShardFileName(r, comm_->world()));
-      files.push_back(kStateFile);
+    } else if (comm_->rank() == 0) {
+      std::vector<ManifestFile> files;
+      for (int r = 0; r < world; ++r) {
+        files.push_back({ShardFileName(r, world), static_cast<int64_t>(f[4 + 2 * r]), static_cast<uint32_t>(f[3 + 2 * r])});
+      }
+      files.push_back(writer_files_.back());  // trainer_state.json
       Status s = Commit(pending_step_, "sharded", files, writer_seconds_, pending_stall_);
       if (!s.ok()) EFT_LOG(ERROR) << "checkpoint at step " << pending_step_ << " not committed: " << s;
     }
@@ -109,7 +137,7 @@ Result<bool> Checkpointer::Poll(bool stop_requested_here, bool wait) {
   return stop;
 }
 
-Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::vector<std::string>& files,
+Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::vector<ManifestFile>& files,
                             double seconds, double stall_seconds) {
   if (comm_->rank() != 0) return Status::Ok();
   const std::string tmp = DirFor(step, true), final_dir = DirFor(step, false);
@@ -117,9 +145,11 @@ Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::ve
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(tmp, ec)) {
     std::string name = entry.path().filename().string();
-    if (std::find(files.begin(), files.end(), name) == files.end()) fs::remove_all(entry.path(), ec);
+    if (std::none_of(files.begin(), files.end(), [&](const ManifestFile& f) { return f.path == name; })) {
+      fs::remove_all(entry.path(), ec);
+    }
   }
-  EFT_ASSIGN_OR_RETURN(Manifest m, WriteManifest(tmp, step, kind, comm_->world(), files));
+  EFT_ASSIGN_OR_RETURN(Manifest m, WriteSealedManifest(tmp, step, kind, comm_->world(), files));
   EFT_RETURN_IF_ERROR(CommitCheckpointDir(tmp, final_dir));
   EFT_LOG(INFO) << "checkpoint " << final_dir << " (" << kind << ", " << m.total_bytes() / 1048576.0 << " MiB, "
                 << seconds << " s to write, the step loop waited " << stall_seconds << " s)";
@@ -158,7 +188,13 @@ Status Checkpointer::SaveFull(const TrainerState& state) {
     return s.ok() ? Status::IoError("full checkpoint at step " + std::to_string(state.step) + " failed on rank 0")
                   : s.WithContext("full checkpoint at step " + std::to_string(state.step));
   }
-  return Commit(state.step, "full", files, Now() - t0, Now() - t0);
+  if (!writer) return Status::Ok();
+  std::vector<ManifestFile> sealed;
+  for (const auto& name : files) {
+    EFT_ASSIGN_OR_RETURN(ManifestFile f, SealFile(tmp, name));
+    sealed.push_back(std::move(f));
+  }
+  return Commit(state.step, "full", sealed, Now() - t0, Now() - t0);
 }
 
 Result<std::optional<TrainerState>> Checkpointer::Resume(const std::string& resume_from, const nlohmann::json& compat) {

@@ -61,7 +61,8 @@ class Checkpointer {
  private:
   std::vector<UnitState> Units();
   std::string DirFor(int64_t step, bool tmp) const;
-  Status Commit(int64_t step, const std::string& kind, const std::vector<std::string>& files, double seconds,
+  // Rank 0 only: writes the manifest and renames step-N.tmp to step-N.
+  Status Commit(int64_t step, const std::string& kind, const std::vector<ManifestFile>& files, double seconds,
                 double stall_seconds);
 
   CheckpointPolicy policy_;
@@ -77,6 +78,7 @@ class Checkpointer {
   std::thread writer_;
   std::atomic<bool> writer_done_{false};
   Status writer_status_;
+  std::vector<ManifestFile> writer_files_;  // this rank's shard, then (rank 0) trainer_state.json
   double writer_seconds_ = 0;
 };
 

@@ -178,18 +178,30 @@ Result<Manifest> Manifest::FromJson(const json& j) {
   return m;
 }
 
+Result<ManifestFile> SealFile(const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/" + name;
+  EFT_RETURN_IF_ERROR(FsyncFile(path));
+  EFT_ASSIGN_OR_RETURN(auto crc_size, Crc32cFile(path));
+  return ManifestFile{name, crc_size.second, crc_size.first};
+}
+
 Result<Manifest> WriteManifest(const std::string& dir, int64_t step, const std::string& kind, int world_size,
                                const std::vector<std::string>& files) {
+  std::vector<ManifestFile> sealed;
+  for (const auto& name : files) {
+    EFT_ASSIGN_OR_RETURN(ManifestFile f, SealFile(dir, name));
+    sealed.push_back(std::move(f));
+  }
+  return WriteSealedManifest(dir, step, kind, world_size, std::move(sealed));
+}
+
+Result<Manifest> WriteSealedManifest(const std::string& dir, int64_t step, const std::string& kind,
+                                     int world_size, std::vector<ManifestFile> files) {
   Manifest m;
   m.step = step;
   m.kind = kind;
   m.world_size = world_size;
-  for (const auto& name : files) {
-    const std::string path = dir + "/" + name;
-    EFT_RETURN_IF_ERROR(FsyncFile(path));
-    EFT_ASSIGN_OR_RETURN(auto crc_size, Crc32cFile(path));
-    m.files.push_back({name, crc_size.second, crc_size.first});
-  }
+  m.files = std::move(files);
   const std::string path = dir + "/" + kManifestName, tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);

@@ -51,6 +51,12 @@ struct Manifest {
 Result<Manifest> WriteManifest(const std::string& dir, int64_t step, const std::string& kind, int world_size,
                                const std::vector<std::string>& files);
 
+// The same for files already fsynced and checksummed (by the ranks that wrote them).
+Result<Manifest> WriteSealedManifest(const std::string& dir, int64_t step, const std::string& kind,
+                                     int world_size, std::vector<ManifestFile> files);
+// Fsyncs `dir`/`name` and checksums it: its manifest entry.
+Result<ManifestFile> SealFile(const std::string& dir, const std::string& name);
+
 // Reads and parses `dir`/COMMITTED without checking the files (NotFound / DataLoss).
 Result<Manifest> ReadManifest(const std::string& dir);
 // Reads `dir`/COMMITTED and checks every file it lists: present, same size, same CRC-32C.
