@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tests/e2e/trainer_fixture.h"
+#include "tests/unit/trainer/model/tiny_model.h"
 #include "trainer/checkpoint/manifest.h"
 
 namespace eft::testing {
@@ -166,6 +167,31 @@ TEST_F(CheckpointTest, AFullDiskCommitsNothingAndTrainingGoesOn) {
   EXPECT_NE(r.output.find("File too large"), std::string::npos) << r.output;
   EXPECT_TRUE(trainer::ListCheckpointDirs(ckpt).empty()) << "nothing committed";
   for (const auto& e : r.events) EXPECT_NE(e["event"], "checkpoint") << e.dump();
+}
+
+// A full checkpoint is a Hugging Face model directory: eft's loader reads back exactly the weights
+// the run ended with, and an independent reader (the Python reference parses config.json and the
+// safetensors files itself, and implements the model from the formulas) gets the same logits.
+// Tolerance 1e-5 as in llama_test: two fp32 implementations of the same model differ by ~1e-6.
+TEST_F(CheckpointTest, AFullCheckpointIsAModelDirectoryOthersLoad) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  Run r = TrainRun("run", 2, Spec(0, 0, ckpt), 0);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string full = ckpt + "/step-12";
+  ASSERT_TRUE(trainer::VerifyCheckpoint(full).ok());
+  auto loaded = trainer::testing::LoadModelDir(full);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto final_model = Weights("run");  // --output-dir: the weights at the end of training
+  for (const auto& [name, t] : loaded->Named()) {
+    ASSERT_TRUE(final_model.count(name)) << name;
+    EXPECT_TRUE(at::equal(t, final_model.at(name))) << name;
+  }
+  trainer::Batch batch = trainer::testing::MakeBatch(
+      {{{trainer::testing::RandomTokens(11, 128, 1), trainer::testing::RandomTokens(7, 128, 2)}, 2, 0, 0}}, 0);
+  at::Tensor logits = trainer::testing::RunModel(*loaded, batch).logits;
+  if (std::string why = trainer::testing::ReferenceUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  auto ref = trainer::testing::RunReferenceOnHfDir(full, loaded->config, batch);
+  EXPECT_LE(trainer::testing::MaxAbsDiff(logits, ref.logits), 1e-5);
 }
 
 TEST_F(CheckpointTest, AnIncompatibleResumeIsRefusedWithTheReason) {

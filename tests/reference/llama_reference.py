@@ -11,6 +11,8 @@ DIR/manifest.json:
    "tensors": {NAME: {"file": F, "dtype": "float32"|"float64"|"int64", "shape": [...]}, ...},
      parameters under their HF names, the batch as input_ids, labels, position_ids, segment_ids
    "want_grads": true|false}
+  or, instead of "config" and the parameters, "hf_dir": a Hugging Face model directory whose
+  config.json and safetensors files (single or sharded with an index) this script parses itself.
 Writes DIR/logits.bin (raw little-endian, [B, T, V], the parameters' dtype) and DIR/result.json:
   {"loss_sum": float, "trained_tokens": int, "grads": {NAME: {"file": F, "shape": [...]}}}
 """
@@ -142,6 +144,46 @@ def forward(cfg, params, batch):
     return logits, loss
 
 
+SAFETENSORS_DTYPES = {"F32": "<f4", "F64": "<f8", "F16": "<f2", "I64": "<i8"}
+
+
+def read_safetensors(path):
+    """Parses a safetensors file from its published layout: u64 header length, JSON header, data."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = e["data_offsets"]
+        chunk = data[begin:end]
+        if e["dtype"] == "BF16":  # no numpy bf16: widen the 16 bits to the top of a float32
+            bits = np.frombuffer(chunk, dtype="<u2").astype(np.uint32) << 16
+            array = bits.view(np.float32)
+        else:
+            array = np.frombuffer(chunk, dtype=SAFETENSORS_DTYPES[e["dtype"]])
+        out[name] = torch.from_numpy(array.astype(array.dtype.newbyteorder("="))).reshape(e["shape"])
+    return out
+
+
+def read_hf_dir(directory):
+    with open(os.path.join(directory, "config.json")) as f:
+        config = json.load(f)
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    params = {}
+    for name in files:
+        params.update(read_safetensors(os.path.join(directory, name)))
+    return config, params
+
+
 def main():
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
@@ -149,8 +191,13 @@ def main():
     torch.set_num_threads(1)
     with open(os.path.join(directory, "manifest.json")) as f:
         manifest = json.load(f)
-    cfg = Config(manifest["config"])
     tensors = {name: read_tensor(directory, e) for name, e in manifest["tensors"].items()}
+    if "hf_dir" in manifest:
+        config, params = read_hf_dir(manifest["hf_dir"])
+        cfg = Config(config)
+        tensors.update(params)
+    else:
+        cfg = Config(manifest["config"])
     batch_keys = ("input_ids", "labels", "position_ids", "segment_ids")
     batch = {k: tensors.pop(k) for k in batch_keys}
     params = tensors

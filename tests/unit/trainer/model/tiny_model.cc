@@ -1,5 +1,7 @@
 #include "tiny_model.h"
 
+#include "trainer/io/safetensors.h"
+
 #include <unistd.h>
 
 #include <array>
@@ -219,18 +221,22 @@ std::string ReferenceUnavailableReason() {
   return "";
 }
 
-ReferenceResult RunReference(const TinyModel& m, const Batch& batch, bool want_grads) {
+namespace {
+
+// Writes the batch (and `params`) beside `manifest` in a temp dir, runs the reference, reads back.
+ReferenceResult RunReferenceWith(json manifest, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                 const Batch& batch, int64_t vocab, at::ScalarType dtype) {
   char tmpl[] = "/tmp/eft_llama_ref_XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   const std::string dir = tmpl;
-  json manifest = {{"config", m.config.ToHfJson()}, {"want_grads", want_grads}, {"tensors", json::object()}};
+  manifest["tensors"] = json::object();
   int index = 0;
   auto add = [&](const std::string& name, const at::Tensor& t) {
     const std::string file = "t" + std::to_string(index++) + ".bin";
     WriteRaw(dir + "/" + file, t);
     manifest["tensors"][name] = {{"file", file}, {"dtype", DtypeName(t.scalar_type())}, {"shape", t.sizes().vec()}};
   };
-  for (const auto& [name, t] : m.Named()) add(name, t);
+  for (const auto& [name, t] : params) add(name, t);
   add("input_ids", batch.input_ids);
   add("labels", batch.labels);
   add("position_ids", batch.position_ids);
@@ -244,15 +250,44 @@ ReferenceResult RunReference(const TinyModel& m, const Batch& batch, bool want_g
   std::ifstream in(dir + "/result.json");
   json result = json::parse(in);
   ReferenceResult r;
-  const at::ScalarType dtype = m.root[0].scalar_type();
-  r.logits = ReadRaw(dir + "/logits.bin",
-                     {batch.input_ids.size(0), batch.input_ids.size(1), m.config.vocab_size}, dtype);
+  r.logits = ReadRaw(dir + "/logits.bin", {batch.input_ids.size(0), batch.input_ids.size(1), vocab}, dtype);
   r.loss_sum = result["loss_sum"].get<double>();
   r.trained_tokens = result["trained_tokens"].get<int64_t>();
   for (auto& [name, e] : result["grads"].items())
     r.grads.emplace_back(name, ReadRaw(dir + "/" + e["file"].get<std::string>(), e["shape"].get<std::vector<int64_t>>(), dtype));
   std::filesystem::remove_all(dir);
   return r;
+}
+
+}  // namespace
+
+ReferenceResult RunReference(const TinyModel& m, const Batch& batch, bool want_grads) {
+  json manifest = {{"config", m.config.ToHfJson()}, {"want_grads", want_grads}};
+  return RunReferenceWith(manifest, m.Named(), batch, m.config.vocab_size, m.root[0].scalar_type());
+}
+
+ReferenceResult RunReferenceOnHfDir(const std::string& hf_dir, const ModelConfig& config, const Batch& batch) {
+  json manifest = {{"hf_dir", hf_dir}, {"want_grads", false}};
+  return RunReferenceWith(manifest, {}, batch, config.vocab_size, at::kFloat);
+}
+
+Result<TinyModel> LoadModelDir(const std::string& dir) {
+  EFT_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromHfDir(dir));
+  EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDir::Open(dir));
+  TinyModel m;
+  m.config = config;
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    m.layers.emplace_back();
+    for (const auto& spec : LayerParamSpecs(config, static_cast<int>(i))) {
+      EFT_ASSIGN_OR_RETURN(at::Tensor t, weights->Load(spec.name, at::kFloat));
+      m.layers.back().push_back(t);
+    }
+  }
+  for (const auto& spec : RootParamSpecs(config)) {
+    EFT_ASSIGN_OR_RETURN(at::Tensor t, weights->Load(spec.name, at::kFloat));
+    m.root.push_back(t);
+  }
+  return m;
 }
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {

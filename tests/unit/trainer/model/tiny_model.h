@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "common/status.h"
 #include "trainer/data/batch.h"
 #include "trainer/model/llama.h"
 #include "trainer/model/model_config.h"
@@ -67,6 +68,12 @@ struct ReferenceResult {
 std::string ReferenceUnavailableReason();
 // Writes model + batch to a temp dir, runs the reference, reads its outputs. Throws on failure.
 ReferenceResult RunReference(const TinyModel& m, const Batch& batch, bool want_grads);
+
+// The reference on a Hugging Face directory that it parses itself (config.json, safetensors);
+// logits in float32.
+ReferenceResult RunReferenceOnHfDir(const std::string& hf_dir, const ModelConfig& config, const Batch& batch);
+// A model directory loaded with eft's own loader, in float32.
+Result<TinyModel> LoadModelDir(const std::string& dir);
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
 
