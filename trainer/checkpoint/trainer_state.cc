@@ -1,12 +1,17 @@
 #include "trainer/checkpoint/trainer_state.h"
 
+#include <cstdio>
+
+#include "trainer/checkpoint/manifest.h"
+
 namespace eft::trainer {
 
 using nlohmann::json;
 
 json TrainerState::ToJson() const {
   return {{"format", 1},           {"step", step},         {"optimizer_step", optimizer_step}, {"epoch", epoch},           {"samples_consumed", samples_consumed},
-          {"total_steps", total_steps}, {"world_size", world_size}, {"loss_tail", loss_tail}, {"compat", compat}};
+          {"total_steps", total_steps}, {"world_size", world_size}, {"loss_tail", loss_tail}, {"compat", compat},
+          {"seed", seed}, {"config_hash", config_hash()}};
 }
 
 Result<TrainerState> TrainerState::FromJson(const json& j) {
@@ -21,10 +26,18 @@ Result<TrainerState> TrainerState::FromJson(const json& j) {
     s.world_size = j.at("world_size").get<int>();
     s.loss_tail = j.at("loss_tail").get<std::vector<double>>();
     s.compat = j.at("compat");
+    s.seed = j.value("seed", uint64_t{0});
   } catch (const std::exception& e) {
     return Status::DataLoss(std::string("trainer_state.json: ") + e.what());
   }
   return s;
+}
+
+std::string TrainerState::config_hash() const {
+  const std::string text = compat.dump();
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%08x", Crc32c(text.data(), text.size()));
+  return buf;
 }
 
 json CompatibilityRecord(const TrainConfig& c, const ModelConfig& model, int64_t examples, int64_t tokens) {

@@ -27,6 +27,10 @@ struct TrainerState {
   int world_size = 0;          // of the run that saved it
   std::vector<double> loss_tail;  // the last losses, oldest first
   nlohmann::json compat;       // CompatibilityRecord of the run that saved it
+  // The data order and every random choice derive from this seed and the step (training itself
+  // draws no random numbers: no dropout), so it is the whole RNG state.
+  uint64_t seed = 0;
+  std::string config_hash() const;  // CRC-32C of the compatibility record, for humans and logs
   nlohmann::json ToJson() const;
   static Result<TrainerState> FromJson(const nlohmann::json& j);
 };

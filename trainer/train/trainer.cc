@@ -211,6 +211,7 @@ TrainerState Trainer::State() const {
   s.world_size = comm_->world();
   s.loss_tail = loss_tail_;
   s.compat = compat_;
+  s.seed = config_.seed;
   return s;
 }
 
