@@ -15,7 +15,13 @@ PACKAGES=(
   libgtest-dev libgmock-dev sqlite3 procps python3-torch python3-numpy
   # tests: promtool checks our /metrics exposition; the prometheus server scrapes it in e2e tests
   prometheus
+  # SFT data pipeline: tokenizer.json pre-tokenizer regexes, SentencePiece models; chat templates
+  # are checked against Python's jinja2
+  libpcre2-dev libsentencepiece-dev python3-jinja2
 )
+# Tokenizer tests compare with Hugging Face's own tokenizers through Node (npm packages fetched at
+# test time); Debian's Node.js unless the machine already has one.
+command -v npm >/dev/null || PACKAGES+=(nodejs npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
