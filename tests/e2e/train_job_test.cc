@@ -46,6 +46,7 @@ class TrainJob : public ::testing::Test {
     spec.set_model(model);
     spec.mutable_data()->set_train(data_);
     spec.mutable_data()->set_max_seq_len(64);
+    spec.mutable_data()->set_packing(false);  // steps counted in examples
     spec.mutable_resources()->mutable_nodes()->set_min(2);
     spec.mutable_resources()->mutable_nodes()->set_max(2);
     auto* t = spec.mutable_training();

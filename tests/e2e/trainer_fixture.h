@@ -79,7 +79,7 @@ class TrainerTest : public ::testing::Test {
     std::string path = (dir_ / "job.yaml").string();
     std::ofstream f(path);
     f << "name: tiny\nmodel: " << (dir_ / "model").string() << "\ndata: {train: " << (dir_ / "data.jsonl").string()
-      << ", max_seq_len: 64}\n"
+      << ", max_seq_len: 64, packing: " << (packing_ ? "true" : "false") << "}\n"
       << "training: {global_batch_size: " << global_batch << ", micro_batch_size: " << micro_batch << ", lr: " << lr
       << ", precision: " << precision << ", activation_checkpointing: " << checkpointing
       << ", max_grad_norm: 1.0, weight_decay: 0.01, schedule: {type: cosine, warmup_ratio: 0.1}, epochs: " << epochs_
@@ -126,6 +126,7 @@ class TrainerTest : public ::testing::Test {
 
   fs::path dir_;
   int epochs_ = 1000;
+  bool packing_ = false;  // tests count steps in examples
   std::string extra_yaml_;  // appended to every spec WriteSpec writes (e.g. a checkpoint section)
 };
 

@@ -35,6 +35,29 @@ TEST_F(TrainerTest, WorldSizes124GiveTheSameLossesAndWeights) {
   }
 }
 
+// Packing (the default for jobs): documents share sequences, the step count follows the packed
+// rows, and W = 1 and 2 still give the same losses.
+TEST_F(TrainerTest, PackedTrainingIsWorldSizeIndependent) {
+  InitModel();
+  WriteData(60, 4, 20);
+  packing_ = true;
+  epochs_ = 2;
+  std::string spec = WriteSpec(2, 1, 3e-3);
+  Run w1 = TrainRun("w1", 1, spec, 0), w2 = TrainRun("w2", 2, spec, 0);
+  ASSERT_EQ(w1.exit_code, 0) << w1.output;
+  ASSERT_EQ(w2.exit_code, 0) << w2.output;
+  // 60 documents of 4..20 tokens (~720 tokens) fit in ~12 rows of 64: about 6 steps per epoch
+  // instead of 30.
+  auto at = w1.output.find("packed 60 documents into ");
+  ASSERT_NE(at, std::string::npos) << w1.output;
+  const int rows = std::atoi(w1.output.c_str() + at + std::string("packed 60 documents into ").size());
+  EXPECT_GE(rows, 12);
+  EXPECT_LE(rows, 15);
+  ASSERT_EQ(w1.losses.size(), static_cast<size_t>(2 * ((rows + 1) / 2)));
+  ASSERT_EQ(w2.losses.size(), w1.losses.size());
+  for (size_t s = 0; s < w1.losses.size(); ++s) EXPECT_NEAR(w2.losses[s], w1.losses[s], 1e-5) << "step " << s + 1;
+}
+
 TEST_F(TrainerTest, MemorisesASmallDataset) {
   InitModel();
   WriteData(32, 6, 10, 11);

@@ -45,6 +45,7 @@ json CompatibilityRecord(const TrainConfig& c, const ModelConfig& model, int64_t
           {"data.examples", examples},
           {"data.tokens", tokens},
           {"data.max_seq_len", c.max_seq_len},
+          {"data.packing", c.packing},
           {"training.global_batch_size", c.global_batch_size},
           {"training.epochs", c.epochs},
           {"training.max_steps", c.max_steps},  // with epochs, the LR schedule's length

@@ -109,13 +109,20 @@ Batch Collate(const TokenDataset& dataset, const std::vector<int64_t>& indices, 
     const Example& ex = dataset[indices[static_cast<size_t>(r)]];
     const int64_t len = static_cast<int64_t>(ex.input_ids.size());
     const int64_t row = r * cols;
-    for (int64_t t = 0; t < len; ++t) {
-      ids[row + t] = ex.input_ids[static_cast<size_t>(t)];
-      pos[row + t] = t;
-      seg[row + t] = 1;
-      // The target of position t is the token at t + 1; the last real position predicts nothing.
-      if (t + 1 < len) labels[row + t] = ex.labels[static_cast<size_t>(t + 1)];
-      if (labels[row + t] != kIgnore) ++b.trained_tokens;
+    // Each document of a packed row is its own segment with positions from 0, and its last token
+    // predicts nothing (the next token belongs to another document).
+    std::vector<int64_t> docs = ex.document_lengths.empty() ? std::vector<int64_t>{len} : ex.document_lengths;
+    int64_t t = 0;
+    for (size_t d = 0; d < docs.size(); ++d) {
+      const int64_t end = t + docs[d];
+      for (int64_t p = 0; t < end; ++t, ++p) {
+        ids[row + t] = ex.input_ids[static_cast<size_t>(t)];
+        pos[row + t] = p;
+        seg[row + t] = static_cast<int64_t>(d) + 1;
+        // The target of position t is the token at t + 1 of the same document.
+        if (t + 1 < end) labels[row + t] = ex.labels[static_cast<size_t>(t + 1)];
+        if (labels[row + t] != kIgnore) ++b.trained_tokens;
+      }
     }
     b.tokens += len;
   }

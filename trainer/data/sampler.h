@@ -66,7 +66,8 @@ std::vector<std::vector<int64_t>> RankMicroBatches(const std::vector<int64_t>& s
 // The busiest rank's micro-batch count: ceil(ceil(step_examples / world) / micro_batch_size).
 int64_t NumMicroBatches(int64_t step_examples, int world, int64_t micro_batch_size);
 
-// Pads examples to the longest in the micro-batch and shifts labels (Batch::labels[t] = label[t+1]);
+// Pads examples to the longest in the micro-batch and shifts labels (Batch::labels[t] = label[t+1]
+// within a document; a packed example's documents get segments 1, 2, ... and positions from 0);
 // an empty list gives an empty Batch. Padding: input_ids = pad_token_id (0 when negative),
 // labels = -100, position_ids = 0, segment_ids = 0; real tokens have segment 1 and positions 0..len-1.
 // Tensors are int64 on the CPU.

@@ -15,6 +15,9 @@ namespace eft::trainer {
 struct Example {
   std::vector<int64_t> input_ids;
   std::vector<int64_t> labels;  // same length; -100 = not trained
+  // A packed row (see packing.h): the lengths of its documents, in order, summing to the size.
+  // Empty: the example is one document.
+  std::vector<int64_t> document_lengths;
 };
 
 struct DatasetOptions {

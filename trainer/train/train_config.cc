@@ -72,6 +72,7 @@ Result<TrainConfig> TrainConfigFromJobSpec(const json& spec) {
     EFT_RETURN_IF_ERROR(Read(*d, "train", "spec.data.", &c.train_data));
     EFT_RETURN_IF_ERROR(Read(*d, "format", "spec.data.", &c.data_format));
     EFT_RETURN_IF_ERROR(ReadNumber(*d, "max_seq_len", "spec.data.", &c.max_seq_len));
+    EFT_RETURN_IF_ERROR(ReadBool(*d, "packing", "spec.data.", &c.packing));
   }
   if (const json* t = Field(spec, "training")) {
     const std::string p = "spec.training.";

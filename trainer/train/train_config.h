@@ -21,6 +21,7 @@ struct TrainConfig {
   std::string train_data;  // JSONL
   std::string data_format = "auto";
   int64_t max_seq_len = 4096;
+  bool packing = true;  // several documents per sequence (trainer/data/packing.h)
 
   int64_t epochs = 1;
   int64_t global_batch_size = 32;

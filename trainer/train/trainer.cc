@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/io/safetensors.h"
+#include "trainer/data/packing.h"
 #include "trainer/optim/clip.h"
 #include "trainer/optim/schedule.h"
 
@@ -75,6 +76,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   data_options.vocab_size = model_config.vocab_size;
   EFT_ASSIGN_OR_RETURN(t->dataset_, TokenDataset::LoadPretokenized(c.train_data, data_options));
   if (t->dataset_.size() == 0) return Status::InvalidArgument("spec.data.train: " + c.train_data + " holds no examples");
+  const DatasetStats documents = t->dataset_.stats();
+  PackingStats packing;
+  if (c.packing) t->dataset_ = PackDataset(t->dataset_, c.max_seq_len, &packing);
 
   RendezvousOptions rv;
   rv.rank = t->env_.rank;
@@ -116,7 +120,12 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
     }
   }
   if (t->env_.rank == 0) {
-    const auto& st = t->dataset_.stats();
+    const DatasetStats& st = documents;
+    if (c.packing) {
+      EFT_LOG(INFO) << "packed " << packing.documents << " documents into " << packing.rows << " sequences of up to "
+                    << c.max_seq_len << " tokens (" << static_cast<int>(packing.efficiency() * 1000) / 10.0
+                    << "% tokens, the rest padding)";
+    }
     EFT_LOG(INFO) << "eft-train: " << model_config.model_type << " " << model_config.NumParameters() / 1e6
                   << "M parameters, world size " << t->env_.world << " (" << t->env_.source << ", "
                   << t->comm_->backend() << "), " << st.examples << " examples (" << st.tokens << " tokens, "
