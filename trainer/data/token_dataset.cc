@@ -57,6 +57,12 @@ Status ParseLine(const std::string& line, const std::string& where, int64_t voca
     return Status::InvalidArgument(where + "not valid JSON at byte " + std::to_string(e.byte) + " (" + detail +
                                    "); each line must be one object like {\"input_ids\": [...]}");
   }
+  return ParsePretokenizedObject(j, where, vocab_size, ex);
+}
+
+}  // namespace
+
+Status ParsePretokenizedObject(const nlohmann::json& j, const std::string& where, int64_t vocab_size, Example* ex) {
   if (!j.is_object()) {
     return Status::InvalidArgument(where + "expected a JSON object like {\"input_ids\": [...]}, got " +
                                    std::string(j.type_name()));
@@ -95,6 +101,8 @@ Status ParseLine(const std::string& line, const std::string& where, int64_t voca
   }
   return Status::Ok();
 }
+
+namespace {
 
 bool IsBlank(const std::string& s) {
   return s.find_first_not_of(" \t\r\n") == std::string::npos;

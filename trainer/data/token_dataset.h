@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 
 namespace eft::trainer {
@@ -34,6 +36,10 @@ struct DatasetStats {
   // Targets the loss will see: labels[1..] != -100 (label[0] has no preceding token to predict it).
   int64_t trained_tokens = 0;
 };
+
+// One pre-tokenized object ({"input_ids": [...], "labels": [...]?}) as an Example; errors start
+// with `where` and name the field ("input_ids[3] = -5: token ids must be >= 0").
+Status ParsePretokenizedObject(const nlohmann::json& j, const std::string& where, int64_t vocab_size, Example* ex);
 
 class TokenDataset {
  public:
