@@ -17,7 +17,9 @@ PACKAGES=(
   prometheus
   # SFT data pipeline: tokenizer.json pre-tokenizer regexes, SentencePiece models; chat templates
   # are checked against Python's jinja2
-  libpcre2-dev libsentencepiece-dev python3-jinja2
+  libpcre2-dev libsentencepiece-dev libutf8proc-dev python3-jinja2
+  # deployment tests: a one-node Slurm (slurmctld + slurmd + munge) runs eft-cluster.sbatch for real
+  slurm-wlm munge
 )
 # Tokenizer tests compare with Hugging Face's own tokenizers through Node (npm packages fetched at
 # test time); Debian's Node.js unless the machine already has one.
