@@ -14,16 +14,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/crc32c.h"
 #include "common/status.h"
 
 namespace eft::trainer {
 
 inline constexpr const char* kManifestName = "COMMITTED";
 
-// CRC-32C (Castagnoli), as in iSCSI, ext4 and LevelDB; `crc` continues an earlier value.
-// Uses the SSE4.2 instruction when the CPU has it.
-uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
-uint32_t Crc32cPortable(const void* data, size_t n, uint32_t crc = 0);  // table-driven, for tests
 // CRC-32C and size of a whole file.
 Result<std::pair<uint32_t, int64_t>> Crc32cFile(const std::string& path);
 

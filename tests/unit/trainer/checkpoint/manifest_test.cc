@@ -16,6 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// CRC-32C (common/crc32c.h) is tested here, where it matters most.
 // RFC 3720 appendix B.4 gives these CRC-32C values; "123456789" is the usual check value.
 TEST(Crc32c, MatchesPublishedCheckValues) {
   EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
