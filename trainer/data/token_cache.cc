@@ -1,0 +1,222 @@
+#include "trainer/data/token_cache.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "common/crc32c.h"
+#include "common/logging.h"
+
+namespace eft::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr char kMagic[8] = {'E', 'F', 'T', 'T', 'O', 'K', '0', '1'};
+
+Status Errno(const std::string& what, const std::string& path) {
+  return Status::IoError(what + " " + path + ": " + std::strerror(errno));
+}
+
+// Appends `n` bytes to `out` and to the running checksum.
+struct Writer {
+  std::ofstream& out;
+  uint32_t crc = 0;
+  void Put(const void* p, size_t n) {
+    out.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+    crc = Crc32c(p, n, crc);
+  }
+};
+
+}  // namespace
+
+void CacheKey::Add(const void* data, size_t n) {
+  a_ = Crc32c(data, n, a_);
+  b_ = Crc32c(data, n, b_ ^ 0x5bd1e995u);
+}
+
+Status CacheKey::AddFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(path + ": cannot open: " + std::strerror(errno));
+  AddText("file:" + fs::path(path).filename().string());
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (in.gcount() > 0) Add(buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad()) return Status::IoError(path + ": read error");
+  return Status::Ok();
+}
+
+void CacheKey::AddText(const std::string& text) {
+  const uint64_t n = text.size();
+  Add(&n, sizeof(n));  // lengths first, so ("ab","c") and ("a","bc") differ
+  Add(text.data(), text.size());
+}
+
+std::string CacheKey::Hex() const {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%08x%08x", a_, b_);
+  return buf;
+}
+
+Status WriteTokenCache(const std::string& path, const std::string& key, const TokenDataset& dataset,
+                       const nlohmann::json& info) {
+  const int64_t docs = dataset.size();
+  std::vector<int64_t> offsets{0};
+  for (int64_t i = 0; i < docs; ++i) offsets.push_back(offsets.back() + static_cast<int64_t>(dataset[i].input_ids.size()));
+  const std::string header = nlohmann::json{{"format", 1}, {"key", key}, {"documents", docs},
+                                            {"tokens", offsets.back()}, {"info", info}}.dump();
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return Errno("creating", tmp);
+    Writer w{out};
+    w.Put(kMagic, sizeof(kMagic));
+    const uint64_t header_size = header.size();
+    w.Put(&header_size, sizeof(header_size));
+    w.Put(header.data(), header.size());
+    const char zeros[8] = {};
+    w.Put(zeros, (8 - header.size() % 8) % 8);  // the arrays start 8-byte aligned
+    w.Put(offsets.data(), offsets.size() * sizeof(int64_t));
+    std::vector<int32_t> buf;
+    for (const bool labels : {false, true}) {
+      for (int64_t i = 0; i < docs; ++i) {
+        const auto& v = labels ? dataset[i].labels : dataset[i].input_ids;
+        buf.assign(v.begin(), v.end());  // ids and -100 fit in int32
+        w.Put(buf.data(), buf.size() * sizeof(int32_t));
+      }
+    }
+    const uint32_t crc = w.crc;
+    out.write(reinterpret_cast<const char*>(&crc), sizeof(crc));
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return Status::IoError("writing " + tmp + " (disk full?)");
+    }
+  }
+  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("renaming", tmp);
+  return Status::Ok();
+}
+
+Result<TokenDataset> ReadTokenCache(const std::string& path, const std::string& key, nlohmann::json* info) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? Status::NotFound(path + ": no such cache") : Errno("opening", path);
+  struct stat st {};
+  ::fstat(fd, &st);
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < sizeof(kMagic) + 8 + 4) {
+    ::close(fd);
+    return Status::DataLoss(path + ": truncated");
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return Errno("mapping", path);
+  struct Unmap {
+    void* p;
+    size_t n;
+    ~Unmap() { ::munmap(p, n); }
+  } unmap{map, size};
+  const auto* bytes = static_cast<const uint8_t*>(map);
+  auto fail = [&](const std::string& why) { return Status::DataLoss(path + ": " + why); };
+  if (std::memcmp(bytes, kMagic, sizeof(kMagic)) != 0) return fail("not an eft token cache");
+  uint32_t stored_crc;
+  std::memcpy(&stored_crc, bytes + size - 4, 4);
+  if (Crc32c(bytes, size - 4) != stored_crc) return fail("checksum mismatch (damaged or truncated)");
+  uint64_t header_size;
+  std::memcpy(&header_size, bytes + 8, 8);
+  if (header_size > size) return fail("bad header size");
+  nlohmann::json header = nlohmann::json::parse(bytes + 16, bytes + 16 + header_size, nullptr, false);
+  if (header.is_discarded() || header.value("format", 0) != 1) return fail("bad header");
+  if (header.value("key", "") != key) return fail("built for another key");
+  const int64_t docs = header.value("documents", int64_t{-1}), tokens = header.value("tokens", int64_t{-1});
+  size_t at = 16 + header_size;
+  at += (8 - header_size % 8) % 8;
+  const size_t need = at + static_cast<size_t>(docs + 1) * 8 + static_cast<size_t>(tokens) * 8 + 4;
+  if (docs < 0 || tokens < 0 || need != size) return fail("sizes do not match the header");
+  const auto* offsets = reinterpret_cast<const int64_t*>(bytes + at);
+  const auto* ids = reinterpret_cast<const int32_t*>(bytes + at + static_cast<size_t>(docs + 1) * 8);
+  const int32_t* labels = ids + tokens;
+  std::vector<Example> examples(static_cast<size_t>(docs));
+  for (int64_t i = 0; i < docs; ++i) {
+    const int64_t b = offsets[i], e = offsets[i + 1];
+    if (b < 0 || e < b || e > tokens) return fail("bad offsets");
+    examples[static_cast<size_t>(i)].input_ids.assign(ids + b, ids + e);
+    examples[static_cast<size_t>(i)].labels.assign(labels + b, labels + e);
+  }
+  if (info) *info = header.value("info", nlohmann::json());
+  return TokenDataset::FromExamples(std::move(examples));
+}
+
+Result<TokenDataset> LoadOrBuildTokenCache(const std::string& dir, const std::string& key, const BuildTokens& build,
+                                           nlohmann::json* info, bool* built_here, const TokenCacheOptions& options) {
+  if (built_here) *built_here = false;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::IoError("creating " + dir + ": " + ec.message());
+  const std::string path = dir + "/" + key + ".tokens", lock = dir + "/" + key + ".lock";
+  bool announced = false;
+  while (true) {
+    auto cached = ReadTokenCache(path, key, info);
+    if (cached.ok()) return cached;
+    if (cached.status().code() != StatusCode::kNotFound) {
+      EFT_LOG(WARNING) << "rebuilding the token cache: " << cached.status().message();
+      fs::remove(path, ec);
+    }
+    int fd = ::open(lock.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      const std::string owner = std::to_string(::getpid()) + "\n";
+      (void)!::write(fd, owner.data(), owner.size());
+      ::close(fd);
+      // Keep the lock fresh while building, so waiters can tell a slow build from a dead builder.
+      std::atomic<bool> done{false};
+      std::thread heartbeat([&] {
+        while (!done) {
+          for (int i = 0; i < 20 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+          std::error_code e;
+          fs::last_write_time(lock, fs::file_time_type::clock::now(), e);
+        }
+      });
+      nlohmann::json built_info;
+      Result<TokenDataset> built = build(&built_info);
+      Status written = built.ok() ? WriteTokenCache(path, key, *built, built_info) : built.status();
+      done = true;
+      heartbeat.join();
+      fs::remove(lock, ec);
+      if (!built.ok()) return built.status();
+      if (!written.ok()) EFT_LOG(WARNING) << "token cache not written (training goes on): " << written;
+      if (info) *info = built_info;
+      if (built_here) *built_here = true;
+      return built;
+    }
+    if (errno != EEXIST) return Errno("creating", lock);
+    auto mtime = fs::last_write_time(lock, ec);
+    if (!ec && fs::file_time_type::clock::now() - mtime > options.stale_after) {
+      EFT_LOG(WARNING) << "taking over " << lock << ": its builder stopped refreshing it";
+      fs::remove(lock, ec);
+      continue;
+    }
+    if (!announced) {
+      EFT_LOG(INFO) << "waiting for another process to build the token cache " << path;
+      announced = true;
+    }
+    std::this_thread::sleep_for(options.poll);
+  }
+}
+
+}  // namespace eft::trainer
