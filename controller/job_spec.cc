@@ -485,6 +485,10 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (!data->has_packing()) data->set_packing(true);
   EFT_RETURN_IF_ERROR(CheckChoice("spec.data.loss_on", data->mutable_loss_on(), "assistant",
                                   {"assistant", "completion", "all"}));
+  if (!data->has_train_on_eos()) data->set_train_on_eos(true);
+  EFT_RETURN_IF_ERROR(CheckChoice("spec.data.on_bad_line", data->mutable_on_bad_line(), "error", {"error", "skip"}));
+  EFT_RETURN_IF_ERROR(
+      CheckChoice("spec.data.truncation", data->mutable_truncation(), "truncate", {"truncate", "drop"}));
 
   v1::ResourceSpec* res = spec->mutable_resources();
   v1::NodeRange* nodes = res->mutable_nodes();

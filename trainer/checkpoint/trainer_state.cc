@@ -46,6 +46,9 @@ json CompatibilityRecord(const TrainConfig& c, const ModelConfig& model, int64_t
           {"data.tokens", tokens},
           {"data.max_seq_len", c.max_seq_len},
           {"data.packing", c.packing},
+          {"data.loss_on", c.loss_on},
+          {"data.train_on_eos", c.train_on_eos},
+          {"data.truncation", c.truncation},
           {"training.global_batch_size", c.global_batch_size},
           {"training.epochs", c.epochs},
           {"training.max_steps", c.max_steps},  // with epochs, the LR schedule's length

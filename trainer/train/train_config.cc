@@ -73,6 +73,12 @@ Result<TrainConfig> TrainConfigFromJobSpec(const json& spec) {
     EFT_RETURN_IF_ERROR(Read(*d, "format", "spec.data.", &c.data_format));
     EFT_RETURN_IF_ERROR(ReadNumber(*d, "max_seq_len", "spec.data.", &c.max_seq_len));
     EFT_RETURN_IF_ERROR(ReadBool(*d, "packing", "spec.data.", &c.packing));
+    EFT_RETURN_IF_ERROR(Read(*d, "chat_template", "spec.data.", &c.chat_template));
+    EFT_RETURN_IF_ERROR(Read(*d, "loss_on", "spec.data.", &c.loss_on));
+    EFT_RETURN_IF_ERROR(ReadBool(*d, "train_on_eos", "spec.data.", &c.train_on_eos));
+    EFT_RETURN_IF_ERROR(Read(*d, "on_bad_line", "spec.data.", &c.on_bad_line));
+    EFT_RETURN_IF_ERROR(Read(*d, "truncation", "spec.data.", &c.truncation));
+    EFT_RETURN_IF_ERROR(Read(*d, "cache_dir", "spec.data.", &c.data_cache_dir));
   }
   if (const json* t = Field(spec, "training")) {
     const std::string p = "spec.training.";
@@ -138,6 +144,15 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   if (c.global_batch_size < 1) return bad("spec.training.global_batch_size: must be >= 1");
   if (c.micro_batch_size < 1) return bad("spec.training.micro_batch_size: must be >= 1");
   if (c.max_seq_len < 2) return bad("spec.data.max_seq_len: must be >= 2");
+  if (c.loss_on != "assistant" && c.loss_on != "completion" && c.loss_on != "all") {
+    return bad("spec.data.loss_on: '" + c.loss_on + "' is not one of assistant, completion, all");
+  }
+  if (c.on_bad_line != "error" && c.on_bad_line != "skip") {
+    return bad("spec.data.on_bad_line: '" + c.on_bad_line + "' is not one of error, skip");
+  }
+  if (c.truncation != "truncate" && c.truncation != "drop") {
+    return bad("spec.data.truncation: '" + c.truncation + "' is not one of truncate, drop");
+  }
   if (c.precision != "bf16" && c.precision != "fp32") {
     return bad("spec.training.precision: '" + c.precision + "' is not one of bf16, fp32");
   }

@@ -22,6 +22,12 @@ struct TrainConfig {
   std::string data_format = "auto";
   int64_t max_seq_len = 4096;
   bool packing = true;  // several documents per sequence (trainer/data/packing.h)
+  std::string chat_template = "auto";  // auto: the model's; else a Jinja file
+  std::string loss_on = "assistant";   // assistant | completion | all
+  bool train_on_eos = true;
+  std::string on_bad_line = "error";   // error | skip
+  std::string truncation = "truncate"; // truncate | drop
+  std::string data_cache_dir;          // empty: <checkpoint_dir>/data-cache, else ~/.cache/eft/data
 
   int64_t epochs = 1;
   int64_t global_batch_size = 32;

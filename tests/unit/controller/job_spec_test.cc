@@ -127,6 +127,9 @@ TEST(JobSpecTest, MinimalSpecGetsEveryDefault) {
   EXPECT_TRUE(spec.data().has_packing());
   EXPECT_TRUE(spec.data().packing());
   EXPECT_EQ(spec.data().loss_on(), "assistant");
+  EXPECT_TRUE(spec.data().train_on_eos());
+  EXPECT_EQ(spec.data().on_bad_line(), "error");
+  EXPECT_EQ(spec.data().truncation(), "truncate");
 
   EXPECT_EQ(spec.resources().nodes().min(), 1);
   EXPECT_EQ(spec.resources().nodes().max(), 1);
@@ -224,6 +227,8 @@ TEST(JobSpecTest, EveryValidationRuleNamesTheField) {
       {"/data/max_seq_len", 8, "spec.data.max_seq_len (8) must be >= 16"},
       {"/data/max_seq_len", 2000000, "spec.data.max_seq_len (2000000) must be <= 1048576"},
       {"/data/loss_on", "everything", "spec.data.loss_on (\"everything\") must be one of assistant, completion, all"},
+      {"/data/on_bad_line", "ignore", "spec.data.on_bad_line (\"ignore\") must be one of error, skip"},
+      {"/data/truncation", "wrap", "spec.data.truncation (\"wrap\") must be one of truncate, drop"},
       {"/resources/nodes/min", -1, "spec.resources.nodes.min (-1) must be >= 1"},
       {"/resources/nodes", {{"min", 2}, {"max", 1}},
        "spec.resources.nodes.max (1) must be >= spec.resources.nodes.min (2)"},
