@@ -194,6 +194,22 @@ TEST_F(CheckpointTest, AFullCheckpointIsAModelDirectoryOthersLoad) {
   EXPECT_LE(trainer::testing::MaxAbsDiff(logits, ref.logits), 1e-5);
 }
 
+// A retry (EFT_ATTEMPT > 1) that was given no checkpoint looks in checkpoint.dir itself; a first
+// attempt never does (a new job must not pick up another run's checkpoints).
+TEST_F(CheckpointTest, ARetryWithoutResumeFromFindsTheNewestCheckpoint) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  std::string spec = Spec(3, 0, ckpt);
+  TrainRun("killed", 2, spec, 0, "", "EFT_DEBUG_KILL_AT_STEP=7");
+  ASSERT_TRUE(trainer::VerifyCheckpoint(ckpt + "/step-6").ok());
+  Run retry = TrainRun("retry", 2, spec, 0, "", "EFT_ATTEMPT=2");
+  ASSERT_EQ(retry.exit_code, 0) << retry.output;
+  EXPECT_NE(Resumed(retry).find(ckpt + "/step-6 "), std::string::npos) << retry.output;
+  EXPECT_EQ(retry.losses.size(), 6u);
+  Run fresh = TrainRun("fresh", 2, spec, 0, "", "EFT_ATTEMPT=1");
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
+  EXPECT_EQ(fresh.losses.size(), 12u);
+}
+
 TEST_F(CheckpointTest, AnIncompatibleResumeIsRefusedWithTheReason) {
   const std::string ckpt = (dir_ / "ckpt").string();
   Run first = TrainRun("first", 2, Spec(3, 0, ckpt), 0, "", "EFT_DEBUG_KILL_AT_STEP=4");

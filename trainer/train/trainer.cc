@@ -112,6 +112,15 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   t->checkpointer_ = std::make_unique<Checkpointer>(policy, t->comm_.get(), t->model_.get(), t->optimizer_.get(),
                                                     &t->events_);
   t->compat_ = CompatibilityRecord(c, model_config, t->dataset_.stats().examples, t->dataset_.stats().tokens);
+  // A retry whose controller knew of no checkpoint (the save's event was lost, or the controller
+  // itself was replaced, as on a Slurm requeue) still resumes from what is on disk.
+  if (t->env_.resume_from.empty() && t->env_.attempt > 1 && !c.checkpoint_dir.empty()) {
+    if (t->env_.rank == 0) {
+      EFT_LOG(INFO) << "attempt " << t->env_.attempt << " without EFT_RESUME_FROM: looking for a checkpoint in "
+                    << c.checkpoint_dir;
+    }
+    t->env_.resume_from = "auto";
+  }
   if (!t->env_.resume_from.empty()) {
     EFT_ASSIGN_OR_RETURN(std::optional<TrainerState> resumed, t->checkpointer_->Resume(t->env_.resume_from, t->compat_));
     if (resumed) {
