@@ -189,6 +189,13 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
           EFT_LOG(INFO) << "job " << j->rec.id << ": checkpoint at step " << c.step << " (" << c.kind << ") " << c.path;
           j->checkpoints.push_back(c);
           Bump(*j);
+          if (checkpoint_observer_) {
+            auto seconds = [&](const char* k) {
+              return doc.contains(k) && doc[k].is_number() ? doc[k].get<double>() : -1.0;  // -1: not reported
+            };
+            checkpoint_observer_(CheckpointReport{c.job_id, c.kind, c.step, c.bytes, seconds("seconds"),
+                                                  seconds("stall_seconds")});
+          }
         }
       }
     }

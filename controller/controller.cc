@@ -354,6 +354,50 @@ Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained) {
   return out;
 }
 
+void Controller::SetCheckpointObserver(std::function<void(const CheckpointReport&)> observer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  checkpoint_observer_ = std::move(observer);
+}
+
+ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
+  ControllerSnapshot out;
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t terminal_kept = 0;
+  // Newest first, so the terminal jobs kept are the most recently submitted ones.
+  for (auto id = job_order_.rbegin(); id != job_order_.rend(); ++id) {
+    const JobEntry& j = jobs_.at(*id);
+    ++out.jobs_by_state[j.rec.state];
+    if (IsTerminal(j.rec.state) && terminal_kept++ >= max_terminal_jobs) continue;
+    ControllerSnapshot::Job& v = out.jobs.emplace_back();
+    v.id = j.rec.id;
+    v.name = j.rec.spec.name();
+    v.state = j.rec.state;
+    v.attempt = j.rec.attempt;
+    v.restarts = j.rec.restarts;
+    v.max_restarts = j.rec.spec.fault_tolerance().max_restarts();
+    if (j.active() && j.current()) v.world_size = j.current()->world_size;
+    v.progress = j.progress;
+    v.checkpoints = static_cast<int64_t>(j.checkpoints.size());
+    if (!j.checkpoints.empty()) {
+      // Appended as reported; a resent report of an older one is not appended again.
+      const CheckpointRecord& newest = j.checkpoints.back();
+      v.last_checkpoint_bytes = newest.bytes;
+      v.last_checkpoint_step = newest.step;
+      v.last_checkpoint_ms = newest.time_ms;
+    }
+  }
+  const SteadyTime now = clock_->Now();
+  for (const auto& [name, n] : nodes_) {
+    ControllerSnapshot::Node& v = out.nodes.emplace_back();
+    v.name = name;
+    v.ready = n.ready;
+    v.drained = n.rec.drained;
+    v.slots = n.rec.slots;
+    v.heartbeat_age_seconds = std::max(0.0, std::chrono::duration<double>(now - n.last_heartbeat).count());
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Conversions
 

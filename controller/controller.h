@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,6 +36,45 @@
 #include "eft/v1/node.pb.h"
 
 namespace eft::controller {
+
+// What /metrics reports of the controller's state, copied in one pass under its lock (see
+// Controller::Snapshot and controller_metrics.h).
+struct ControllerSnapshot {
+  struct Job {
+    std::string id;
+    std::string name;
+    v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+    int32_t attempt = 0;       // attempts started so far
+    int32_t restarts = 0;      // failures counted against max_restarts (a reclassified one is refunded)
+    int32_t max_restarts = 0;
+    int32_t world_size = 0;    // of the running attempt; 0 when none runs
+    v1::TrainingProgress progress;  // from the newest step event of the current attempt; step 0: none yet
+    int64_t checkpoints = 0;
+    int64_t last_checkpoint_bytes = 0;
+    int64_t last_checkpoint_step = 0;
+    int64_t last_checkpoint_ms = 0;  // wall time the newest checkpoint was reported; 0: none
+  };
+  struct Node {
+    std::string name;
+    bool ready = false;  // READY, else LOST
+    bool drained = false;
+    int32_t slots = 0;
+    double heartbeat_age_seconds = 0;  // since the last Register/Heartbeat (or controller start)
+  };
+  std::map<v1::JobState, int64_t> jobs_by_state;  // over every job
+  std::vector<Job> jobs;  // non-terminal jobs, then the newest terminal ones (see Snapshot)
+  std::vector<Node> nodes;
+};
+
+// A checkpoint a rank reported, with what the controller does not store: how long the save took.
+struct CheckpointReport {
+  std::string job_id;
+  std::string kind;  // sharded | full
+  int64_t step = 0;
+  int64_t bytes = 0;
+  double seconds = -1;        // writing it; < 0 when the event did not say
+  double stall_seconds = -1;  // how long the step loop waited for it; < 0 when not said
+};
 
 class Controller {
  public:
@@ -68,6 +108,15 @@ class Controller {
   void StartTicker();
 
   const ControllerConfig& config() const { return config_; }
+
+  // For /metrics: job counts by state over every job, per-job details for every job that is not
+  // terminal plus the `max_terminal_jobs` most recently submitted terminal ones (so the number of
+  // per-job series stays bounded however many jobs the database holds), and every node.
+  // One pass under the lock; O(jobs + nodes), no I/O.
+  ControllerSnapshot Snapshot(size_t max_terminal_jobs) const;
+  // Called for every newly stored checkpoint (not for a resent event), with the controller's lock
+  // held: it must be quick and must not call back into the Controller. Empty: none.
+  void SetCheckpointObserver(std::function<void(const CheckpointReport&)> observer);
 
  private:
   struct RankView {
@@ -183,6 +232,8 @@ class Controller {
   std::condition_variable submit_cv_;
   std::vector<PendingSubmit*> submit_queue_;
   bool submit_leader_ = false;
+
+  std::function<void(const CheckpointReport&)> checkpoint_observer_;
 
   std::atomic<bool> stopping_{false};
   std::thread ticker_;

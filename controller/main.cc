@@ -1,21 +1,28 @@
 // eft-controller: one per cluster. Keeps jobs, nodes, attempts and checkpoints in SQLite and
 // serves JobService, NodeService (clients) and AgentService (workers) over gRPC, and the same
-// client API as REST/JSON with --http (controller/http/).
+// client API as REST/JSON with --http (controller/http/), with Prometheus /metrics there.
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
 
+#include "common/http/http_metrics.h"
+#include "common/http/http_server.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "controller/controller.h"
+#include "controller/controller_metrics.h"
+#include "controller/grpc_metrics.h"
 #include "controller/grpc_services.h"
-#include "controller/http/http_server.h"
 #include "controller/http/rest_api.h"
 
 int main(int argc, char** argv) {
   using namespace eft;
   using namespace eft::controller;
+  namespace rest = eft::controller::http;  // the REST handlers
+  namespace web = eft::http;               // the generic server under them
   SetLogProgram("eft-controller");
 
   CLI::App app{"eft-controller: the elastic-ft control plane (jobs, nodes, restarts)"};
@@ -63,21 +70,41 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Every module registers its families here; /metrics serves them all. Until the state has loaded
+  // only the HTTP server's own families exist.
+  MetricsRegistry metrics;
+  std::atomic<ControllerMetrics*> controller_metrics{nullptr};
+  auto http_metrics = web::HttpRequestMetrics::Create(&metrics);
+  auto grpc_metrics = GrpcRequestMetrics::Create(&metrics);
+  for (const Status& s : {http_metrics.status(), grpc_metrics.status()}) {
+    if (!s.ok()) {
+      EFT_LOG(ERROR) << "metrics: " << s;
+      return 1;
+    }
+  }
+
   // REST listens before the state loads, so /healthz answers and /readyz says "loading" meanwhile.
-  http::RestApi rest_api;
-  std::unique_ptr<http::HttpServer> http_server;
+  rest::RestApiOptions rest_options;
+  rest_options.metrics_text = [&] {
+    ControllerMetrics* m = controller_metrics.load();
+    return m ? m->Scrape() : metrics.Serialize();
+  };
+  rest::RestApi rest_api(rest_options);
+  std::unique_ptr<web::HttpServer> http_server;
   if (!http_address.empty()) {
-    http::HttpServerConfig http_config;
+    web::HttpServerConfig http_config;
     http_config.address = http_address;
+    http_config.server_name = "eft-controller";
+    http_config.on_request = (*http_metrics)->Hook();
     if (http_threads > 0) http_config.threads = http_threads;
     if (http_read_timeout_s > 0) {
       http_config.read_timeout = std::chrono::milliseconds(static_cast<long>(http_read_timeout_s * 1000));
     }
-    http_server = std::make_unique<http::HttpServer>(http_config,
-                                                     [&rest_api](const http::HttpRequest& r) { return rest_api.Handle(r); });
+    http_server = std::make_unique<web::HttpServer>(http_config,
+                                                    [&rest_api](const web::HttpRequest& r) { return rest_api.Handle(r); });
     Status s = http_server->Start();
     if (!s.ok()) {
-      EFT_LOG(ERROR) << s.message();
+      EFT_LOG(ERROR) << "--http: " << s.message();
       return 1;
     }
     EFT_LOG(INFO) << "REST API on " << http_address << " (port " << http_server->port() << ")";
@@ -89,6 +116,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   Controller* c = controller->get();
+  auto state_metrics = ControllerMetrics::Create(&metrics, c);
+  if (!state_metrics.ok()) {
+    EFT_LOG(ERROR) << "metrics: " << state_metrics.status();
+    return 1;
+  }
+  controller_metrics.store(state_metrics->get());
   // Ready as soon as the state is loaded, so that gRPC answering implies REST is ready as well.
   rest_api.SetController(c);
   JobServiceImpl jobs(c);
@@ -100,6 +133,9 @@ int main(int argc, char** argv) {
   builder.RegisterService(&jobs);
   builder.RegisterService(&nodes);
   builder.RegisterService(&agents);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back((*grpc_metrics)->InterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
     EFT_LOG(ERROR) << "cannot listen on " << c->config().listen;

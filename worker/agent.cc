@@ -35,6 +35,16 @@ std::string Describe(const v1::RankKey& k) {
 
 }  // namespace
 
+const char* RankExitClass(int exit_code, int signal) {
+  if (signal != 0) return "signal";
+  switch (exit_code) {
+    case 0: return "success";
+    case 2: return "bad_input";
+    case 75: return "stopped";
+    default: return "failed";
+  }
+}
+
 WorkerAgent::WorkerAgent(WorkerConfig config)
     : config_(std::move(config)),
       incarnation_(RandomIncarnation()),
@@ -102,6 +112,34 @@ void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
   supervisor_.reset();  // SIGKILLs whatever still runs
 }
 
+WorkerStats WorkerAgent::Stats() {
+  WorkerStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, r] : ranks_) {
+      ++s.ranks_by_state[r.status.state()];
+      if (r.status.state() == v1::RANK_STATE_RUNNING || r.status.state() == v1::RANK_STATE_STOPPING) {
+        s.slot_jobs[r.status.slot()] = r.status.key().job_id();
+      }
+    }
+    s.rank_exits = rank_exits_;
+    s.rank_starts = rank_starts_;
+    s.rank_restarts = rank_restarts_;
+    s.rank_start_failures = rank_start_failures_;
+    s.pending_events = pending_events_.size();
+  }
+  s.registrations = registrations_.load();
+  s.heartbeats = heartbeats_.load();
+  s.heartbeat_failures = heartbeat_failures_.load();
+  s.controller_reachable = controller_reachable_.load();
+  if (shipper_) {
+    LogShipper::Stats logs = shipper_->stats();
+    s.log_bytes_shipped = logs.bytes_shipped;
+    s.log_push_failures = logs.push_failures;
+  }
+  return s;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Heartbeats
 
@@ -150,10 +188,12 @@ bool WorkerAgent::RegisterOnce() {
                        << " (retrying every " << interval_.count() << " ms)";
     }
     controller_reachable_ = false;
+    ++heartbeat_failures_;
     stub_ = NewAgentStub(config_.controller);
     return false;
   }
   controller_reachable_ = true;
+  ++registrations_;
   EFT_LOG(INFO) << "registered with " << config_.controller << " as " << config_.name << " (incarnation "
                 << incarnation_ << "), " << resp.desired_size() << " ranks desired";
   {
@@ -189,11 +229,13 @@ bool WorkerAgent::HeartbeatOnce() {
                        << "; ranks keep running, retrying";
     }
     controller_reachable_ = false;
+    ++heartbeat_failures_;
     stub_ = NewAgentStub(config_.controller);
     return false;
   }
   if (!controller_reachable_) EFT_LOG(INFO) << "controller " << config_.controller << " reachable again";
   controller_reachable_ = true;
+  ++heartbeats_;
   std::lock_guard<std::mutex> lock(mu_);
   while (!pending_events_.empty() && pending_events_.front().seq() <= resp.acked_event_seq()) {
     pending_events_.pop_front();
@@ -313,6 +355,12 @@ void WorkerAgent::StartRank(const v1::RankAssignment& a) {
     shipper_->Track(a.key(), spec.log_path);
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (r.status.state() == v1::RANK_STATE_FAILED_TO_START) {
+    ++rank_start_failures_;
+  } else {
+    ++rank_starts_;
+    if (a.key().attempt() > 1) ++rank_restarts_;
+  }
   by_id_[id] = key;
   ranks_[key] = std::move(r);
 }
@@ -329,6 +377,7 @@ void WorkerAgent::OnExit(ProcessSupervisor::Id id, ProcessExit exit) {
     r.status.set_signal(exit.signal);
     r.status.set_end_time_ms(RealClock::Get()->WallMillis());
     key = r.status.key();
+    ++rank_exits_[RankExitClass(exit.exit_code, exit.signal)];
     Status s = ledger_.Forget(r.status.pid());
     if (!s.ok()) EFT_LOG(WARNING) << "rank ledger: " << s;
   }

@@ -34,6 +34,28 @@
 
 namespace eft::worker {
 
+// What the worker's /metrics reports of the agent (worker_metrics.h); counts since the process started.
+struct WorkerStats {
+  std::map<v1::RankState, int64_t> ranks_by_state;  // the ranks it runs or still reports
+  std::map<int, std::string> slot_jobs;             // slot -> job of the rank holding it (running or stopping)
+  std::map<std::string, uint64_t> rank_exits;       // by RankExitClass
+  uint64_t rank_starts = 0;
+  uint64_t rank_restarts = 0;  // starts of ranks of a job's second or later attempt
+  uint64_t rank_start_failures = 0;
+  uint64_t registrations = 0;  // successful Register calls
+  uint64_t heartbeats = 0;     // successful Heartbeat calls
+  uint64_t heartbeat_failures = 0;  // failed Register or Heartbeat calls
+  bool controller_reachable = false;
+  uint64_t pending_events = 0;  // rank events not yet acknowledged by the controller
+  uint64_t log_bytes_shipped = 0;
+  uint64_t log_push_failures = 0;
+};
+
+// How a rank ended, as a small fixed set (the exit-code contract of ARCHITECTURE.md): "success"
+// (0), "bad_input" (2), "stopped" (75, saved and stopped on request), "failed" (any other code),
+// "signal" (killed by a signal).
+const char* RankExitClass(int exit_code, int signal);
+
 class WorkerAgent {
  public:
   explicit WorkerAgent(WorkerConfig config);
@@ -44,6 +66,9 @@ class WorkerAgent {
   // Stops every rank (SIGTERM, then SIGKILL after its grace period), reports their exits to the
   // controller if it can within `deadline`, and stops the threads.
   void Shutdown(std::chrono::milliseconds deadline);
+
+  // Thread-safe (takes the agent's lock briefly), between Start() and Shutdown().
+  WorkerStats Stats();
 
  private:
   using Key = std::tuple<std::string, int, int>;  // job, attempt, rank
@@ -89,7 +114,15 @@ class WorkerAgent {
   ProcessSupervisor::Id next_id_ = 1;
   std::deque<v1::RankEvent> pending_events_;
   uint64_t next_seq_ = 1;
-  bool controller_reachable_ = true;
+  std::atomic<bool> controller_reachable_{true};
+  // Under mu_, except the RPC counts, which the heartbeat thread bumps without it.
+  std::map<std::string, uint64_t> rank_exits_;
+  uint64_t rank_starts_ = 0;
+  uint64_t rank_restarts_ = 0;
+  uint64_t rank_start_failures_ = 0;
+  std::atomic<uint64_t> registrations_{0};
+  std::atomic<uint64_t> heartbeats_{0};
+  std::atomic<uint64_t> heartbeat_failures_{0};
 };
 
 }  // namespace eft::worker

@@ -122,6 +122,7 @@ bool LogShipper::PushOnce() {
   grpc::Status s = stub_->PushLogs(&ctx, req, &resp);
   if (!s.ok()) {
     EFT_LOG(DEBUG) << "PushLogs failed (" << s.error_message() << "); retrying later";
+    ++push_failures_;
     stub_ = NewAgentStub(controller_);
     return false;
   }
@@ -132,6 +133,7 @@ bool LogShipper::PushOnce() {
       if (KeyText(f.key) != KeyText(c.key())) continue;
       // The controller's end may also be behind ours (it lost data): resend from there.
       progressed |= c.offset() != f.confirmed;
+      if (c.offset() > f.confirmed) bytes_shipped_ += static_cast<uint64_t>(c.offset() - f.confirmed);
       f.confirmed = c.offset();
     }
   }

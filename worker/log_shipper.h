@@ -6,6 +6,7 @@
 // thread; thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -38,6 +39,12 @@ class LogShipper {
   // Pushes now instead of at the next interval.
   void Wake();
 
+  struct Stats {
+    uint64_t bytes_shipped = 0;  // bytes the controller confirmed
+    uint64_t push_failures = 0;  // PushLogs calls that failed
+  };
+  Stats stats() const { return {bytes_shipped_.load(), push_failures_.load()}; }
+
  private:
   struct File {
     v1::RankKey key;
@@ -58,6 +65,8 @@ class LogShipper {
   bool wake_ = false;
   bool stop_ = false;
   std::map<std::string, File> files_;  // by path
+  std::atomic<uint64_t> bytes_shipped_{0};
+  std::atomic<uint64_t> push_failures_{0};
   std::thread thread_;
 };
 

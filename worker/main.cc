@@ -1,12 +1,18 @@
 // eft-worker: one per node. Registers with eft-controller, heartbeats, and runs the ranks the
-// controller wants on this node.
+// controller wants on this node; with --metrics it serves Prometheus /metrics (ranks, heartbeats,
+// and per-GPU utilisation and memory joined to jobs when nvidia-smi is there).
 #include <csignal>
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
 
+#include "common/http/http_metrics.h"
+#include "common/http/http_server.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "worker/agent.h"
+#include "worker/gpu_monitor.h"
+#include "worker/worker_metrics.h"
 
 int main(int argc, char** argv) {
   using namespace eft;
@@ -21,6 +27,8 @@ int main(int argc, char** argv) {
   app.add_option("--slots", config.slots, "rank slots (default: one per visible GPU, else 1)");
   app.add_option("--work-dir", config.work_dir, "rank logs and state (default: /tmp/eft-worker-NAME)");
   app.add_option("--address", config.address, "address other nodes reach this one at (MASTER_ADDR; default: host name)");
+  app.add_option("--metrics", config.metrics_address, "serve Prometheus /metrics and /healthz on HOST:PORT (default: off)");
+  app.add_option("--nvidia-smi", config.nvidia_smi, "nvidia-smi program for GPU metrics (default: nvidia-smi on PATH)");
   app.add_option("--log-level", log_level, "debug|info|warning|error")
       ->check(CLI::IsMember({"debug", "info", "warning", "warn", "error"}));
   try {
@@ -48,9 +56,61 @@ int main(int argc, char** argv) {
     EFT_LOG(ERROR) << "cannot start: " << s;
     return 1;
   }
+
+  // Metrics: declared after the agent so they go first, and stopped explicitly before the agent
+  // shuts down (WorkerAgent::Stats is valid until then).
+  MetricsRegistry registry;
+  std::unique_ptr<GpuMonitor> gpus;
+  std::unique_ptr<WorkerMetrics> worker_metrics;
+  std::unique_ptr<http::HttpRequestMetrics> http_metrics;
+  std::unique_ptr<http::HttpServer> metrics_server;
+  if (!config.metrics_address.empty()) {
+    // Only a node that offers GPUs polls nvidia-smi: on a CPU node it would fail every interval.
+    if (!config.gpu_ids.empty()) {
+      gpus = std::make_unique<GpuMonitor>(MakeNvidiaSmiQuery(config.nvidia_smi), config.gpu_poll_interval,
+                                          config.gpu_query_timeout);
+      gpus->Start();
+    }
+    WorkerMetricsSources sources;
+    sources.node = config.name;
+    sources.slots = config.slots;
+    sources.gpu_ids = config.gpu_ids;
+    sources.stats = [&agent] { return agent.Stats(); };
+    if (gpus) {
+      sources.gpus = [g = gpus.get()] { return g->Latest(); };
+      sources.gpu_query_failures = [g = gpus.get()] { return g->failures(); };
+    }
+    auto m = WorkerMetrics::Create(&registry, std::move(sources));
+    auto h = http::HttpRequestMetrics::Create(&registry);
+    if (!m.ok() || !h.ok()) {
+      EFT_LOG(ERROR) << "metrics: " << (!m.ok() ? m.status() : h.status());
+      agent.Shutdown(std::chrono::seconds(35));
+      return 1;
+    }
+    worker_metrics = std::move(m).value();
+    http_metrics = std::move(h).value();
+    http::HttpServerConfig http_config;
+    http_config.address = config.metrics_address;
+    http_config.threads = 1;  // a scrape every few seconds
+    http_config.server_name = "eft-worker";
+    http_config.on_request = http_metrics->Hook();
+    metrics_server = std::make_unique<http::HttpServer>(
+        http_config, http::MetricsEndpoint([&registry] { return registry.Serialize(); }));
+    s = metrics_server->Start();
+    if (!s.ok()) {
+      EFT_LOG(ERROR) << "--metrics: " << s.message();
+      agent.Shutdown(std::chrono::seconds(35));
+      return 1;
+    }
+    EFT_LOG(INFO) << "metrics on " << config.metrics_address << " (port " << metrics_server->port() << ")"
+                  << (gpus ? ", GPUs via " + config.nvidia_smi : "");
+  }
+
   int sig = 0;
   sigwait(&signals, &sig);
   EFT_LOG(INFO) << "signal " << sig << ": stopping ranks and exiting";
+  if (metrics_server) metrics_server->Stop();
+  if (gpus) gpus->Stop();
   agent.Shutdown(std::chrono::seconds(35));
   return 0;
 }

@@ -20,6 +20,12 @@ struct WorkerConfig {
   std::chrono::milliseconds heartbeat_interval{1000};  // until the controller says otherwise
   std::chrono::milliseconds rpc_timeout{5000};
   std::chrono::milliseconds log_push_interval{500};
+  // Serve /metrics (and /healthz) on HOST:PORT; empty: off.
+  std::string metrics_address;
+  // Queried for GPU metrics (when metrics are on and the node has GPUs), every gpu_poll_interval.
+  std::string nvidia_smi = "nvidia-smi";
+  std::chrono::milliseconds gpu_poll_interval{5000};
+  std::chrono::milliseconds gpu_query_timeout{3000};
   std::string version = "0.1.0";
 };
 

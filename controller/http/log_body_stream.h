@@ -6,10 +6,12 @@
 #include <string>
 #include <utility>
 
-#include "controller/http/http_types.h"
+#include "common/http/http_types.h"
 #include "controller/log_follower.h"
 
 namespace eft::controller::http {
+
+using eft::http::BodyStream;
 
 // Interleaved logs of several ranks are unreadable without their origin, so each line gets the
 // prefix eftctl prints, "[attempt A rank R] ". Partial lines wait for their newline (per log).

@@ -8,6 +8,8 @@
 
 namespace eft::controller::http {
 
+using eft::http::ParseTarget;
+
 namespace {
 
 template <typename T>

@@ -10,12 +10,17 @@
 #include <functional>
 #include <string>
 
+#include "common/http/http_types.h"
+#include "common/http/router.h"
 #include "controller/controller.h"
-#include "controller/http/http_types.h"
+#include "controller/http/rest_codec.h"
 #include "controller/log_follower.h"
-#include "controller/http/router.h"
 
 namespace eft::controller::http {
+
+using eft::http::BodyStream;
+using eft::http::RouteContext;
+using eft::http::Router;
 
 struct RestApiOptions {
   // Serves GET /metrics (Prometheus text exposition 0.0.4) when set; without it /metrics is 404.

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/yaml_json.h"
-#include "controller/http/url.h"
+#include "common/http/url.h"
 #include "controller/job_spec.h"
 
 namespace eft::controller::http {
@@ -104,13 +104,7 @@ HttpReply ErrorReply(const Status& status) {
 }
 
 HttpReply ErrorReply(int http_status, StatusCode code, const std::string& message) {
-  // ordered_json keeps grpc-gateway's key order; `replace` guards against bytes a client smuggled
-  // into a message (dump would otherwise throw on invalid UTF-8).
-  nlohmann::ordered_json body = {{"code", static_cast<int>(code)}, {"message", message}, {"details", json::array()}};
-  HttpReply r;
-  r.status = http_status;
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
+  return eft::http::JsonErrorReply(http_status, code, message);
 }
 
 HttpReply MessageReply(const google::protobuf::Message& message) {
@@ -119,14 +113,6 @@ HttpReply MessageReply(const google::protobuf::Message& message) {
   if (!s.ok()) return ErrorReply(Status::Internal("encoding the reply as JSON: " + std::string(s.message())));
   HttpReply r;
   r.body = std::move(out);
-  return r;
-}
-
-HttpReply TextReply(int http_status, std::string text) {
-  HttpReply r;
-  r.status = http_status;
-  r.content_type = "text/plain; charset=utf-8";
-  r.body = std::move(text);
   return r;
 }
 
@@ -139,7 +125,7 @@ Result<v1::SubmitJobRequest> ParseSubmitJobBody(const std::string& content_type,
   json doc;
   if (IsYaml(content_type)) {
     // YAML is UTF-8 by definition, and invalid bytes would otherwise reach JSON encoding later.
-    if (!IsValidUtf8(body)) return Status::InvalidArgument("request body: YAML is not valid UTF-8");
+    if (!eft::http::IsValidUtf8(body)) return Status::InvalidArgument("request body: YAML is not valid UTF-8");
     auto parsed = YamlToJson(body);
     if (!parsed.ok()) return Status::InvalidArgument("request body: " + parsed.status().message());
     doc = std::move(parsed).value();

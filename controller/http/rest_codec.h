@@ -11,10 +11,16 @@
 #include <google/protobuf/message.h>
 
 #include "common/status.h"
-#include "controller/http/http_types.h"
+#include "common/http/http_types.h"
+#include "common/http/replies.h"
 #include "eft/v1/job.pb.h"
 
 namespace eft::controller::http {
+
+// The generic HTTP pieces live in common/http (eft::http); the REST code names them unqualified.
+using eft::http::HttpReply;
+using eft::http::HttpRequest;
+using eft::http::TextReply;
 
 using QueryParams = std::vector<std::pair<std::string, std::string>>;
 
@@ -29,9 +35,6 @@ HttpReply ErrorReply(int http_status, StatusCode code, const std::string& messag
 
 // 200 with the message as JSON.
 HttpReply MessageReply(const google::protobuf::Message& message);
-
-// A text/plain reply (healthz, readyz).
-HttpReply TextReply(int http_status, std::string text);
 
 // The body of POST /v1/jobs. Accepted: a SubmitJobRequest {"spec": {...}, "requestId": "..."} or a
 // bare JobSpec, as JSON, or as YAML when the content type says so. Errors name the field path

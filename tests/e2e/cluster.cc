@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -40,6 +41,15 @@ TestCluster::TestCluster(ClusterOptions options) : options_(options) {
   dir_ = ::mkdtemp(buf.data());
   port_ = PickFreePort();
   while (options_.http && (http_port_ == 0 || http_port_ == port_)) http_port_ = PickFreePort();
+  for (int i = 0; options_.worker_metrics && i < options_.workers; ++i) {
+    int p = 0;
+    auto taken = [&](int candidate) {
+      const auto& used = worker_metrics_ports_;
+      return candidate == port_ || candidate == http_port_ || std::find(used.begin(), used.end(), candidate) != used.end();
+    };
+    while (p == 0 || taken(p)) p = PickFreePort();
+    worker_metrics_ports_.push_back(p);
+  }
   for (int i = 0; i < options_.workers; ++i) workers_.push_back(std::make_unique<ChildProcess>());
   Connect();
 }
@@ -109,10 +119,16 @@ void TestCluster::KillController(int sig) {
 void TestCluster::StartWorker(int i) {
   std::string name = worker_name(i);
   workers_.at(i) = std::make_unique<ChildProcess>();
-  ASSERT_TRUE(workers_[i]->Start({BuildDir() + "/worker/eft-worker", "--controller", controller_address(), "--name",
-                                  name, "--slots", std::to_string(options_.slots_per_worker), "--work-dir",
-                                  dir_ + "/work/" + name, "--address", "127.0.0.1"},
-                                 {{"CUDA_VISIBLE_DEVICES", ""}}, dir_ + "/" + name + ".log"));
+  std::vector<std::string> argv = {BuildDir() + "/worker/eft-worker", "--controller", controller_address(), "--name",
+                                   name, "--slots", std::to_string(options_.slots_per_worker), "--work-dir",
+                                   dir_ + "/work/" + name, "--address", "127.0.0.1"};
+  if (options_.worker_metrics) {
+    argv.insert(argv.end(), {"--metrics", "127.0.0.1:" + std::to_string(worker_metrics_port(i))});
+  }
+  argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
+  std::map<std::string, std::string> env = {{"CUDA_VISIBLE_DEVICES", ""}};
+  for (const auto& [k, v] : options_.worker_env) env[k] = v;
+  ASSERT_TRUE(workers_[i]->Start(argv, env, dir_ + "/" + name + ".log"));
 }
 
 void TestCluster::KillWorker(int i, int sig) {

@@ -31,6 +31,12 @@ struct ClusterOptions {
   bool http = false;
   // Appended to the controller's command line (e.g. {"--http-read-timeout", "2"}).
   std::vector<std::string> controller_args;
+  // Every worker also serves /metrics (--metrics on a free port of 127.0.0.1); see worker_metrics_port().
+  bool worker_metrics = false;
+  // Appended to every worker's command line, and set in its environment (which otherwise has
+  // CUDA_VISIBLE_DEVICES="", so workers are CPU nodes).
+  std::vector<std::string> worker_args;
+  std::map<std::string, std::string> worker_env;
 };
 
 // SUCCEEDED, FAILED or CANCELLED.
@@ -49,6 +55,8 @@ class TestCluster {
   // The REST API (ClusterOptions::http); the port stays the same across controller restarts.
   int http_port() const { return http_port_; }
   std::string http_address() const { return "127.0.0.1:" + std::to_string(http_port_); }
+  // Worker i's /metrics (ClusterOptions::worker_metrics); the same across restarts of the worker.
+  int worker_metrics_port(int i) const { return worker_metrics_ports_.at(i); }
 
   void StartController();
   void KillController(int sig = 9);  // and reap
@@ -86,6 +94,7 @@ class TestCluster {
   std::string dir_;
   int port_;
   int http_port_ = 0;
+  std::vector<int> worker_metrics_ports_;
   int master_port_base_ = 0;
   bool keep_ = false;
   std::unique_ptr<ChildProcess> controller_;

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "tests/e2e/cluster.h"
-#include "tests/unit/controller/rest_test_client.h"
+#include "tests/unit/common/http/http_test_client.h"
 
 namespace eft::testing {
 namespace {
@@ -60,7 +60,11 @@ TEST(Rest, JobsAndNodesThroughRestMatchGrpc) {
   auto ready = HttpCall(c.http_port(), "GET", "/readyz");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 200);
-  EXPECT_EQ(HttpCall(c.http_port(), "GET", "/metrics")->status, 404) << "no metrics source wired yet";
+  auto metrics = HttpCall(c.http_port(), "GET", "/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_EQ(metrics->header("content-type"), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(metrics->body.find("eft_nodes{state=\"READY\"} 2\n"), std::string::npos) << metrics->body;
 
   // Submit via REST (a SubmitJobRequest), see it via gRPC.
   v1::SubmitJobRequest submit;

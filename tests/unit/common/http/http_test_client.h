@@ -1,7 +1,7 @@
 // A deliberately dumb HTTP/1.1 client over raw POSIX sockets for the REST tests: it sends exactly
 // the bytes it is given (so tests can send malformed and hostile requests) and parses responses
 // strictly enough to check status, headers, Content-Length and chunked bodies. Header-only, shared
-// by the unit tests of the HTTP server and the end-to-end REST test.
+// by the unit tests of the HTTP server and the end-to-end REST and metrics tests.
 #pragma once
 
 #include <arpa/inet.h>

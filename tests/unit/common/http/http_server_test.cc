@@ -1,7 +1,7 @@
 // HttpServer over real sockets on 127.0.0.1 with a scripted handler: keep-alive and pipelining,
 // size limits, malformed requests, read timeouts (slowloris), 100-continue, chunked streams that
 // arrive piece by piece without blocking other clients, hang-up detection and the connection cap.
-#include "controller/http/http_server.h"
+#include "common/http/http_server.h"
 
 #include <atomic>
 #include <mutex>
@@ -10,10 +10,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "controller/http/rest_codec.h"
-#include "tests/unit/controller/rest_test_client.h"
+#include "common/http/replies.h"
+#include "tests/unit/common/http/http_test_client.h"
 
-namespace eft::controller::http {
+namespace eft::http {
 namespace {
 
 using namespace std::chrono_literals;
@@ -58,6 +58,7 @@ class HttpServerTest : public ::testing::Test {
     config.read_timeout = 1000ms;
     config.write_timeout = 2000ms;
     config.max_connections = 50;
+    config.server_name = "eft-test";
     config.on_request = [this](const HttpRequestRecord& r) {
       std::lock_guard<std::mutex> lock(mu_);
       records_.push_back(r);
@@ -86,7 +87,7 @@ class HttpServerTest : public ::testing::Test {
     } else if (r.target == "/throw") {
       throw std::runtime_error("boom");
     } else {
-      reply = ErrorReply(404, StatusCode::kNotFound, "no route");
+      reply = JsonErrorReply(404, StatusCode::kNotFound, "no route");
     }
     return reply;
   }
@@ -106,7 +107,7 @@ TEST_F(HttpServerTest, KeepAliveAndPipelining) {
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, "hello");
   EXPECT_EQ(r->header("content-type"), "text/plain");
-  EXPECT_EQ(r->header("server"), "eft-controller");
+  EXPECT_EQ(r->header("server"), "eft-test");
   // Same connection, then two pipelined requests in one write.
   ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4\r\n\r\n{\"a\"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"));
   r = c.ReadResponse();
@@ -333,4 +334,4 @@ TEST(HttpServerAddress, SplitHostPort) {
 }
 
 }  // namespace
-}  // namespace eft::controller::http
+}  // namespace eft::http

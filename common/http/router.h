@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "controller/http/http_types.h"
-#include "controller/http/url.h"
+#include "common/http/http_types.h"
+#include "common/http/url.h"
 
-namespace eft::controller::http {
+namespace eft::http {
 
 struct RouteContext {
   const HttpRequest& request;
@@ -51,4 +51,4 @@ class Router {
   std::vector<Route> routes_;
 };
 
-}  // namespace eft::controller::http
+}  // namespace eft::http

@@ -1,4 +1,4 @@
-#include "controller/http/http_server.h"
+#include "common/http/http_server.h"
 
 #include <charconv>
 #include <thread>
@@ -11,9 +11,9 @@
 #include <boost/asio/strand.hpp>
 
 #include "common/logging.h"
-#include "controller/http/http_session.h"
+#include "common/http/http_session.h"
 
-namespace eft::controller::http {
+namespace eft::http {
 
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
@@ -106,12 +106,12 @@ Status HttpServer::Start() {
   if (config.threads < 1) return Status::InvalidArgument("http server: threads must be >= 1");
   std::string host;
   int port = 0;
-  EFT_RETURN_IF_ERROR(SplitHostPort(config.address, &host, &port).WithContext("--http"));
+  EFT_RETURN_IF_ERROR(SplitHostPort(config.address, &host, &port));
   boost::system::error_code ec;
   tcp::resolver resolver(impl_->io);
   auto endpoints = resolver.resolve(host, std::to_string(port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
   if (ec || endpoints.empty()) {
-    return Status::InvalidArgument("--http: cannot resolve '" + host + "': " + ec.message());
+    return Status::InvalidArgument("cannot resolve '" + host + "': " + ec.message());
   }
   tcp::endpoint endpoint = endpoints.begin()->endpoint();
   tcp::acceptor& a = impl_->acceptor;
@@ -142,4 +142,4 @@ void HttpServer::Stop() {
   impl_->acceptor.close(ignored);
 }
 
-}  // namespace eft::controller::http
+}  // namespace eft::http

@@ -14,7 +14,7 @@
 
 #include "common/status.h"
 
-namespace eft::controller::http {
+namespace eft::http {
 
 struct Target {
   std::vector<std::string> segments;  // decoded, without the leading ""; "/" gives {}
@@ -35,4 +35,4 @@ bool IsPrintableUtf8(std::string_view text);
 // Parses an origin-form request target. INVALID_ARGUMENT names what is wrong ("path: ...").
 Result<Target> ParseTarget(std::string_view target);
 
-}  // namespace eft::controller::http
+}  // namespace eft::http

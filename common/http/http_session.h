@@ -24,9 +24,9 @@
 #include <boost/beast/http.hpp>
 
 #include "common/status.h"
-#include "controller/http/http_server.h"
+#include "common/http/http_server.h"
 
-namespace eft::controller::http {
+namespace eft::http {
 
 // What every session of one server shares; outlives them all (see HttpServer::Impl).
 struct SessionShared {
@@ -94,4 +94,4 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::chrono::steady_clock::time_point started_;
 };
 
-}  // namespace eft::controller::http
+}  // namespace eft::http

@@ -1,10 +1,10 @@
-#include "controller/http/router.h"
+#include "common/http/router.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
-namespace eft::controller::http {
+namespace eft::http {
 
 namespace {
 
@@ -58,4 +58,4 @@ Router::Match Router::Find(const std::string& method, const Target& target) cons
   return m;
 }
 
-}  // namespace eft::controller::http
+}  // namespace eft::http

@@ -1,10 +1,10 @@
-// HttpServer: HTTP/1.1 on Boost.Beast/Asio for eft-controller's REST API.
+// HttpServer: HTTP/1.1 on Boost.Beast/Asio: eft-controller's REST API and eft-worker's /metrics.
 //
 // Threading: one io_context run by a small fixed pool (`threads`, default 2); every connection is
 // an HttpSession on its own strand, so thousands of idle or streaming connections cost memory, not
-// threads. Handlers run on those threads and must return promptly: Controller calls only take its
-// mutex briefly, and long responses (log following) are BodyStreams that the session pulls from
-// timers instead of blocking a thread in a loop.
+// threads. Handlers run on those threads and must return promptly (the controller's only take its
+// mutex briefly); long responses (log following) are BodyStreams that the session pulls from timers
+// instead of blocking a thread in a loop.
 //
 // Hostile clients are bounded by the limits below: a request must arrive completely within
 // read_timeout (slowloris), a client that stops reading is dropped after write_timeout, headers and
@@ -18,9 +18,9 @@
 #include <string>
 
 #include "common/status.h"
-#include "controller/http/http_types.h"
+#include "common/http/http_types.h"
 
-namespace eft::controller::http {
+namespace eft::http {
 
 // One served request, for metrics and access logs.
 struct HttpRequestRecord {
@@ -41,6 +41,7 @@ struct HttpServerConfig {
   // A response write (or one streamed chunk) that the client does not take within this is dropped.
   std::chrono::milliseconds write_timeout{30000};
   size_t max_connections = 1024;
+  std::string server_name = "eft";  // the Server header
   // Called after every response, on a server thread; must not block. Unset: nothing is recorded.
   std::function<void(const HttpRequestRecord&)> on_request;
 };
@@ -52,7 +53,8 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and listens (errors name the address) and starts the threads. Once per server.
+  // Binds and listens and starts the threads. Once per server. Errors name the address; callers add
+  // the flag it came from (WithContext("--http")).
   Status Start();
   // The bound port (useful with port 0); 0 before Start.
   int port() const;
@@ -68,4 +70,4 @@ class HttpServer {
 // Splits "HOST:PORT" ("[::1]:80", ":8080" = every interface). INVALID_ARGUMENT explains the form.
 Status SplitHostPort(const std::string& address, std::string* host, int* port);
 
-}  // namespace eft::controller::http
+}  // namespace eft::http

@@ -1,6 +1,6 @@
-#include "controller/http/url.h"
+#include "common/http/url.h"
 
-namespace eft::controller::http {
+namespace eft::http {
 
 namespace {
 
@@ -144,4 +144,4 @@ Result<Target> ParseTarget(std::string_view target) {
   return out;
 }
 
-}  // namespace eft::controller::http
+}  // namespace eft::http

@@ -1,10 +1,10 @@
 // Request-target parsing for the REST API: percent-decoding, UTF-8 checks, verbs, queries, routing.
 #include <gtest/gtest.h>
 
-#include "controller/http/router.h"
-#include "controller/http/url.h"
+#include "common/http/router.h"
+#include "common/http/url.h"
 
-namespace eft::controller::http {
+namespace eft::http {
 namespace {
 
 TEST(RestUrl, PercentDecode) {
@@ -123,4 +123,4 @@ TEST(RestRouter, MatchesPatternsVerbsAndTellsWrongMethodFromNoRoute) {
 }
 
 }  // namespace
-}  // namespace eft::controller::http
+}  // namespace eft::http

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace eft::controller::http {
+namespace eft::http {
 
 struct HttpRequest {
   std::string method;        // as sent: "GET", "POST", ...
@@ -46,4 +46,4 @@ struct HttpReply {
 
 using HttpHandler = std::function<HttpReply(const HttpRequest&)>;
 
-}  // namespace eft::controller::http
+}  // namespace eft::http

@@ -1,4 +1,4 @@
-#include "controller/http/http_session.h"
+#include "common/http/http_session.h"
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
@@ -6,9 +6,9 @@
 #include <boost/beast/core/string.hpp>
 
 #include "common/logging.h"
-#include "controller/http/rest_codec.h"
+#include "common/http/replies.h"
 
-namespace eft::controller::http {
+namespace eft::http {
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -34,11 +34,11 @@ std::string ChunkFrame(const std::string& data) {
 }
 
 template <typename Message>
-void SetCommonFields(Message& m, const HttpReply& reply) {
+void SetCommonFields(Message& m, const HttpReply& reply, const std::string& server_name) {
   m.result(static_cast<unsigned>(reply.status));
   // Beast knows the reason phrase of every registered status, not grpc-gateway's 499.
   if (reply.status == 499) m.reason("Client Closed Request");
-  m.set(bhttp::field::server, "eft-controller");
+  m.set(bhttp::field::server, server_name);
   m.set(bhttp::field::content_type, reply.content_type);
   // Error messages echo client input; browsers must not guess a more dangerous type for it.
   m.set("X-Content-Type-Options", "nosniff");
@@ -121,7 +121,7 @@ void HttpSession::OnRequest(ErrorCode ec) {
     reply = shared_->handler(request);
   } catch (const std::exception& e) {
     EFT_LOG(ERROR) << "http: handler threw on " << request.method << ": " << e.what();
-    reply = ErrorReply(Status::Internal("unexpected error"));
+    reply = JsonErrorReply(500, StatusCode::kInternal, "unexpected error");
   }
   record_ = HttpRequestRecord{request.method, reply.route, reply.status, {}};
   Send(std::move(reply));
@@ -156,7 +156,7 @@ void HttpSession::SendError(int http_status, StatusCode code, const std::string&
     record_ = HttpRequestRecord{method, "", http_status, {}};
     if (!parser_ || !parser_->is_header_done()) started_ = std::chrono::steady_clock::now();
   }
-  Send(ErrorReply(http_status, code, message));
+  Send(JsonErrorReply(http_status, code, message));
 }
 
 void HttpSession::Send(HttpReply reply) {
@@ -164,7 +164,7 @@ void HttpSession::Send(HttpReply reply) {
   if (record_) record_->status = reply.status;
   response_ = std::make_shared<bhttp::response<bhttp::string_body>>();
   response_->version(version_);
-  SetCommonFields(*response_, reply);
+  SetCommonFields(*response_, reply, shared_->config.server_name);
   response_->body() = std::move(reply.body);
   response_->keep_alive(keep_alive_);
   response_->prepare_payload();
@@ -191,7 +191,7 @@ void HttpSession::StartStream(HttpReply reply) {
   keep_alive_ = false;
   stream_head_.emplace();
   stream_head_->version(version_);
-  SetCommonFields(*stream_head_, reply);
+  SetCommonFields(*stream_head_, reply, shared_->config.server_name);
   stream_head_->keep_alive(false);
   if (chunked_) stream_head_->chunked(true);
   stream_serializer_.emplace(*stream_head_);
@@ -313,4 +313,4 @@ void HttpSession::Close() {
   socket_.close(ignored);
 }
 
-}  // namespace eft::controller::http
+}  // namespace eft::http
