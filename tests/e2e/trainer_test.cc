@@ -105,6 +105,33 @@ TEST_F(TrainerTest, PersistentMemoryPerRankFallsAsOneOverW) {
   EXPECT_NEAR(bytes[4] / bytes[1], 0.25, 0.01);
 }
 
+// Every rank of a run gets its data through the token cache: one process builds it, a second run
+// reads it back. A chat-format file with a model directory that has no tokenizer is refused.
+TEST_F(TrainerTest, TheTokenCacheIsBuiltOnceAndReused) {
+  InitModel();
+  WriteData(16);
+  std::string spec = WriteSpec(4, 1, 1e-3);
+  const std::string cache = "--set data.cache_dir=" + (dir_ / "cache").string();
+  Run first = TrainRun("first", 2, spec, 2, cache), second = TrainRun("second", 2, spec, 2, cache);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(first.output.find("] tokenized " + (dir_ / "data.jsonl").string()), std::string::npos) << first.output;
+  EXPECT_EQ(second.output.find("] tokenized "), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("(read from " + (dir_ / "cache").string()), std::string::npos) << second.output;
+  EXPECT_EQ(first.losses, second.losses);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir_ / "cache")) files += e.path().extension() == ".tokens";
+  EXPECT_EQ(files, 1);
+
+  std::ofstream(dir_ / "chat.jsonl") << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
+                                     << "\n";
+  std::string out;
+  EXPECT_EQ(Shell(Train() + " train --config " + spec + " " + cache + " --set data.train=" + (dir_ / "chat.jsonl").string(),
+                  &out),
+            2);
+  EXPECT_NE(out.find("chat.jsonl:1: text needs the model's tokenizer"), std::string::npos) << out;
+}
+
 TEST_F(TrainerTest, BadInputExitsTwoWithTheReason) {
   InitModel();
   WriteData(4);

@@ -110,6 +110,10 @@ Result<Example> TokenizeSftRecord(const SftRecord& record, const TextEncoder& en
                                   const LabelOptions& options) {
   Example ex;
   if (record.kind == SftRecord::Kind::kTokens) return record.tokens;
+  if (!encoder.can_encode()) {
+    return Status::FailedPrecondition("text needs the model's tokenizer, and the model directory has none "
+                                      "(tokenizer.json or tokenizer.model); only pre-tokenized data can be used");
+  }
   std::vector<std::pair<size_t, size_t>> offsets;
   if (record.kind == SftRecord::Kind::kText) {
     // Prompt (with the tokenizer's BOS), then the text, then EOS: tokenized apart so the boundary

@@ -46,6 +46,8 @@ class TextEncoder {
   virtual std::optional<int32_t> eos_id() const = 0;
   // Special-token strings (e.g. "<|im_end|>"): with train_on_eos false, one ending a reply is not trained.
   virtual const std::vector<std::string>& special_tokens() const = 0;
+  // False for the stand-in used when a model directory has no tokenizer: only pre-tokenized data.
+  virtual bool can_encode() const { return true; }
 };
 
 // Renders messages (and tools, null when none) with the chat template.

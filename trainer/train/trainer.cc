@@ -18,6 +18,7 @@
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/data/packing.h"
+#include "trainer/train/training_data.h"
 #include "trainer/optim/clip.h"
 #include "trainer/optim/schedule.h"
 
@@ -28,16 +29,6 @@ namespace fs = std::filesystem;
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// The data format the file holds: pretokenized JSONL is the only one until the SFT pipeline lands.
-Status CheckDataFormat(const TrainConfig& c) {
-  if (c.data_format != "auto" && c.data_format != "pretokenized") {
-    return Status::InvalidArgument("spec.data.format: '" + c.data_format +
-                                   "' is not supported by this eft-train yet; use pretokenized JSONL "
-                                   "({\"input_ids\": [...], \"labels\": [...]}) with format auto or pretokenized");
-  }
-  return Status::Ok();
 }
 
 std::atomic<bool> g_stop_requested{false};
@@ -56,7 +47,6 @@ void LimitBlasThreads() {
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env) {
   EFT_RETURN_IF_ERROR(ValidateTrainConfig(config));
-  EFT_RETURN_IF_ERROR(CheckDataFormat(config));
   std::unique_ptr<Trainer> t(new Trainer(std::move(config), std::move(env)));
   const TrainConfig& c = t->config_;
 
@@ -71,12 +61,23 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
 
   EFT_ASSIGN_OR_RETURN(ModelConfig model_config, ModelConfig::FromHfDir(c.model));
   EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDir::Open(c.model));
-  DatasetOptions data_options;
-  data_options.max_seq_len = c.max_seq_len;
-  data_options.vocab_size = model_config.vocab_size;
-  EFT_ASSIGN_OR_RETURN(t->dataset_, TokenDataset::LoadPretokenized(c.train_data, data_options));
-  if (t->dataset_.size() == 0) return Status::InvalidArgument("spec.data.train: " + c.train_data + " holds no examples");
+  TextPipeline text;  // the tokenizer and chat template come with the SFT pipeline issue
+  EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareTrainingData(c, model_config.vocab_size, text));
+  t->dataset_ = std::move(data.documents);
+  if (t->dataset_.size() == 0) {
+    return Status::InvalidArgument("spec.data.train: " + c.train_data + " holds no usable examples (" +
+                                   data.stats.ToJson().dump() + ")");
+  }
   const DatasetStats documents = t->dataset_.stats();
+  if (t->env_.rank == 0) {
+    const SftBuildStats& st = data.stats;
+    EFT_LOG(INFO) << "data: " << st.examples << " examples from " << st.lines << " lines of " << c.train_data << " ("
+                  << (data.from_cache ? "read from " : "built into ") << data.cache_file << "); "
+                  << st.tokens << " tokens, " << st.trained_tokens << " trained, " << st.truncated << " truncated, "
+                  << st.dropped_long << " dropped as too long, " << st.skipped_bad << " bad lines skipped"
+                  << (st.first_bad.empty() ? std::string() : " (first: " + st.first_bad + ")") << ", "
+                  << st.no_trained << " with nothing to train";
+  }
   PackingStats packing;
   if (c.packing) t->dataset_ = PackDataset(t->dataset_, c.max_seq_len, &packing);
 

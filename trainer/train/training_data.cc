@@ -1,0 +1,99 @@
+#include "trainer/train/training_data.h"
+
+#include <cstdlib>
+
+#include "common/logging.h"
+#include "trainer/data/token_cache.h"
+
+namespace eft::trainer {
+namespace {
+
+// Bump when tokenization or labelling changes, so old caches are not reused.
+constexpr const char* kPipelineVersion = "eft-sft-1";
+
+// Stands in when the model has no tokenizer: only pre-tokenized lines get through.
+class NoEncoder final : public TextEncoder {
+ public:
+  std::vector<int32_t> EncodeWithOffsets(std::string_view, bool, std::vector<std::pair<size_t, size_t>>*) const override {
+    return {};
+  }
+  std::optional<int32_t> eos_id() const override { return std::nullopt; }
+  const std::vector<std::string>& special_tokens() const override { return none_; }
+  bool can_encode() const override { return false; }
+
+ private:
+  std::vector<std::string> none_;
+};
+
+}  // namespace
+
+std::string TokenCacheDir(const TrainConfig& c) {
+  if (!c.data_cache_dir.empty()) return c.data_cache_dir;
+  if (!c.checkpoint_dir.empty()) return c.checkpoint_dir + "/data-cache";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/eft/data";
+}
+
+SftDataOptions SftOptionsFrom(const TrainConfig& c, int64_t vocab_size) {
+  SftDataOptions o;
+  auto format = ParseDataFormat(c.data_format);
+  o.format = format.ok() ? *format : DataFormat::kAuto;
+  auto loss_on = ParseLossOn(c.loss_on);
+  o.labels.loss_on = loss_on.ok() ? *loss_on : LossOn::kAssistant;
+  o.labels.train_on_eos = c.train_on_eos;
+  o.max_seq_len = c.max_seq_len;
+  o.truncate = c.truncation != "drop";
+  o.skip_bad_lines = c.on_bad_line == "skip";
+  o.vocab_size = vocab_size;
+  return o;
+}
+
+Result<PreparedData> PrepareTrainingData(const TrainConfig& c, int64_t vocab_size, const TextPipeline& text,
+                                         const BuildProgress& progress) {
+  EFT_RETURN_IF_ERROR(ParseDataFormat(c.data_format).status());
+  EFT_RETURN_IF_ERROR(ParseLossOn(c.loss_on).status());
+  const SftDataOptions options = SftOptionsFrom(c, vocab_size);
+  CacheKey key;
+  key.AddText(kPipelineVersion);
+  EFT_RETURN_IF_ERROR(key.AddFile(c.train_data).WithContext("spec.data.train"));
+  for (const auto& f : text.key_files) EFT_RETURN_IF_ERROR(key.AddFile(f));
+  key.AddText(text.template_source);
+  key.AddText(options.ToJson().dump());
+
+  static const NoEncoder kNoEncoder;
+  const TextEncoder& encoder = text.encoder ? *text.encoder : kNoEncoder;
+  PreparedData out;
+  const std::string dir = TokenCacheDir(c);
+  bool built_here = false;
+  nlohmann::json info;
+  auto dataset = LoadOrBuildTokenCache(
+      dir, key.Hex(),
+      [&](nlohmann::json* built_info) -> Result<TokenDataset> {
+        SftBuildStats stats;
+        EFT_ASSIGN_OR_RETURN(TokenDataset ds, BuildSftDataset({c.train_data}, encoder, text.render, options, &stats, progress));
+        *built_info = stats.ToJson();
+        return ds;
+      },
+      &info, &built_here);
+  if (!dataset.ok()) return dataset.status();
+  if (built_here) {
+    EFT_LOG(INFO) << "tokenized " << c.train_data << " into the token cache " << dir << "/" << key.Hex() << ".tokens";
+  }
+  out.documents = std::move(*dataset);
+  out.from_cache = !built_here;
+  out.cache_file = dir + "/" + key.Hex() + ".tokens";
+  // The statistics come back from the cache too, so every rank can report them.
+  out.stats.lines = info.value("lines", int64_t{0});
+  out.stats.examples = info.value("examples", int64_t{0});
+  out.stats.skipped_bad = info.value("skipped_bad_lines", int64_t{0});
+  out.stats.first_bad = info.value("first_bad_line", std::string());
+  out.stats.no_trained = info.value("no_trained_tokens", int64_t{0});
+  out.stats.truncated = info.value("truncated", int64_t{0});
+  out.stats.dropped_long = info.value("dropped_too_long", int64_t{0});
+  out.stats.tokens = info.value("tokens", int64_t{0});
+  out.stats.trained_tokens = info.value("trained_tokens", int64_t{0});
+  if (info.contains("formats")) out.stats.formats = info["formats"].get<std::map<std::string, std::string>>();
+  return out;
+}
+
+}  // namespace eft::trainer
