@@ -18,6 +18,7 @@
 #include "trainer/model/llama.h"
 #include "trainer/model/model_config.h"
 #include "trainer/train/launch.h"
+#include "trainer/train/prepare.h"
 #include "trainer/train/trainer.h"
 
 namespace {
@@ -93,8 +94,8 @@ int InitModel(const InitModelArgs& a) {
   return 0;
 }
 
-int Train(const std::string& config_path, const std::vector<std::string>& overrides, int threads,
-          const std::string& output_dir, const std::string& resume) {
+// The job spec from --config (or EFT_JOB_SPEC) with --set overrides applied.
+Result<TrainConfig> LoadConfig(const std::string& config_path, const std::vector<std::string>& overrides) {
   Result<nlohmann::json> spec = Status::InvalidArgument("no job spec");
   if (!config_path.empty()) {
     spec = LoadYamlOrJsonFile(config_path);
@@ -102,14 +103,16 @@ int Train(const std::string& config_path, const std::vector<std::string>& overri
     spec = YamlToJson(env);
     if (!spec.ok()) spec = spec.status().WithContext("EFT_JOB_SPEC");
   } else {
-    return Fail(Status::InvalidArgument("no job spec: pass --config job.yaml (or run under eft-worker, which sets EFT_JOB_SPEC)"));
+    return Status::InvalidArgument("no job spec: pass --config job.yaml (or run under eft-worker, which sets EFT_JOB_SPEC)");
   }
-  if (!spec.ok()) return Fail(spec.status());
-  for (const auto& o : overrides) {
-    Status s = ApplyOverride(o, &spec.value());
-    if (!s.ok()) return Fail(s);
-  }
-  auto config = TrainConfigFromJobSpec(*spec);
+  if (!spec.ok()) return spec.status();
+  for (const auto& o : overrides) EFT_RETURN_IF_ERROR(ApplyOverride(o, &spec.value()));
+  return TrainConfigFromJobSpec(*spec);
+}
+
+int Train(const std::string& config_path, const std::vector<std::string>& overrides, int threads,
+          const std::string& output_dir, const std::string& resume) {
+  auto config = LoadConfig(config_path, overrides);
   if (!config.ok()) return Fail(config.status());
   config->threads = threads;
   if (!output_dir.empty()) config->output_dir = output_dir;
@@ -159,6 +162,12 @@ int main(int argc, char** argv) {
   train->add_option("--threads", threads, "intra-op threads per rank (default: cores / local ranks)");
   train->add_option("--output-dir", output_dir, "also write the final model as a Hugging Face directory here");
 
+  std::string prepare_config;
+  std::vector<std::string> prepare_overrides;
+  auto* prepare = app.add_subcommand("prepare", "tokenize the job's data into the token cache and summarise it");
+  prepare->add_option("--config", prepare_config, "job spec YAML/JSON")->required();
+  prepare->add_option("--set", prepare_overrides, "override one field (repeatable)");
+
   InitModelArgs im;
   auto* init = app.add_subcommand("init-model", "write a randomly initialised Hugging Face model directory");
   init->add_option("--arch", im.arch, "llama | qwen2 | qwen3 | mistral")->required();
@@ -182,6 +191,11 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitConfig;
   }
   if (*init) return InitModel(im);
+  if (*prepare) {
+    auto config = LoadConfig(prepare_config, prepare_overrides);
+    if (!config.ok()) return Fail(config.status());
+    return RunPrepare(*config);
+  }
 
   if (max_steps > 0) overrides.push_back("training.max_steps=" + std::to_string(max_steps));
   if (nproc > 0) {

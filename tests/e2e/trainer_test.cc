@@ -132,6 +132,33 @@ TEST_F(TrainerTest, TheTokenCacheIsBuiltOnceAndReused) {
   EXPECT_NE(out.find("chat.jsonl:1: text needs the model's tokenizer"), std::string::npos) << out;
 }
 
+// `eft-train prepare` builds the same cache a run reads, and says what the data holds.
+TEST_F(TrainerTest, PrepareSummarisesTheDataAndFillsTheCache) {
+  InitModel();
+  WriteData(40, 4, 20);
+  packing_ = true;
+  std::string spec = WriteSpec(4, 1, 1e-3);
+  {
+    std::ofstream f(dir_ / "data.jsonl", std::ios::app);
+    f << "{oops\n" << R"({"input_ids": [1, 2]})" << "\n";
+  }
+  const std::string cache = " --set data.cache_dir=" + (dir_ / "cache").string();
+  std::string out;
+  EXPECT_EQ(Shell(Train() + " prepare --config " + spec + cache, &out), 2);
+  EXPECT_NE(out.find("data.jsonl:41: not valid JSON"), std::string::npos) << out;
+  ASSERT_EQ(Shell(Train() + " prepare --config " + spec + cache + " --set data.on_bad_line=skip", &out), 0) << out;
+  EXPECT_NE(out.find("format            pretokenized"), std::string::npos) << out;
+  EXPECT_NE(out.find("lines             42"), std::string::npos) << out;
+  EXPECT_NE(out.find("examples          41"), std::string::npos) << out;
+  EXPECT_NE(out.find("bad lines       1 skipped, first: "), std::string::npos) << out;
+  EXPECT_NE(out.find("sequences of up to 64 tokens"), std::string::npos) << out;
+  EXPECT_NE(out.find("(built now)"), std::string::npos) << out;
+  // The run then starts from the cache.
+  Run run = TrainRun("run", 2, spec, 1, cache + " --set data.on_bad_line=skip");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("(read from " + (dir_ / "cache").string()), std::string::npos) << run.output;
+}
+
 TEST_F(TrainerTest, BadInputExitsTwoWithTheReason) {
   InitModel();
   WriteData(4);

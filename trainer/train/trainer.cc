@@ -61,8 +61,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
 
   EFT_ASSIGN_OR_RETURN(ModelConfig model_config, ModelConfig::FromHfDir(c.model));
   EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDir::Open(c.model));
-  TextPipeline text;  // the tokenizer and chat template come with the SFT pipeline issue
-  EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareTrainingData(c, model_config.vocab_size, text));
+  EFT_ASSIGN_OR_RETURN(LoadedText text, LoadTextPipeline(c));
+  EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareTrainingData(c, model_config.vocab_size, text.pipeline()));
   t->dataset_ = std::move(data.documents);
   if (t->dataset_.size() == 0) {
     return Status::InvalidArgument("spec.data.train: " + c.train_data + " holds no usable examples (" +

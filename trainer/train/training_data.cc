@@ -27,6 +27,25 @@ class NoEncoder final : public TextEncoder {
 
 }  // namespace
 
+LoadedText::~LoadedText() = default;
+
+TextPipeline LoadedText::pipeline() const {
+  TextPipeline p;
+  p.encoder = encoder_.get();
+  p.render = render_;
+  p.key_files = key_files_;
+  p.template_source = template_source_;
+  return p;
+}
+
+Result<LoadedText> LoadTextPipeline(const TrainConfig& c) {
+  LoadedText text;
+  // The tokenizer and the chat template interpreter arrive with the SFT pipeline; until then a
+  // model directory provides no text pipeline and only pre-tokenized data can be read.
+  (void)c;
+  return text;
+}
+
 std::string TokenCacheDir(const TrainConfig& c) {
   if (!c.data_cache_dir.empty()) return c.data_cache_dir;
   if (!c.checkpoint_dir.empty()) return c.checkpoint_dir + "/data-cache";

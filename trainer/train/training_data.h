@@ -3,6 +3,7 @@
 // only one process per filesystem tokenizes and a restart tokenizes nothing.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,25 @@ struct TextPipeline {
   std::vector<std::string> key_files;    // tokenizer files whose bytes the tokens depend on
   std::string template_source;           // the chat template's text
 };
+
+// The model directory's tokenizer and chat template (data.chat_template: auto, or a Jinja file),
+// owned, with the TextPipeline view of them.
+class LoadedText {
+ public:
+  LoadedText() = default;
+  LoadedText(LoadedText&&) = default;
+  LoadedText& operator=(LoadedText&&) = default;
+  ~LoadedText();
+  TextPipeline pipeline() const;
+
+ private:
+  friend Result<LoadedText> LoadTextPipeline(const TrainConfig& config);
+  std::unique_ptr<TextEncoder> encoder_;
+  RenderChat render_;
+  std::vector<std::string> key_files_;
+  std::string template_source_;
+};
+Result<LoadedText> LoadTextPipeline(const TrainConfig& config);
 
 struct PreparedData {
   TokenDataset documents;      // before packing

@@ -1,0 +1,109 @@
+#include "trainer/train/prepare.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "trainer/data/packing.h"
+#include "trainer/data/sampler.h"
+#include "trainer/model/model_config.h"
+#include "trainer/train/training_data.h"
+
+namespace eft::trainer {
+namespace {
+
+int ExitCode(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kDataLoss:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+// A bar redrawn in place on a terminal; elsewhere (logs) a line every 10%.
+class Progress {
+ public:
+  Progress() : tty_(::isatty(STDERR_FILENO) != 0), start_(std::chrono::steady_clock::now()) {}
+  void operator()(int64_t done, int64_t total) {
+    if (total <= 0) return;
+    const int percent = static_cast<int>(100 * done / total);
+    const double mb = static_cast<double>(done) / 1e6;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (tty_) {
+      const int filled = percent * 30 / 100;
+      std::fprintf(stderr, "\rtokenizing [%.*s%*s] %3d%%  %.1f MB  %.1f MB/s", filled, "##############################",
+                   30 - filled, "", percent, mb, secs > 0 ? mb / secs : 0.0);
+      if (done >= total) std::fprintf(stderr, "\n");
+    } else if (percent / 10 > last_decile_ || done >= total) {
+      last_decile_ = percent / 10;
+      std::fprintf(stderr, "tokenizing: %d%% (%.1f MB, %.1f s)\n", percent, mb, secs);
+    }
+  }
+
+ private:
+  bool tty_;
+  std::chrono::steady_clock::time_point start_;
+  int last_decile_ = -1;
+};
+
+double Percent(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0; }
+
+}  // namespace
+
+int RunPrepare(const TrainConfig& c) {
+  auto model = ModelConfig::FromHfDir(c.model);
+  if (!model.ok()) {
+    std::fprintf(stderr, "eft-train prepare: %s\n", model.status().message().c_str());
+    return ExitCode(model.status());
+  }
+  auto text = LoadTextPipeline(c);
+  if (!text.ok()) {
+    std::fprintf(stderr, "eft-train prepare: %s\n", text.status().message().c_str());
+    return ExitCode(text.status());
+  }
+  Progress progress;
+  auto data = PrepareTrainingData(c, model->vocab_size, text->pipeline(),
+                                  [&](int64_t done, int64_t total) { progress(done, total); });
+  if (!data.ok()) {
+    std::fprintf(stderr, "eft-train prepare: %s\n", data.status().message().c_str());
+    return ExitCode(data.status());
+  }
+  const SftBuildStats& st = data->stats;
+  std::printf("data              %s\n", c.train_data.c_str());
+  for (const auto& [file, format] : st.formats) std::printf("format            %s\n", format.c_str());
+  std::printf("lines             %lld\n", static_cast<long long>(st.lines));
+  std::printf("examples          %lld\n", static_cast<long long>(st.examples));
+  std::printf("  bad lines       %lld skipped%s%s\n", static_cast<long long>(st.skipped_bad),
+              st.first_bad.empty() ? "" : ", first: ", st.first_bad.c_str());
+  std::printf("  truncated       %lld (to %lld tokens)\n", static_cast<long long>(st.truncated),
+              static_cast<long long>(c.max_seq_len));
+  std::printf("  dropped         %lld (too long, truncation: drop)\n", static_cast<long long>(st.dropped_long));
+  std::printf("  nothing trained %lld skipped\n", static_cast<long long>(st.no_trained));
+  std::printf("tokens            %lld (%.1f%% trained, loss_on %s)\n", static_cast<long long>(st.tokens),
+              Percent(st.trained_tokens, st.tokens), c.loss_on.c_str());
+  int64_t sequences = data->documents.size();
+  if (c.packing && sequences > 0) {
+    PackingStats packing;
+    TokenDataset packed = PackDataset(data->documents, c.max_seq_len, &packing);
+    sequences = packed.size();
+    std::printf("packing           %lld sequences of up to %lld tokens, %.1f%% of their tokens real\n",
+                static_cast<long long>(sequences), static_cast<long long>(c.max_seq_len), 100 * packing.efficiency());
+  } else {
+    std::printf("packing           off: %lld sequences\n", static_cast<long long>(sequences));
+  }
+  if (sequences > 0) {
+    GlobalSampler sampler(sequences, c.global_batch_size, c.seed);
+    std::printf("steps             %lld per epoch (global batch %lld), %lld for %lld epochs\n",
+                static_cast<long long>(sampler.steps_per_epoch()), static_cast<long long>(c.global_batch_size),
+                static_cast<long long>(sampler.steps_per_epoch() * c.epochs), static_cast<long long>(c.epochs));
+  }
+  std::printf("token cache       %s (%s)\n", data->cache_file.c_str(), data->from_cache ? "reused" : "built now");
+  return 0;
+}
+
+}  // namespace eft::trainer
