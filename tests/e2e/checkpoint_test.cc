@@ -169,6 +169,30 @@ TEST_F(CheckpointTest, AFullDiskCommitsNothingAndTrainingGoesOn) {
   for (const auto& e : r.events) EXPECT_NE(e["event"], "checkpoint") << e.dump();
 }
 
+// A bf16 model's full checkpoint holds bf16 HF weights, so the exact resume needs the fp32 master
+// weights saved beside them in optimizer.safetensors. Same world size on both sides, so the bf16
+// arithmetic is the same and the losses must match to float rounding of the printout.
+TEST_F(CheckpointTest, ABf16ModelResumesExactlyFromItsFullCheckpoint) {
+  InitModel(2, "bfloat16");
+  Spec(0, 4, (dir_ / "ref-ckpt").string());  // sets the checkpoint section WriteSpec appends
+  Run ref = TrainRun("ref", 2, WriteSpec(8, 2, 3e-3, "bf16"), 0);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const std::string ckpt = (dir_ / "ckpt").string();
+  Spec(0, 4, ckpt);
+  const std::string spec = WriteSpec(8, 2, 3e-3, "bf16");
+  TrainRun("killed", 2, spec, 0, "", "EFT_DEBUG_KILL_AT_STEP=6");
+  auto optimizer = trainer::SafetensorsFile::Open(ckpt + "/step-4/optimizer.safetensors");
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+  EXPECT_NE((*optimizer)->Find("master.model.embed_tokens.weight"), nullptr);
+  auto weights = trainer::SafetensorsDir::Open(ckpt + "/step-4");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_EQ((*weights)->Find("model.embed_tokens.weight")->scalar_type, at::kBFloat16) << "HF weights in the model's dtype";
+  Run resumed = TrainRun("resumed", 2, spec, 0, "--resume " + ckpt + "/step-4");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  ASSERT_EQ(resumed.losses.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(resumed.losses[i], ref.losses[4 + i], 1e-6) << "step " << i + 5;
+}
+
 // A full checkpoint is a Hugging Face model directory: eft's loader reads back exactly the weights
 // the run ended with, and an independent reader (the Python reference parses config.json and the
 // safetensors files itself, and implements the model from the formulas) gets the same logits.

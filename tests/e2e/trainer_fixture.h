@@ -48,10 +48,10 @@ class TrainerTest : public ::testing::Test {
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
-  void InitModel(int layers = 2) {
+  void InitModel(int layers = 2, const std::string& dtype = "float32") {
     std::string out;
     ASSERT_EQ(Shell(Train() + " init-model --arch llama --hidden 64 --layers " + std::to_string(layers) +
-                        " --heads 4 --kv-heads 2 --intermediate 96 --vocab-size 128 --dtype float32 --seed 1 --out " +
+                        " --heads 4 --kv-heads 2 --intermediate 96 --vocab-size 128 --dtype " + dtype + " --seed 1 --out " +
                         (dir_ / "model").string(),
                     &out),
               0)
