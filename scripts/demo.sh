@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The demo behind `make demo`: a local eft cluster (one controller, three workers, each a "node"
 # on 127.0.0.1). Part 1 fine-tunes a small random Qwen3 with eft-train across the three nodes.
-# Part 2 runs a distributed c10d job and kills a node in the middle of it; the controller restarts
-# the job on the remaining nodes from its newest checkpoint.
+# Part 2 fine-tunes again and kills a node in the middle of it; the controller restarts the job on
+# the remaining nodes, at world size 2, from its newest checkpoint, and the job finishes.
 #
 # Usage: scripts/demo.sh [BUILD_DIR]. Everything lives under a temporary directory that is printed;
 # every process started here is stopped by PID on exit.
@@ -23,6 +23,13 @@ cleanup() {
 trap cleanup EXIT
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# job_field JOB PYTHON_EXPR: a field of `eftctl job get -o json` (j is the job), 0 until the job exists.
+job_field() {
+  "$EFTCTL" job get "$1" -o json 2>/dev/null | python3 -c "import json,sys
+try: j = json.load(sys.stdin)
+except Exception: j = {}
+print($2)" || echo 0
+}
 
 say "Starting eft-controller on $EFT_CONTROLLER (database $DEMO/controller.db)"
 echo "trainer_program: $BUILD/trainer/eft-train" >"$DEMO/controller.yaml"
@@ -75,34 +82,36 @@ cat "$DEMO/sft.yaml"
 "$EFTCTL" job logs 1 --rank 0 | tail -4
 echo "final checkpoint (a Hugging Face model directory): $(ls -dv "$DEMO"/sft-checkpoints/step-* | tail -1)"
 
-say "Part 2: a node dies in the middle of a job"
-cat >"$DEMO/job.yaml" <<YAML
-# A distributed job on 2..3 nodes. The rank program is eft's c10d test workload: every step is a
-# Gloo all-reduce across all ranks; rank 0 checkpoints every 5 steps. Its result is 1+2+...+steps
-# only if no step was lost or repeated across restarts.
-name: demo
+say "Part 2: a node dies in the middle of an eft-train job"
+cat >"$DEMO/elastic.yaml" <<YAML
+# The same fine-tuning on 2..3 nodes for longer, with a sharded checkpoint every 5 steps. A node
+# will be killed (kill -9: the worker and its rank die at once) after the first checkpoints.
+name: elastic-demo
+model: $DEMO/model
+data: {train: $DEMO/sft.jsonl, format: pretokenized, max_seq_len: 64, packing: false}
 resources: {nodes: {min: 2, max: 3}, gpus_per_node: 1}
-checkpoint: {dir: $DEMO/checkpoints}
+training: {epochs: 16, global_batch_size: 24, micro_batch_size: 4, lr: 3.0e-3, precision: fp32,
+           schedule: {type: cosine, warmup_ratio: 0.05}}
+checkpoint: {dir: $DEMO/elastic-checkpoints, every_steps: 5, keep_last: 2}
 fault_tolerance: {max_restarts: 3, stop_grace_seconds: 5}
-command: [$BUILD/tests/workload/eft-test-workload, --steps, "40", --step-ms, "150",
-          --checkpoint-every, "5", --checkpoint-dir, $DEMO/checkpoints, --result, $DEMO/result.json]
+env: {OMP_NUM_THREADS: "1"}
 YAML
-say "Submitting $DEMO/job.yaml"
-cat "$DEMO/job.yaml"
-"$EFTCTL" job submit -f "$DEMO/job.yaml" --follow >"$DEMO/follow.log" 2>&1 &
+cat "$DEMO/elastic.yaml"
+"$EFTCTL" job submit -f "$DEMO/elastic.yaml" --follow >"$DEMO/follow.log" 2>&1 &
 FOLLOW=$!
 JOB=2
 
-say "Waiting for the job to pass step 15, then killing node2 (kill -9: the node and its rank die)"
-step=0
-for _ in $(seq 300); do
-  step=$("$EFTCTL" job get $JOB -o json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("progress",{}).get("step",0))')
-  [ "${step:-0}" -ge 15 ] && break
+say "Waiting for two checkpoints, then killing node2"
+ckpts=0
+for _ in $(seq 600); do
+  ckpts=$(job_field $JOB 'len(j.get("checkpoints", []))')
+  [ "${ckpts:-0}" -ge 2 ] && break
   sleep 0.1
 done
-"$EFTCTL" job list
+step=$(job_field $JOB 'j.get("progress", {}).get("step", 0)')
 kill -9 "$NODE2_PID"
-echo "killed node2 at step $step; the controller notices within the heartbeat timeout (2 s)..."
+echo "killed node2 at step $step; the controller notices within the heartbeat timeout (2 s), stops the"
+echo "survivors and restarts the job on node0 and node1 from the newest checkpoint..."
 
 wait "$FOLLOW" && rc=0 || rc=$?
 say "Job progress as eftctl --follow printed it"
@@ -111,15 +120,7 @@ say "eftctl job describe $JOB"
 "$EFTCTL" job describe $JOB
 say "eftctl node list"
 "$EFTCTL" node list
-say "Result"
-cat "$DEMO/result.json"; echo
-python3 - "$DEMO/result.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-ok = r["acc"] == r["expected"]
-print(f"sum of steps = {r['acc']:.0f}, expected {r['expected']:.0f}: "
-      + ("no step lost or repeated across the restart" if ok else "MISMATCH"))
-sys.exit(0 if ok else 1)
-PY
+say "What the second attempt's rank 0 said when it started"
+grep -h -E "resumed from|data:" "$DEMO"/work/node0/logs/$JOB/attempt-2/rank-0.log || true
 say "Demo files (logs of every process): $DEMO"
 exit $rc
