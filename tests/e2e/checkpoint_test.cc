@@ -234,6 +234,26 @@ TEST_F(CheckpointTest, ARetryWithoutResumeFromFindsTheNewestCheckpoint) {
   EXPECT_EQ(fresh.losses.size(), 12u);
 }
 
+// keep_last: older checkpoints are deleted as newer ones commit, and each deletion is reported so
+// the controller stops listing it.
+TEST_F(CheckpointTest, RetentionKeepsTheNewestAndReportsWhatItDeletes) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  extra_yaml_ = "checkpoint: {dir: " + ckpt + ", every_steps: 2, keep_last: 2}\n";
+  const std::string spec = WriteSpec(8, 2, 3e-3);
+  Run r = TrainRun("run", 2, spec, 0);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> deleted, committed;
+  for (const auto& e : r.events) {
+    if (e["event"] == "checkpoint_deleted") deleted.push_back(fs::path(e["path"].get<std::string>()).filename().string());
+    if (e["event"] == "checkpoint") committed.push_back(fs::path(e["path"].get<std::string>()).filename().string());
+  }
+  EXPECT_EQ(committed, (std::vector<std::string>{"step-2", "step-4", "step-6", "step-8", "step-10", "step-12"}));
+  EXPECT_EQ(deleted, (std::vector<std::string>{"step-2", "step-4", "step-6", "step-8"}));
+  std::vector<std::string> left;
+  for (const auto& d : trainer::ListCheckpointDirs(ckpt)) left.push_back(fs::path(d.path).filename().string());
+  EXPECT_EQ(left, (std::vector<std::string>{"step-12", "step-10"}));
+}
+
 TEST_F(CheckpointTest, AnIncompatibleResumeIsRefusedWithTheReason) {
   const std::string ckpt = (dir_ / "ckpt").string();
   Run first = TrainRun("first", 2, Spec(3, 0, ckpt), 0, "", "EFT_DEBUG_KILL_AT_STEP=4");

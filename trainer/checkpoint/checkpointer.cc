@@ -161,7 +161,16 @@ Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::ve
                  {"seconds", seconds},
                  {"stall_seconds", stall_seconds}});
   auto deleted = ApplyRetention(policy_.root, std::max(1, policy_.keep_last));
-  if (!deleted.ok()) EFT_LOG(WARNING) << "checkpoint retention: " << deleted.status();
+  if (!deleted.ok()) {
+    EFT_LOG(WARNING) << "checkpoint retention: " << deleted.status();
+  } else {
+    // The controller lists checkpoints; it must not offer one that no longer exists.
+    for (const auto& path : *deleted) {
+      const std::string name = fs::path(path).filename().string();
+      if (name.find('.') != std::string::npos) continue;  // leftovers (.tmp, .replaced) were never reported
+      events_->Emit({{"event", "checkpoint_deleted"}, {"path", path}, {"reason", "retention (keep_last)"}});
+    }
+  }
   return Status::Ok();
 }
 
