@@ -19,22 +19,44 @@ namespace {
 
 struct Globals {
   std::string controller;
+  std::string token;   // bearer token; "" sends none
+  bool tls = false;
+  std::string tls_ca;  // PEM file; "" with tls: the system's roots
   std::string output = "table";
   OutputFormat format = OutputFormat::kTable;
   double timeout_s = 10;
 };
 
+const char* kConfigPath = "~/.config/eft/config.yaml";
+
+// A string setting of ~/.config/eft/config.yaml ($EFT_CONFIG overrides the path); "" when unset.
+std::string ConfigValue(const std::string& key) {
+  std::string path;
+  if (const char* env = std::getenv("EFT_CONFIG"); env && *env) {
+    path = env;
+  } else if (const char* home = std::getenv("HOME")) {
+    path = std::string(home) + "/.config/eft/config.yaml";
+  }
+  if (path.empty()) return "";
+  auto cfg = LoadYamlOrJsonFile(path);
+  if (!cfg.ok() || !cfg->is_object() || !cfg->contains(key)) return "";
+  const auto& v = (*cfg)[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  return "";
+}
+
+// The flag, else the environment variable, else the config file's key.
+std::string Resolve(const std::string& flag, const char* env_name, const std::string& key) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv(env_name); env && *env) return env;
+  return ConfigValue(key);
+}
+
 // --controller, else $EFT_CONTROLLER, else `controller:` in ~/.config/eft/config.yaml, else localhost.
 std::string ResolveController(const std::string& flag) {
-  if (!flag.empty()) return flag;
-  if (const char* env = std::getenv("EFT_CONTROLLER"); env && *env) return env;
-  if (const char* home = std::getenv("HOME")) {
-    auto cfg = LoadYamlOrJsonFile(std::string(home) + "/.config/eft/config.yaml");
-    if (cfg.ok() && cfg->is_object() && cfg->contains("controller") && (*cfg)["controller"].is_string()) {
-      return (*cfg)["controller"];
-    }
-  }
-  return "127.0.0.1:7070";
+  std::string c = Resolve(flag, "EFT_CONTROLLER", "controller");
+  return c.empty() ? "127.0.0.1:7070" : c;
 }
 
 int Fail(const std::string& what, const grpc::Status& s) {
@@ -42,6 +64,12 @@ int Fail(const std::string& what, const grpc::Status& s) {
   switch (s.error_code()) {
     case grpc::StatusCode::UNAVAILABLE: code = "controller unreachable"; break;
     case grpc::StatusCode::DEADLINE_EXCEEDED: code = "timed out"; break;
+    case grpc::StatusCode::PERMISSION_DENIED: code = "permission denied"; break;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      std::fprintf(stderr,
+                   "eftctl: %s: not authenticated: %s (give a token with --token, $EFT_TOKEN or `token:` in %s)\n",
+                   what.c_str(), s.error_message().c_str(), kConfigPath);
+      return 1;
     default: code = "error"; break;
   }
   std::fprintf(stderr, "eftctl: %s: %s: %s\n", what.c_str(), code.c_str(), s.error_message().c_str());
@@ -51,11 +79,25 @@ int Fail(const std::string& what, const grpc::Status& s) {
 class Client {
  public:
   explicit Client(const Globals& g) : g_(g) {
-    auto channel = grpc::CreateChannel(g.controller, grpc::InsecureChannelCredentials());
+    std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+    if (g.tls) {
+      grpc::SslCredentialsOptions ssl;
+      if (!g.tls_ca.empty()) {
+        std::ifstream in(g.tls_ca);
+        ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      }
+      credentials = grpc::SslCredentials(ssl);
+    }
+    auto channel = grpc::CreateChannel(g.controller, credentials);
     jobs = v1::JobService::NewStub(channel);
     nodes = v1::NodeService::NewStub(channel);
   }
+  // Every call carries the token; unary calls also a deadline.
+  void Auth(grpc::ClientContext* ctx) const {
+    if (!g_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + g_.token);
+  }
   void Prepare(grpc::ClientContext* ctx) const {
+    Auth(ctx);
     ctx->set_deadline(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(static_cast<long long>(g_.timeout_s * 1000)));
   }
@@ -80,6 +122,7 @@ int Follow(Client& c, const std::string& id) {
   grpc::ClientContext ctx;
   v1::WatchJobRequest req;
   req.set_id(id);
+  c.Auth(&ctx);
   auto reader = c.jobs->WatchJob(&ctx, req);
   v1::Job job;
   std::string last;
@@ -100,6 +143,7 @@ int StreamLogs(Client& c, const std::string& id, bool follow, int rank, int atte
   req.set_follow(follow);
   if (rank >= 0) req.set_rank(rank);
   req.set_attempt(attempt);
+  c.Auth(&ctx);
   auto reader = c.jobs->GetLogs(&ctx, req);
   v1::LogChunk chunk;
   // With several ranks, prefix every line with its origin, like torchrun's tee does.
@@ -139,6 +183,9 @@ int main(int argc, char** argv) {
   app.add_option("--controller", g.controller, "controller HOST:PORT (default: $EFT_CONTROLLER, ~/.config/eft/config.yaml, 127.0.0.1:7070)");
   app.add_option("-o,--output", g.output, "table|json|yaml")->check(CLI::IsMember({"table", "json", "yaml"}));
   app.add_option("--timeout", g.timeout_s, "seconds to wait for the controller (default 10)");
+  app.add_option("--token", g.token, "bearer token (default: $EFT_TOKEN, `token:` in ~/.config/eft/config.yaml)");
+  app.add_flag("--tls", g.tls, "TLS to the controller, trusting the system's CAs (default: `tls: true` in the config file)");
+  app.add_option("--tls-ca", g.tls_ca, "PEM CA for the controller's certificate; implies --tls (default: $EFT_TLS_CA, `tls_ca:`)");
 
   auto* job = app.add_subcommand("job", "jobs")->require_subcommand(1);
   std::string file, request_id, id, state_filter;
@@ -184,6 +231,19 @@ int main(int argc, char** argv) {
   }
   g.format = g.output == "json" ? OutputFormat::kJson : g.output == "yaml" ? OutputFormat::kYaml : OutputFormat::kTable;
   g.controller = ResolveController(g.controller);
+  g.token = Resolve(g.token, "EFT_TOKEN", "token");
+  g.tls_ca = Resolve(g.tls_ca, "EFT_TLS_CA", "tls_ca");
+  if (!g.tls_ca.empty()) {
+    g.tls = true;
+    if (!std::ifstream(g.tls_ca)) {
+      std::fprintf(stderr, "eftctl: --tls-ca %s: cannot read it\n", g.tls_ca.c_str());
+      return 2;
+    }
+  }
+  if (!g.tls) {
+    std::string v = ConfigValue("tls");
+    g.tls = v == "true";
+  }
   Client c(g);
 
   if (*submit) {

@@ -10,7 +10,8 @@
 namespace eft::controller {
 
 struct ControllerConfig {
-  std::string listen = "0.0.0.0:7070";  // gRPC
+  // gRPC. Empty: 0.0.0.0:7070 with authentication or insecure_listen_anywhere, else 127.0.0.1:7070.
+  std::string listen;
   std::string db_path = "eft-controller.db";
   // Logs and default checkpoint dirs live here; default: "<db_path>.d".
   std::string data_dir;
@@ -30,7 +31,31 @@ struct ControllerConfig {
   std::chrono::milliseconds stop_report_slack{5000};
   // Where eft-train is found when a job has no `command` (a name is looked up in the worker's PATH).
   std::string trainer_program = "eft-train";
+
+  // --- authentication and TLS (docs/auth.md) ---
+  // Tokens file (token -> user, role) and the workers' join token file; both or neither.
+  std::string auth_tokens_file;
+  std::string join_token_file;
+  // PEM files. tls_cert + tls_key: gRPC over TLS and HTTPS for --http. tls_client_ca: also require
+  // client certificates signed by it (mutual TLS).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  // Without authentication the controller listens on loopback addresses only, unless this is set.
+  bool insecure_listen_anywhere = false;
+  // GET /metrics without a token even when authentication is on (for Prometheus without credentials).
+  bool metrics_without_auth = false;
+
+  bool auth_enabled() const { return !auth_tokens_file.empty() || !join_token_file.empty(); }
+  bool tls_enabled() const { return !tls_cert.empty() || !tls_key.empty(); }
 };
+
+// The listening rules of docs/auth.md, checked before anything listens: auth files come in pairs,
+// TLS cert and key too, and without auth every address (gRPC `listen`, and `http_address` when not
+// empty) must be a loopback one unless insecure_listen_anywhere. INVALID_ARGUMENT names the fix.
+Status CheckListenSecurity(const ControllerConfig& config, const std::string& http_address);
+// 127.0.0.0/8, ::1, localhost (the host part of HOST:PORT).
+bool IsLoopbackHost(const std::string& host);
 
 // Reads a YAML file of overrides onto *config. Unknown keys are errors naming the key.
 Status LoadControllerConfig(const std::string& path, ControllerConfig* config);

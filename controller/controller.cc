@@ -164,11 +164,13 @@ Status Controller::Apply(JobEntry& job, JobChange change) {
 struct Controller::PendingSubmit {
   v1::JobSpec spec;
   std::string request_id;
+  std::string owner;
   std::optional<Result<v1::Job>> result;
 };
 
-Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::string& request_id) {
-  PendingSubmit me{submitted, request_id, std::nullopt};
+Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::string& request_id,
+                                      const std::string& owner) {
+  PendingSubmit me{submitted, request_id, owner, std::nullopt};
   EFT_RETURN_IF_ERROR(NormalizeJobSpec(&me.spec));
   if (request_id.size() > 128) return Status::InvalidArgument("request_id: at most 128 characters");
   std::unique_lock<std::mutex> lock(submit_mu_);
@@ -204,6 +206,7 @@ void Controller::CommitSubmits(const std::vector<PendingSubmit*>& batch) {
       }
       JobRecord rec;
       rec.request_id = p->request_id;
+      rec.owner = p->owner;
       rec.spec = p->spec;
       rec.state = v1::JOB_STATE_QUEUED;
       rec.create_ms = clock_->WallMillis();
@@ -219,7 +222,8 @@ void Controller::CommitSubmits(const std::vector<PendingSubmit*>& batch) {
       j.events.push_back(MakeEvent(j, "submitted",
                                    "submitted \"" + rec.spec.name() + "\": " + std::to_string(r.nodes().min()) + ".." +
                                        std::to_string(r.nodes().max()) + " nodes x " +
-                                       std::to_string(r.gpus_per_node()) + " ranks"));
+                                       std::to_string(r.gpus_per_node()) + " ranks" +
+                                       (rec.owner.empty() ? "" : " by " + rec.owner)));
       EFT_RETURN_IF_ERROR(store_->AppendEvent(j.events.back()));
       created_for[p] = created.size();
       if (!p->request_id.empty()) batch_request_ids[p->request_id] = created.size();
@@ -252,6 +256,13 @@ void Controller::CommitSubmits(const std::vector<PendingSubmit*>& batch) {
     p->result = ToProto(jobs_.at(id), true);
   }
   changed_.notify_all();
+}
+
+Result<std::string> Controller::JobOwner(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  JobEntry* j = FindJob(id);
+  if (!j) return Status::NotFound("job " + id + " not found");
+  return j->rec.owner;
 }
 
 Result<v1::Job> Controller::GetJob(const std::string& id) {
@@ -407,6 +418,7 @@ v1::Job Controller::ToProto(const JobEntry& j, bool full) const {
   *out.mutable_spec() = j.rec.spec;
   out.set_state(j.rec.state);
   out.set_reason(j.rec.reason);
+  out.set_owner(j.rec.owner);
   if (j.rec.create_ms) *out.mutable_create_time() = Ts(j.rec.create_ms);
   if (j.rec.start_ms) *out.mutable_start_time() = Ts(j.rec.start_ms);
   if (j.rec.end_ms) *out.mutable_end_time() = Ts(j.rec.end_ms);

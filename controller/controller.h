@@ -83,8 +83,11 @@ class Controller {
   ~Controller();
 
   // --- JobService ---
-  Result<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& request_id);
+  // `owner`: the authenticated user submitting it ("" without auth), recorded on the job.
+  Result<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& request_id, const std::string& owner = "");
   Result<v1::Job> GetJob(const std::string& id);
+  // Who submitted the job ("" without auth): the ownership check of CancelJob (docs/auth.md).
+  Result<std::string> JobOwner(const std::string& id);
   Result<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   Result<v1::Job> CancelJob(const std::string& id);
   // Blocks until the job changed after *version (0: return at once) or `timeout` passed; returns

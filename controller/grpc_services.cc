@@ -12,6 +12,33 @@ grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
 }
 
+Result<Principal> CheckAccess(const Authenticator* auth, Controller* c, const std::string& authorization, Action action,
+                              const std::string& job_id) {
+  if (!auth) {
+    Principal anonymous;
+    anonymous.anonymous = true;
+    anonymous.role = Role::kAdmin;
+    return anonymous;
+  }
+  EFT_ASSIGN_OR_RETURN(Principal p, auth->Authenticate(authorization));
+  if (action != Action::kCancelJob) {
+    EFT_RETURN_IF_ERROR(Authorize(p, action));
+    return p;
+  }
+  // Refuse those who may cancel no job at all before saying whether the job exists.
+  EFT_RETURN_IF_ERROR(Authorize(p, action, p.user));
+  EFT_ASSIGN_OR_RETURN(std::string owner, c->JobOwner(job_id));
+  EFT_RETURN_IF_ERROR(Authorize(p, action, owner));
+  return p;
+}
+
+std::string AuthorizationMetadata(const grpc::ServerContext* ctx) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
 namespace {
 
 template <typename T>
@@ -23,25 +50,35 @@ grpc::Status Reply(Result<T> result, T* out) {
 
 }  // namespace
 
-grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req, v1::Job* out) {
-  return Reply(c_->SubmitJob(req->spec(), req->request_id()), out);
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req, v1::Job* out) {
+  auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kSubmitJob);
+  if (!who.ok()) return ToGrpc(who.status());
+  return Reply(c_->SubmitJob(req->spec(), req->request_id(), who->anonymous ? "" : who->user), out);
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::Job* out) {
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) {
+  auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kReadJobs);
+  if (!who.ok()) return ToGrpc(who.status());
   return Reply(c_->GetJob(req->id()), out);
 }
 
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                                       v1::ListJobsResponse* out) {
+  auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kReadJobs);
+  if (!who.ok()) return ToGrpc(who.status());
   return Reply(c_->ListJobs(*req), out);
 }
 
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req, v1::Job* out) {
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req, v1::Job* out) {
+  auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kCancelJob, req->id());
+  if (!who.ok()) return ToGrpc(who.status());
   return Reply(c_->CancelJob(req->id()), out);
 }
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::Job>* writer) {
+  auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kReadJobs);
+  if (!who.ok()) return ToGrpc(who.status());
   uint64_t version = 0;
   while (!ctx->IsCancelled()) {
     bool changed = false;
@@ -55,6 +92,8 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
 
 grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* ctx, const v1::GetLogsRequest* req,
                                      grpc::ServerWriter<v1::LogChunk>* writer) {
+  auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kReadLogs);
+  if (!who.ok()) return ToGrpc(who.status());
   auto follower = LogFollower::Open(c_, *req);
   if (!follower.ok()) return ToGrpc(follower.status());
   // This handler owns its thread, so it may simply sleep between polls.
@@ -67,32 +106,44 @@ grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* ctx, const v1::GetLogs
   return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");
 }
 
-grpc::Status NodeServiceImpl::ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*,
+grpc::Status NodeServiceImpl::ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest*,
                                         v1::ListNodesResponse* out) {
+  auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kReadNodes);
+  if (!who.ok()) return ToGrpc(who.status());
   *out = c_->ListNodes();
   return grpc::Status::OK;
 }
 
-grpc::Status NodeServiceImpl::DrainNode(grpc::ServerContext*, const v1::DrainNodeRequest* req, v1::Node* out) {
+grpc::Status NodeServiceImpl::DrainNode(grpc::ServerContext* ctx, const v1::DrainNodeRequest* req, v1::Node* out) {
+  auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kDrainNode);
+  if (!who.ok()) return ToGrpc(who.status());
   return Reply(c_->SetDrained(req->name(), true), out);
 }
 
-grpc::Status NodeServiceImpl::UndrainNode(grpc::ServerContext*, const v1::UndrainNodeRequest* req, v1::Node* out) {
+grpc::Status NodeServiceImpl::UndrainNode(grpc::ServerContext* ctx, const v1::UndrainNodeRequest* req, v1::Node* out) {
+  auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kDrainNode);
+  if (!who.ok()) return ToGrpc(who.status());
   return Reply(c_->SetDrained(req->name(), false), out);
 }
 
-grpc::Status AgentServiceImpl::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+grpc::Status AgentServiceImpl::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                                         v1::RegisterResponse* out) {
+  auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kAgent);
+  if (!who.ok()) return ToGrpc(who.status());
   return Reply(c_->Register(*req), out);
 }
 
-grpc::Status AgentServiceImpl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status AgentServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                          v1::HeartbeatResponse* out) {
+  auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kAgent);
+  if (!who.ok()) return ToGrpc(who.status());
   return Reply(c_->Heartbeat(*req), out);
 }
 
-grpc::Status AgentServiceImpl::PushLogs(grpc::ServerContext*, const v1::PushLogsRequest* req,
+grpc::Status AgentServiceImpl::PushLogs(grpc::ServerContext* ctx, const v1::PushLogsRequest* req,
                                         v1::PushLogsResponse* out) {
+  auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kAgent);
+  if (!who.ok()) return ToGrpc(who.status());
   for (const auto& chunk : req->chunks()) {
     LogId id{chunk.job_id(), chunk.attempt(), chunk.rank()};
     if (!IsSafeJobId(id.job_id)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad job id in log chunk");

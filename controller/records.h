@@ -25,6 +25,8 @@ struct JobRecord {
   int32_t restarts = 0;  // failures counted against max_restarts
   // Earliest wall time the next attempt may start (restart backoff); 0 = now.
   int64_t not_before_ms = 0;
+  // The user whose token submitted it (docs/auth.md); "" when auth was not configured.
+  std::string owner;
 };
 
 struct AttemptRecord {

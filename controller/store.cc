@@ -63,6 +63,10 @@ CREATE INDEX events_job ON events (job_id, id);
 
 CREATE TABLE counters (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) WITHOUT ROWID;
 )sql",
+    // 2: the submitting user (authentication, docs/auth.md); '' for jobs from before, or without auth.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 // Turns a failed sqlite call into a Status. Must run before any other call on `db`, which would
@@ -388,7 +392,7 @@ Status Store::RunNested(const std::function<Status()>& body) {
 namespace {
 
 #define EFT_JOB_COLUMNS \
-  "id, request_id, spec, state, reason, create_ms, start_ms, end_ms, attempt, restarts, not_before_ms"
+  "id, request_id, spec, state, reason, create_ms, start_ms, end_ms, attempt, restarts, not_before_ms, owner"
 #define EFT_ATTEMPT_COLUMNS                                                                                        \
   "job_id, number, world_size, ranks_per_node, nodes, slots, master_addr, master_port, resume_from, start_ms, " \
   "end_ms, end_reason"
@@ -428,7 +432,7 @@ Result<JobRecord> JobFromRow(const Row& row) {
     return Status::DataLoss("job " + id + ": unknown stored state '" + row.Text(3) + "'");
   }
   return JobRecord{id,         row.Text(1),  std::move(spec), state,      row.Text(4), row.Int(5),
-                   row.Int(6), row.Int(7), row.Int32(8),    row.Int32(9), row.Int(10)};
+                   row.Int(6), row.Int(7), row.Int32(8),    row.Int32(9), row.Int(10), row.Text(11)};
 }
 
 template <typename Row>
@@ -487,9 +491,9 @@ Status Store::InsertJob(JobRecord* job) {
   Status status = [&]() -> Status {
     EFT_ASSIGN_OR_RETURN(std::string spec, SpecToJson(job->spec));
     EFT_ASSIGN_OR_RETURN(std::string state, StateName(job->state));
-    Status write = Write("INSERT INTO jobs (" EFT_JOB_COLUMNS ") VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    Status write = Write("INSERT INTO jobs (" EFT_JOB_COLUMNS ") VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          job->request_id, spec, state, job->reason, job->create_ms, job->start_ms, job->end_ms,
-                         job->attempt, job->restarts, job->not_before_ms);
+                         job->attempt, job->restarts, job->not_before_ms, job->owner);
     if (write.code() == StatusCode::kAlreadyExists) {
       return Status::AlreadyExists("a job with request_id '" + job->request_id + "' already exists");
     }

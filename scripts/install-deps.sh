@@ -18,6 +18,8 @@ PACKAGES=(
   # SFT data pipeline: tokenizer.json pre-tokenizer regexes, SentencePiece models; chat templates
   # are checked against Python's jinja2
   libpcre2-dev libsentencepiece-dev libutf8proc-dev python3-jinja2
+  # auth tests make self-signed certificates
+  openssl
   # deployment tests: a one-node Slurm (slurmctld + slurmd + munge) runs eft-cluster.sbatch for real
   slurm-wlm munge
 )

@@ -47,8 +47,13 @@ const char* RankExitClass(int exit_code, int signal) {
 
 WorkerAgent::WorkerAgent(WorkerConfig config)
     : config_(std::move(config)),
+      endpoint_([this] {
+        ControllerEndpoint e = config_.endpoint;
+        e.address = config_.controller;
+        return e;
+      }()),
       incarnation_(RandomIncarnation()),
-      stub_(NewAgentStub(config_.controller)),
+      stub_(NewAgentStub(endpoint_)),
       ledger_(config_.work_dir + "/ranks.ledger"),
       work_(boost::asio::make_work_guard(io_)),
       interval_(config_.heartbeat_interval) {}
@@ -68,7 +73,7 @@ Status WorkerAgent::Start() {
                [this](ProcessSupervisor::Id id, const std::string& line) { OnEventLine(id, line); },
                [this](ProcessSupervisor::Id id, ProcessExit exit) { OnExit(id, exit); }});
   io_thread_ = std::thread([this] { io_.run(); });
-  shipper_ = std::make_unique<LogShipper>(config_.controller, config_.name, config_.log_push_interval,
+  shipper_ = std::make_unique<LogShipper>(endpoint_, config_.name, config_.log_push_interval,
                                           config_.rpc_timeout);
   shipper_->Start();
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
@@ -180,16 +185,21 @@ bool WorkerAgent::RegisterOnce() {
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + config_.rpc_timeout);
+  AddJoinToken(endpoint_, &ctx);
   v1::RegisterResponse resp;
   grpc::Status s = stub_->Register(&ctx, req, &resp);
   if (!s.ok()) {
-    if (controller_reachable_) {
+    if (controller_reachable_ && (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                                  s.error_code() == grpc::StatusCode::PERMISSION_DENIED)) {
+      EFT_LOG(ERROR) << "the controller " << config_.controller << " refused this worker: " << s.error_message()
+                     << " (check --join-token-file / EFT_JOIN_TOKEN; retrying every " << interval_.count() << " ms)";
+    } else if (controller_reachable_) {
       EFT_LOG(WARNING) << "cannot register with " << config_.controller << ": " << s.error_message()
                        << " (retrying every " << interval_.count() << " ms)";
     }
     controller_reachable_ = false;
     ++heartbeat_failures_;
-    stub_ = NewAgentStub(config_.controller);
+    stub_ = NewAgentStub(endpoint_);
     return false;
   }
   controller_reachable_ = true;
@@ -221,6 +231,7 @@ bool WorkerAgent::HeartbeatOnce() {
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + config_.rpc_timeout);
+  AddJoinToken(endpoint_, &ctx);
   v1::HeartbeatResponse resp;
   grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
   if (!s.ok()) {
@@ -230,7 +241,7 @@ bool WorkerAgent::HeartbeatOnce() {
     }
     controller_reachable_ = false;
     ++heartbeat_failures_;
-    stub_ = NewAgentStub(config_.controller);
+    stub_ = NewAgentStub(endpoint_);
     return false;
   }
   if (!controller_reachable_) EFT_LOG(INFO) << "controller " << config_.controller << " reachable again";

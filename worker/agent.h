@@ -91,6 +91,7 @@ class WorkerAgent {
   static Key KeyOf(const v1::RankKey& k) { return {k.job_id(), k.attempt(), k.rank()}; }
 
   WorkerConfig config_;
+  ControllerEndpoint endpoint_;  // config_.endpoint with its address
   std::string incarnation_;
   std::unique_ptr<v1::AgentService::Stub> stub_;  // heartbeat thread only
   RankLedger ledger_;

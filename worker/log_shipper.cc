@@ -19,11 +19,23 @@ std::string KeyText(const v1::RankKey& k) {
 }
 }  // namespace
 
-std::unique_ptr<v1::AgentService::Stub> NewAgentStub(const std::string& controller) {
-  return v1::AgentService::NewStub(grpc::CreateChannel(controller, grpc::InsecureChannelCredentials()));
+std::unique_ptr<v1::AgentService::Stub> NewAgentStub(const ControllerEndpoint& controller) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (controller.tls) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = controller.tls_ca_pem;
+    ssl.pem_cert_chain = controller.tls_cert_pem;
+    ssl.pem_private_key = controller.tls_key_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  return v1::AgentService::NewStub(grpc::CreateChannel(controller.address, credentials));
 }
 
-LogShipper::LogShipper(std::string controller, std::string node_name, std::chrono::milliseconds interval,
+void AddJoinToken(const ControllerEndpoint& controller, grpc::ClientContext* ctx) {
+  if (!controller.join_token.empty()) ctx->AddMetadata("authorization", "Bearer " + controller.join_token);
+}
+
+LogShipper::LogShipper(ControllerEndpoint controller, std::string node_name, std::chrono::milliseconds interval,
                        std::chrono::milliseconds rpc_timeout)
     : controller_(std::move(controller)),
       stub_(NewAgentStub(controller_)),
@@ -118,6 +130,7 @@ bool LogShipper::PushOnce() {
   if (req.chunks_size() == 0) return false;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + rpc_timeout_);
+  AddJoinToken(controller_, &ctx);
   v1::PushLogsResponse resp;
   grpc::Status s = stub_->PushLogs(&ctx, req, &resp);
   if (!s.ok()) {

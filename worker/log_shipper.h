@@ -16,19 +16,26 @@
 #include <thread>
 
 #include "eft/v1/agent.grpc.pb.h"
+#include "worker/worker_config.h"
+
+namespace grpc {
+class ClientContext;
+}
 
 namespace eft::worker {
 // A stub on a new channel. Callers make a new one after a failed call: a channel whose connection
 // was refused (controller restarting) waits out gRPC's reconnect backoff, which can exceed the
 // controller's heartbeat timeout, while a new channel connects at once.
-std::unique_ptr<v1::AgentService::Stub> NewAgentStub(const std::string& controller);
+std::unique_ptr<v1::AgentService::Stub> NewAgentStub(const ControllerEndpoint& controller);
+// Adds the join token to a call.
+void AddJoinToken(const ControllerEndpoint& controller, grpc::ClientContext* ctx);
 }  // namespace eft::worker
 
 namespace eft::worker {
 
 class LogShipper {
  public:
-  LogShipper(std::string controller, std::string node_name, std::chrono::milliseconds interval,
+  LogShipper(ControllerEndpoint controller, std::string node_name, std::chrono::milliseconds interval,
              std::chrono::milliseconds rpc_timeout);
   ~LogShipper();  // one last push attempt, then stops
 
@@ -55,7 +62,7 @@ class LogShipper {
   void Loop();
   bool PushOnce();  // returns whether anything was sent
 
-  std::string controller_;
+  ControllerEndpoint controller_;
   std::unique_ptr<v1::AgentService::Stub> stub_;  // replaced after a failed call (see NewAgentStub)
   std::string node_name_;
   std::chrono::milliseconds interval_;

@@ -3,6 +3,9 @@
 // and per-GPU utilisation and memory joined to jobs when nvidia-smi is there).
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -31,12 +34,64 @@ int main(int argc, char** argv) {
   app.add_option("--nvidia-smi", config.nvidia_smi, "nvidia-smi program for GPU metrics (default: nvidia-smi on PATH)");
   app.add_option("--log-level", log_level, "debug|info|warning|error")
       ->check(CLI::IsMember({"debug", "info", "warning", "warn", "error"}));
+  std::string join_token_file, tls_ca, tls_cert, tls_key;
+  bool tls = false;
+  app.add_option("--join-token-file", join_token_file,
+                 "file holding the controller's join token (default: $EFT_JOIN_TOKEN; docs/auth.md)")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--tls", tls, "connect to the controller with TLS, trusting the system's CAs (see --tls-ca)");
+  app.add_option("--tls-ca", tls_ca, "PEM CA the controller's certificate is checked against (implies --tls)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-cert", tls_cert, "PEM client certificate, for a controller that requires one (--tls-client-ca)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (LogLevel level; ParseLogLevel(log_level, &level)) SetLogLevel(level);
+  auto read_file = [](const std::string& path, std::string* out) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    *out = ss.str();
+    return static_cast<bool>(in);
+  };
+  auto trim = [](std::string s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+    size_t b = 0;
+    while (b < s.size() && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+    return s.substr(b);
+  };
+  if (!join_token_file.empty()) {
+    std::string text;
+    if (!read_file(join_token_file, &text)) {
+      std::fprintf(stderr, "eft-worker: --join-token-file %s: cannot read it\n", join_token_file.c_str());
+      return 2;
+    }
+    std::istringstream lines(text);  // the first non-empty line, as the controller reads it
+    for (std::string line; std::getline(lines, line) && config.endpoint.join_token.empty();) {
+      config.endpoint.join_token = trim(line);
+    }
+    if (config.endpoint.join_token.empty()) {
+      std::fprintf(stderr, "eft-worker: --join-token-file %s: the file is empty\n", join_token_file.c_str());
+      return 2;
+    }
+  } else if (const char* env = std::getenv("EFT_JOIN_TOKEN"); env && *env) {
+    config.endpoint.join_token = trim(env);
+  }
+  if (tls_cert.empty() != tls_key.empty()) {
+    std::fprintf(stderr, "eft-worker: --tls-cert and --tls-key go together\n");
+    return 2;
+  }
+  config.endpoint.tls = tls || !tls_ca.empty() || !tls_cert.empty();
+  if ((!tls_ca.empty() && !read_file(tls_ca, &config.endpoint.tls_ca_pem)) ||
+      (!tls_cert.empty() && (!read_file(tls_cert, &config.endpoint.tls_cert_pem) ||
+                             !read_file(tls_key, &config.endpoint.tls_key_pem)))) {
+    std::fprintf(stderr, "eft-worker: cannot read the TLS files\n");
+    return 2;
+  }
   Status s = FinalizeWorkerConfig(&config);
   if (!s.ok()) {
     std::fprintf(stderr, "eft-worker: %s\n", s.message().c_str());

@@ -9,6 +9,17 @@
 
 namespace eft::worker {
 
+// How to reach the controller (docs/auth.md): its address, the join token every AgentService call
+// carries ("authorization: Bearer <token>"; empty: none), and TLS.
+struct ControllerEndpoint {
+  std::string address;
+  std::string join_token;
+  bool tls = false;
+  std::string tls_ca_pem;    // trusted roots; empty: the system's
+  std::string tls_cert_pem;  // client certificate and key, for a controller that requires them
+  std::string tls_key_pem;
+};
+
 struct WorkerConfig {
   std::string controller = "127.0.0.1:7070";
   std::string name;       // default: the host name
@@ -27,6 +38,8 @@ struct WorkerConfig {
   std::chrono::milliseconds gpu_poll_interval{5000};
   std::chrono::milliseconds gpu_query_timeout{3000};
   std::string version = "0.1.0";
+  // Authentication and TLS towards the controller (docs/auth.md); address = `controller`.
+  ControllerEndpoint endpoint;
 };
 
 // GPUs this process may use: CUDA_VISIBLE_DEVICES when set (a comma list; "" or "-1" means none),

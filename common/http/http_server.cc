@@ -7,6 +7,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
@@ -43,6 +44,7 @@ Status SplitHostPort(const std::string& address, std::string* host, int* port) {
 // with them the sessions that point at `shared`).
 struct HttpServer::Impl {
   SessionShared shared;
+  std::optional<net::ssl::context> tls;  // HTTPS
   net::io_context io;
   tcp::acceptor acceptor{io};
   net::steady_timer retry_timer{io};
@@ -75,7 +77,11 @@ void HttpServer::Impl::Accept() {
     } else {
       boost::system::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);  // small JSON replies and log chunks: no Nagle delay
-      std::make_shared<HttpSession>(std::move(socket), &shared)->Start();
+      if (tls) {
+        std::make_shared<HttpSession<TlsStream>>(TlsStream(std::move(socket), *tls), &shared)->Start();
+      } else {
+        std::make_shared<HttpSession<tcp::socket>>(std::move(socket), &shared)->Start();
+      }
     }
     Accept();
   });
@@ -104,6 +110,29 @@ Status HttpServer::Start() {
   if (impl_->started || impl_->stopped) return Status::FailedPrecondition("http server: Start is allowed once");
   const HttpServerConfig& config = impl_->shared.config;
   if (config.threads < 1) return Status::InvalidArgument("http server: threads must be >= 1");
+  if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
+    return Status::InvalidArgument("https: needs both a certificate and a key file");
+  }
+  if (!config.tls_cert_file.empty()) {
+    try {
+      net::ssl::context ctx(net::ssl::context::tls_server);
+      ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                      net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
+                      net::ssl::context::single_dh_use);
+      ctx.use_certificate_chain_file(config.tls_cert_file);
+      ctx.use_private_key_file(config.tls_key_file, net::ssl::context::pem);
+      if (!config.tls_client_ca_file.empty()) {
+        ctx.load_verify_file(config.tls_client_ca_file);
+        ctx.set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);
+      }
+      impl_->tls.emplace(std::move(ctx));
+    } catch (const boost::system::system_error& e) {
+      return Status::InvalidArgument("https: cannot load certificate " + config.tls_cert_file + " / key " +
+                                     config.tls_key_file +
+                                     (config.tls_client_ca_file.empty() ? "" : " / client CA " + config.tls_client_ca_file) +
+                                     ": " + e.what());
+    }
+  }
   std::string host;
   int port = 0;
   EFT_RETURN_IF_ERROR(SplitHostPort(config.address, &host, &port));

@@ -44,6 +44,12 @@ struct HttpServerConfig {
   std::string server_name = "eft";  // the Server header
   // Called after every response, on a server thread; must not block. Unset: nothing is recorded.
   std::function<void(const HttpRequestRecord&)> on_request;
+  // HTTPS when both are set (PEM files: the certificate chain and its private key). With
+  // tls_client_ca, clients must also present a certificate signed by it. Plain HTTP is then refused
+  // (the TLS handshake fails and the connection is closed).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
 };
 
 class HttpServer {

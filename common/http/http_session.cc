@@ -3,6 +3,8 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core/stream_traits.hpp>
 #include <boost/beast/core/string.hpp>
 
 #include "common/logging.h"
@@ -47,32 +49,51 @@ void SetCommonFields(Message& m, const HttpReply& reply, const std::string& serv
 
 }  // namespace
 
-HttpSession::HttpSession(net::ip::tcp::socket socket, SessionShared* shared)
-    : socket_(std::move(socket)),
-      deadline_(socket_.get_executor()),
-      stream_timer_(socket_.get_executor()),
+template <typename Stream>
+HttpSession<Stream>::HttpSession(Stream stream, SessionShared* shared)
+    : conn_(std::move(stream)),
+      deadline_(conn_.get_executor()),
+      stream_timer_(conn_.get_executor()),
       shared_(shared) {
   shared_->connections.fetch_add(1);
 }
 
-HttpSession::~HttpSession() { shared_->connections.fetch_sub(1); }
+template <typename Stream>
+HttpSession<Stream>::~HttpSession() { shared_->connections.fetch_sub(1); }
 
-void HttpSession::Start() {
-  net::dispatch(socket_.get_executor(), [self = shared_from_this()] { self->ReadHeader(); });
+template <typename Stream>
+void HttpSession<Stream>::Start() {
+  net::dispatch(conn_.get_executor(), [self = shared_from_this()] {
+    if constexpr (kTls) {
+      self->Arm(self->shared_->config.read_timeout);
+      self->conn_.async_handshake(net::ssl::stream_base::server, [self](ErrorCode ec) {
+        self->Disarm();
+        if (ec) {
+          EFT_LOG(DEBUG) << "http: TLS handshake failed: " << ec.message();
+          return self->Close();
+        }
+        self->ReadHeader();
+      });
+    } else {
+      self->ReadHeader();
+    }
+  });
 }
 
 // --- reading a request ------------------------------------------------------------------------
 
-void HttpSession::ReadHeader() {
+template <typename Stream>
+void HttpSession<Stream>::ReadHeader() {
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(shared_->config.max_header_bytes));
   parser_->body_limit(shared_->config.max_body_bytes);
   Arm(shared_->config.read_timeout);
-  bhttp::async_read_header(socket_, buffer_, *parser_,
+  bhttp::async_read_header(conn_, buffer_, *parser_,
                            [self = shared_from_this()](ErrorCode ec, size_t) { self->OnHeader(ec); });
 }
 
-void HttpSession::OnHeader(ErrorCode ec) {
+template <typename Stream>
+void HttpSession<Stream>::OnHeader(ErrorCode ec) {
   if (ec) return OnReadError(ec);
   started_ = std::chrono::steady_clock::now();
   const auto& req = parser_->get();
@@ -93,7 +114,7 @@ void HttpSession::OnHeader(ErrorCode ec) {
   }
   if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
     auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_, version_);
-    return bhttp::async_write(socket_, *cont, [self = shared_from_this(), cont](ErrorCode ec, size_t) {
+    return bhttp::async_write(conn_, *cont, [self = shared_from_this(), cont](ErrorCode ec, size_t) {
       if (ec) return self->Close();
       self->ReadBody();
     });
@@ -101,12 +122,14 @@ void HttpSession::OnHeader(ErrorCode ec) {
   ReadBody();
 }
 
-void HttpSession::ReadBody() {
+template <typename Stream>
+void HttpSession<Stream>::ReadBody() {
   // Still under the deadline armed in ReadHeader: the whole request must arrive in read_timeout.
-  bhttp::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](ErrorCode ec, size_t) { self->OnRequest(ec); });
+  bhttp::async_read(conn_, buffer_, *parser_, [self = shared_from_this()](ErrorCode ec, size_t) { self->OnRequest(ec); });
 }
 
-void HttpSession::OnRequest(ErrorCode ec) {
+template <typename Stream>
+void HttpSession<Stream>::OnRequest(ErrorCode ec) {
   if (ec) return OnReadError(ec);
   Disarm();
   auto& req = parser_->get();
@@ -115,6 +138,7 @@ void HttpSession::OnRequest(ErrorCode ec) {
   request.method = std::string(req.method_string());
   request.target = std::string(req.target());
   request.content_type = std::string(req[bhttp::field::content_type]);
+  request.authorization = std::string(req[bhttp::field::authorization]);
   request.body = std::move(req.body());
   HttpReply reply;
   try {
@@ -127,7 +151,8 @@ void HttpSession::OnRequest(ErrorCode ec) {
   Send(std::move(reply));
 }
 
-void HttpSession::OnReadError(ErrorCode ec) {
+template <typename Stream>
+void HttpSession<Stream>::OnReadError(ErrorCode ec) {
   Disarm();
   if (ec == bhttp::error::body_limit) {
     return SendError(413, StatusCode::kResourceExhausted,
@@ -148,7 +173,8 @@ void HttpSession::OnReadError(ErrorCode ec) {
 
 // --- complete replies ---------------------------------------------------------------------------
 
-void HttpSession::SendError(int http_status, StatusCode code, const std::string& message) {
+template <typename Stream>
+void HttpSession<Stream>::SendError(int http_status, StatusCode code, const std::string& message) {
   // After a malformed or refused request the rest of the byte stream cannot be trusted.
   keep_alive_ = false;
   if (!record_) {
@@ -159,7 +185,8 @@ void HttpSession::SendError(int http_status, StatusCode code, const std::string&
   Send(JsonErrorReply(http_status, code, message));
 }
 
-void HttpSession::Send(HttpReply reply) {
+template <typename Stream>
+void HttpSession<Stream>::Send(HttpReply reply) {
   if (reply.stream) return StartStream(std::move(reply));
   if (record_) record_->status = reply.status;
   response_ = std::make_shared<bhttp::response<bhttp::string_body>>();
@@ -169,11 +196,12 @@ void HttpSession::Send(HttpReply reply) {
   response_->keep_alive(keep_alive_);
   response_->prepare_payload();
   Arm(shared_->config.write_timeout);
-  bhttp::async_write(socket_, *response_,
+  bhttp::async_write(conn_, *response_,
                      [self = shared_from_this(), keep = response_](ErrorCode ec, size_t) { self->OnWritten(ec); });
 }
 
-void HttpSession::OnWritten(ErrorCode ec) {
+template <typename Stream>
+void HttpSession<Stream>::OnWritten(ErrorCode ec) {
   Disarm();
   Record();
   response_.reset();
@@ -184,7 +212,8 @@ void HttpSession::OnWritten(ErrorCode ec) {
 
 // --- streamed replies ---------------------------------------------------------------------------
 
-void HttpSession::StartStream(HttpReply reply) {
+template <typename Stream>
+void HttpSession<Stream>::StartStream(HttpReply reply) {
   stream_ = std::move(reply.stream);
   // HTTP/1.0 has no chunked encoding: there the body simply ends with the connection.
   chunked_ = version_ >= 11;
@@ -196,7 +225,7 @@ void HttpSession::StartStream(HttpReply reply) {
   if (chunked_) stream_head_->chunked(true);
   stream_serializer_.emplace(*stream_head_);
   Arm(shared_->config.write_timeout);
-  bhttp::async_write_header(socket_, *stream_serializer_, [self = shared_from_this()](ErrorCode ec, size_t) {
+  bhttp::async_write_header(conn_, *stream_serializer_, [self = shared_from_this()](ErrorCode ec, size_t) {
     self->Disarm();
     if (ec) return self->Close();
     self->WatchForHangup();
@@ -204,16 +233,18 @@ void HttpSession::StartStream(HttpReply reply) {
   });
 }
 
-void HttpSession::WatchForHangup() {
+template <typename Stream>
+void HttpSession<Stream>::WatchForHangup() {
   // The only way to learn that a follower hung up while no data flows: a read that fails. Whatever
   // the client sends meanwhile is discarded (the connection closes after the stream anyway).
-  socket_.async_read_some(net::buffer(discard_), [self = shared_from_this()](ErrorCode ec, size_t) {
+  conn_.async_read_some(net::buffer(discard_), [self = shared_from_this()](ErrorCode ec, size_t) {
     if (ec) return self->Close();
     self->WatchForHangup();
   });
 }
 
-void HttpSession::PullStream() {
+template <typename Stream>
+void HttpSession<Stream>::PullStream() {
   if (closed_) return;
   BodyStream::Piece piece;
   try {
@@ -228,7 +259,8 @@ void HttpSession::PullStream() {
   AfterStreamWrite(piece.end, piece.retry);
 }
 
-void HttpSession::WriteStreamData(std::string data, bool last, std::chrono::milliseconds retry) {
+template <typename Stream>
+void HttpSession<Stream>::WriteStreamData(std::string data, bool last, std::chrono::milliseconds retry) {
   chunk_.clear();
   if (chunked_) {
     if (!data.empty()) chunk_ = ChunkFrame(data);
@@ -237,14 +269,15 @@ void HttpSession::WriteStreamData(std::string data, bool last, std::chrono::mill
     chunk_ = std::move(data);
   }
   Arm(shared_->config.write_timeout);
-  net::async_write(socket_, net::buffer(chunk_), [self = shared_from_this(), last, retry](ErrorCode ec, size_t) {
+  net::async_write(conn_, net::buffer(chunk_), [self = shared_from_this(), last, retry](ErrorCode ec, size_t) {
     self->Disarm();
     if (ec) return self->Close();
     self->AfterStreamWrite(last, retry);
   });
 }
 
-void HttpSession::AfterStreamWrite(bool last, std::chrono::milliseconds retry) {
+template <typename Stream>
+void HttpSession<Stream>::AfterStreamWrite(bool last, std::chrono::milliseconds retry) {
   if (closed_) return;
   if (last) {
     Record();
@@ -253,7 +286,7 @@ void HttpSession::AfterStreamWrite(bool last, std::chrono::milliseconds retry) {
   }
   if (retry.count() == 0) {
     // Posted, not called: other connections on this thread get their turn between pulls.
-    return net::post(socket_.get_executor(), [self = shared_from_this()] { self->PullStream(); });
+    return net::post(conn_.get_executor(), [self = shared_from_this()] { self->PullStream(); });
   }
   stream_timer_.expires_after(retry);
   stream_timer_.async_wait([self = shared_from_this()](ErrorCode ec) {
@@ -264,7 +297,8 @@ void HttpSession::AfterStreamWrite(bool last, std::chrono::milliseconds retry) {
 
 // --- deadlines and closing ----------------------------------------------------------------------
 
-void HttpSession::Arm(std::chrono::milliseconds timeout) {
+template <typename Stream>
+void HttpSession<Stream>::Arm(std::chrono::milliseconds timeout) {
   uint64_t generation = ++deadline_generation_;
   deadline_.expires_after(timeout);
   deadline_.async_wait([self = shared_from_this(), generation](ErrorCode ec) {
@@ -273,12 +307,14 @@ void HttpSession::Arm(std::chrono::milliseconds timeout) {
   });
 }
 
-void HttpSession::Disarm() {
+template <typename Stream>
+void HttpSession<Stream>::Disarm() {
   ++deadline_generation_;
   deadline_.cancel();
 }
 
-void HttpSession::Record() {
+template <typename Stream>
+void HttpSession<Stream>::Record() {
   if (!record_) return;
   record_->duration = std::chrono::steady_clock::now() - started_;
   EFT_LOG(DEBUG) << "http: " << record_->method << " " << (record_->route.empty() ? "-" : record_->route) << " "
@@ -293,24 +329,36 @@ void HttpSession::Record() {
   record_.reset();
 }
 
-void HttpSession::LingerAndClose() {
+template <typename Stream>
+void HttpSession<Stream>::LingerAndClose() {
   if (closed_) return;
+  if constexpr (kTls) {
+    // A stream has a read pending (WatchForHangup), which a TLS shutdown must not overlap: close.
+    if (stream_head_) return Close();
+    Arm(kLinger);
+    conn_.async_shutdown([self = shared_from_this()](ErrorCode) { self->Close(); });
+    return;
+  }
   ErrorCode ignored;
-  socket_.shutdown(net::ip::tcp::socket::shutdown_send, ignored);
+  tcp().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
   Arm(kLinger);
   // A stream already has a read pending (WatchForHangup) that ends in Close() at EOF.
   if (!stream_head_) WatchForHangup();
 }
 
-void HttpSession::Close() {
+template <typename Stream>
+void HttpSession<Stream>::Close() {
   if (closed_) return;
   closed_ = true;
   Record();
   ErrorCode ignored;
   deadline_.cancel();
   stream_timer_.cancel();
-  socket_.shutdown(net::ip::tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  tcp().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+  tcp().close(ignored);
 }
+
+template class HttpSession<net::ip::tcp::socket>;
+template class HttpSession<TlsStream>;
 
 }  // namespace eft::http

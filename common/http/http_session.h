@@ -17,8 +17,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
@@ -28,6 +30,8 @@
 
 namespace eft::http {
 
+using TlsStream = boost::asio::ssl::stream<boost::asio::ip::tcp::socket>;
+
 // What every session of one server shares; outlives them all (see HttpServer::Impl).
 struct SessionShared {
   HttpServerConfig config;
@@ -35,14 +39,20 @@ struct SessionShared {
   std::atomic<size_t> connections{0};
 };
 
-class HttpSession : public std::enable_shared_from_this<HttpSession> {
+// Stream: boost::asio::ip::tcp::socket (HTTP) or TlsStream (HTTPS: the TLS handshake comes first,
+// under read_timeout, and a closing connection sends close_notify).
+template <typename Stream>
+class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
  public:
-  HttpSession(boost::asio::ip::tcp::socket socket, SessionShared* shared);
+  HttpSession(Stream stream, SessionShared* shared);
   ~HttpSession();
   void Start();
 
  private:
   using ErrorCode = boost::system::error_code;
+  static constexpr bool kTls = !std::is_same_v<Stream, boost::asio::ip::tcp::socket>;
+  boost::asio::ip::tcp::socket& tcp() { return boost::beast::get_lowest_layer(conn_); }
+  using std::enable_shared_from_this<HttpSession<Stream>>::shared_from_this;
 
   void ReadHeader();
   void OnHeader(ErrorCode ec);
@@ -68,7 +78,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void LingerAndClose();
   void Close();
 
-  boost::asio::ip::tcp::socket socket_;
+  Stream conn_;
   boost::asio::steady_timer deadline_;
   boost::asio::steady_timer stream_timer_;
   SessionShared* shared_;

@@ -16,6 +16,7 @@ struct HttpRequest {
   std::string target;        // raw origin-form target, still percent-encoded
   std::string content_type;  // the Content-Type header, "" when absent
   std::string body;
+  std::string authorization;  // the Authorization header, "" when absent (last: keeps aggregate order)
 };
 
 // A response body produced over time (log following). The connection pulls from it on its own

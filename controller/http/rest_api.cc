@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "common/logging.h"
+#include "controller/grpc_services.h"
 #include "controller/http/log_body_stream.h"
 #include "controller/http/rest_codec.h"
 
@@ -78,6 +79,17 @@ Controller* RestApi::Ready(HttpReply* error) const {
   return c;
 }
 
+std::optional<Principal> RestApi::Access(const RouteContext& ctx, Action action, HttpReply* error, Controller* c,
+                                         const std::string& job_id) const {
+  auto who = CheckAccess(options_.auth, c, ctx.request.authorization, action, job_id);
+  if (who.ok()) return *who;
+  *error = ErrorReply(who.status());
+  if (who.status().code() == StatusCode::kUnauthenticated) {
+    error->headers.emplace_back("WWW-Authenticate", "Bearer realm=\"eft\"");
+  }
+  return std::nullopt;
+}
+
 HttpReply RestApi::Healthz(const RouteContext&) { return TextReply(200, "ok"); }
 
 HttpReply RestApi::Readyz(const RouteContext&) {
@@ -86,8 +98,12 @@ HttpReply RestApi::Readyz(const RouteContext&) {
   return TextReply(200, "ok");
 }
 
-HttpReply RestApi::Metrics(const RouteContext&) {
+HttpReply RestApi::Metrics(const RouteContext& ctx) {
   if (!options_.metrics_text) return ErrorReply(404, StatusCode::kNotFound, "metrics are not enabled");
+  if (!options_.metrics_open) {
+    HttpReply err;
+    if (!Access(ctx, Action::kMetrics, &err)) return err;
+  }
   HttpReply r = TextReply(200, options_.metrics_text());
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   return r;
@@ -97,16 +113,20 @@ HttpReply RestApi::SubmitJob(const RouteContext& ctx) {
   HttpReply err;
   Controller* c = Ready(&err);
   if (!c) return err;
+  auto who = Access(ctx, Action::kSubmitJob, &err);
+  if (!who) return err;
   if (Status s = CheckQueryParams(ctx.target.query, {}); !s.ok()) return ErrorReply(s);
   auto req = ParseSubmitJobBody(ctx.request.content_type, ctx.request.body);
   if (!req.ok()) return ErrorReply(req.status());
-  return Reply(c->SubmitJob(req->spec(), req->request_id()));
+  return Reply(c->SubmitJob(req->spec(), req->request_id(), who->anonymous ? "" : who->user));
 }
 
 HttpReply RestApi::ListJobs(const RouteContext& ctx) {
   HttpReply err;
   Controller* c = Ready(&err);
   if (!c) return err;
+  auto who = Access(ctx, Action::kReadJobs, &err);
+  if (!who) return err;
   auto req = ParseListJobsQuery(ctx.target.query);
   if (!req.ok()) return ErrorReply(req.status());
   return Reply(c->ListJobs(*req));
@@ -116,6 +136,8 @@ HttpReply RestApi::GetJob(const RouteContext& ctx) {
   HttpReply err;
   Controller* c = Ready(&err);
   if (!c) return err;
+  auto who = Access(ctx, Action::kReadJobs, &err);
+  if (!who) return err;
   if (Status s = CheckQueryParams(ctx.target.query, {}); !s.ok()) return ErrorReply(s);
   return Reply(c->GetJob(ctx.params.at("id")));
 }
@@ -124,6 +146,8 @@ HttpReply RestApi::CancelJob(const RouteContext& ctx) {
   HttpReply err;
   Controller* c = Ready(&err);
   if (!c) return err;
+  auto who = Access(ctx, Action::kCancelJob, &err, c, ctx.params.at("id"));
+  if (!who) return err;
   if (Status s = CheckQueryParams(ctx.target.query, {}); !s.ok()) return ErrorReply(s);
   return Reply(c->CancelJob(ctx.params.at("id")));
 }
@@ -132,6 +156,8 @@ HttpReply RestApi::GetLogs(const RouteContext& ctx) {
   HttpReply err;
   Controller* c = Ready(&err);
   if (!c) return err;
+  auto who = Access(ctx, Action::kReadLogs, &err);
+  if (!who) return err;
   auto req = ParseLogsQuery(ctx.params.at("id"), ctx.target.query);
   if (!req.ok()) return ErrorReply(req.status());
   auto follower = LogFollower::Open(c, *req, options_.logs);
@@ -147,6 +173,8 @@ HttpReply RestApi::ListNodes(const RouteContext& ctx) {
   HttpReply err;
   Controller* c = Ready(&err);
   if (!c) return err;
+  auto who = Access(ctx, Action::kReadNodes, &err);
+  if (!who) return err;
   if (Status s = CheckQueryParams(ctx.target.query, {}); !s.ok()) return ErrorReply(s);
   return MessageReply(c->ListNodes());
 }
@@ -155,6 +183,7 @@ HttpReply RestApi::SetDrained(const RouteContext& ctx, bool drained) {
   HttpReply err;
   Controller* c = Ready(&err);
   if (!c) return err;
+  if (!Access(ctx, Action::kDrainNode, &err)) return err;
   if (Status s = CheckQueryParams(ctx.target.query, {}); !s.ok()) return ErrorReply(s);
   return Reply(c->SetDrained(ctx.params.at("name"), drained));
 }

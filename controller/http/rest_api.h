@@ -12,6 +12,7 @@
 
 #include "common/http/http_types.h"
 #include "common/http/router.h"
+#include "controller/auth.h"
 #include "controller/controller.h"
 #include "controller/http/rest_codec.h"
 #include "controller/log_follower.h"
@@ -26,6 +27,11 @@ struct RestApiOptions {
   // Serves GET /metrics (Prometheus text exposition 0.0.4) when set; without it /metrics is 404.
   // Called on a server thread for every scrape, possibly on several at once.
   std::function<std::string()> metrics_text;
+  // Set: every /v1 call needs a bearer token the role of which allows it (docs/auth.md): 401 with
+  // `WWW-Authenticate: Bearer` without a valid user token, 403 when the role may not. /healthz and
+  // /readyz stay open; /metrics needs a user token (any role) unless metrics_open. Must outlive this.
+  const Authenticator* auth = nullptr;
+  bool metrics_open = false;
   // Log streams are polled from the server's few threads, so each poll is capped in size.
   LogFollowerOptions logs = [] {
     LogFollowerOptions o;
@@ -51,6 +57,9 @@ class RestApi {
   void AddRoutes();
   // The controller, or nullptr with *error set to 503.
   Controller* Ready(HttpReply* error) const;
+  // The caller, or nullopt with *error set to 401/403 (or 404 for kCancelJob of a missing job).
+  std::optional<Principal> Access(const RouteContext& ctx, Action action, HttpReply* error, Controller* c = nullptr,
+                                  const std::string& job_id = "") const;
 
   HttpReply Healthz(const RouteContext& ctx);
   HttpReply Readyz(const RouteContext& ctx);

@@ -54,8 +54,19 @@ TestCluster::TestCluster(ClusterOptions options) : options_(options) {
   Connect();
 }
 
+std::shared_ptr<grpc::ChannelCredentials> TestCluster::credentials() const {
+  if (options_.client_tls_ca.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = ReadFile(options_.client_tls_ca);
+  return grpc::SslCredentials(ssl);
+}
+
+void TestCluster::AddToken(grpc::ClientContext* ctx) const {
+  if (!options_.client_token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.client_token);
+}
+
 void TestCluster::Connect() {
-  channel_ = grpc::CreateChannel(controller_address(), grpc::InsecureChannelCredentials());
+  channel_ = grpc::CreateChannel(controller_address(), credentials());
   jobs_ = v1::JobService::NewStub(channel_);
   nodes_ = v1::NodeService::NewStub(channel_);
 }
@@ -99,8 +110,9 @@ void TestCluster::StartController() {
   // was refused sits in reconnect backoff for a while, whatever the backoff arguments say.
   bool up = WaitUntil(
       [&] {
-        auto probe = v1::NodeService::NewStub(grpc::CreateChannel(controller_address(), grpc::InsecureChannelCredentials()));
+        auto probe = v1::NodeService::NewStub(grpc::CreateChannel(controller_address(), credentials()));
         grpc::ClientContext ctx;
+        AddToken(&ctx);
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
         ctx.set_wait_for_ready(true);
         v1::ListNodesResponse resp;
@@ -146,6 +158,7 @@ bool TestCluster::WaitForReadyNodes(int n, std::chrono::milliseconds timeout) {
   return WaitUntil(
       [&] {
         grpc::ClientContext ctx;
+        AddToken(&ctx);
         v1::ListNodesResponse resp;
         if (!nodes_->ListNodes(&ctx, v1::ListNodesRequest(), &resp).ok()) return false;
         int ready = 0;
@@ -157,6 +170,7 @@ bool TestCluster::WaitForReadyNodes(int n, std::chrono::milliseconds timeout) {
 
 grpc::Status TestCluster::Submit(const v1::JobSpec& spec, v1::Job* job) {
   grpc::ClientContext ctx;
+  AddToken(&ctx);
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
   return jobs_->SubmitJob(&ctx, req, job);
@@ -164,6 +178,7 @@ grpc::Status TestCluster::Submit(const v1::JobSpec& spec, v1::Job* job) {
 
 v1::Job TestCluster::GetJob(const std::string& id) {
   grpc::ClientContext ctx;
+  AddToken(&ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::GetJobRequest req;
   req.set_id(id);
@@ -187,6 +202,7 @@ v1::Job TestCluster::WaitForJob(const std::string& id, const std::function<bool(
 
 v1::Node TestCluster::GetNode(const std::string& name) {
   grpc::ClientContext ctx;
+  AddToken(&ctx);
   v1::ListNodesResponse resp;
   nodes_->ListNodes(&ctx, v1::ListNodesRequest(), &resp);
   for (const auto& n : resp.nodes()) {

@@ -37,6 +37,11 @@ struct ClusterOptions {
   // CUDA_VISIBLE_DEVICES="", so workers are CPU nodes).
   std::vector<std::string> worker_args;
   std::map<std::string, std::string> worker_env;
+  // For a controller with authentication and TLS (docs/auth.md; pass its flags in controller_args):
+  // the cluster's own calls (the start-up probe, Submit, GetJob, WaitForReadyNodes, ...) send this
+  // bearer token, and its channels use TLS trusting this PEM CA file when it is set.
+  std::string client_token;
+  std::string client_tls_ca;
 };
 
 // SUCCEEDED, FAILED or CANCELLED.
@@ -64,6 +69,10 @@ class TestCluster {
   void KillWorker(int i, int sig = 9);  // and reap; its ranks die with it (PR_SET_PDEATHSIG)
   ChildProcess& worker(int i) { return *workers_.at(i); }
   std::string worker_name(int i) const { return "node" + std::to_string(i); }
+
+  // Channel credentials matching ClusterOptions::client_tls_ca, and the token of client_token.
+  std::shared_ptr<grpc::ChannelCredentials> credentials() const;
+  void AddToken(grpc::ClientContext* ctx) const;
 
   v1::JobService::Stub& jobs() { return *jobs_; }
   v1::NodeService::Stub& nodes() { return *nodes_; }

@@ -158,12 +158,13 @@ JobRecord MakeJob(const std::string& request_id = "", const std::string& name = 
   job.state = v1::JOB_STATE_QUEUED;
   job.reason = "waiting for 2 READY nodes";
   job.create_ms = 1'700'000'000'123;
+  job.owner = "alice";
   return job;
 }
 
 auto Tie(const JobRecord& j) {
   return std::tie(j.id, j.request_id, j.state, j.reason, j.create_ms, j.start_ms, j.end_ms, j.attempt, j.restarts,
-                  j.not_before_ms);
+                  j.not_before_ms, j.owner);
 }
 auto Tie(const AttemptRecord& a) {
   return std::tie(a.job_id, a.number, a.world_size, a.ranks_per_node, a.nodes, a.slots, a.master_addr,
@@ -232,7 +233,7 @@ TEST_F(StoreTest, OpenCreatesDatabaseWithSchemaInWalMode) {
   EXPECT_EQ(store->schema_version(), Store::kSchemaVersion);
   EXPECT_EQ(store->path(), path_);
   // A second, independent connection sees what is in the file.
-  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "1");
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), std::to_string(Store::kSchemaVersion));
   EXPECT_EQ(RawQuery(path_, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(RawQuery(path_, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema WHERE type = "
                             "'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
@@ -519,6 +520,29 @@ TEST_F(StoreTest, ReopenKeepsEverything) {
   EXPECT_EQ(Tie(store->LoadEvents(job.id)->at(0)), Tie(event));
 }
 
+// Migration 2 (jobs.owner) on a database written by a version-1 controller: old jobs load, unowned.
+TEST_F(StoreTest, Version1JobsGainAnEmptyOwner) {
+  fs::create_directories(fs::path(path_).parent_path());
+  RawQuery(path_,
+           "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL DEFAULT '', spec TEXT "
+           "NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', create_ms INTEGER NOT NULL DEFAULT 0, "
+           "start_ms INTEGER NOT NULL DEFAULT 0, end_ms INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT "
+           "0, restarts INTEGER NOT NULL DEFAULT 0, not_before_ms INTEGER NOT NULL DEFAULT 0)");
+  RawQuery(path_, "INSERT INTO jobs (spec, state) VALUES ('{\"name\": \"old\"}', 'JOB_STATE_QUEUED')");
+  RawQuery(path_, "PRAGMA user_version = 1");
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->schema_version(), Store::kSchemaVersion);
+  auto jobs = store->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ(jobs->front().spec.name(), "old");
+  EXPECT_EQ(jobs->front().owner, "");
+  JobRecord job = MakeJob();
+  ASSERT_TRUE(store->InsertJob(&job).ok());
+  EXPECT_EQ(store->LoadJobs()->back().owner, "alice");
+}
+
 TEST_F(StoreTest, NewerSchemaIsRefused) {
   fs::create_directories(fs::path(path_).parent_path());
   RawQuery(path_, "PRAGMA user_version = 99");
@@ -526,7 +550,9 @@ TEST_F(StoreTest, NewerSchemaIsRefused) {
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   const std::string& message = store.status().message();
-  EXPECT_NE(message.find("version 99 is newer than this controller supports (1)"), std::string::npos) << message;
+  EXPECT_NE(message.find("version 99 is newer than this controller supports (" + std::to_string(Store::kSchemaVersion) + ")"),
+            std::string::npos)
+      << message;
   EXPECT_NE(message.find(path_), std::string::npos) << message;
   EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "99");
 }
