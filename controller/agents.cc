@@ -165,6 +165,20 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
       p.set_mfu(num("mfu"));
       *p.mutable_time() = google::protobuf::util::TimeUtil::MillisecondsToTimestamp(ev.time_ms());
       Bump(*j);
+    } else if (kind == "checkpoint_deleted") {
+      // Retention removed it: it must not be listed, nor handed to a later attempt.
+      const std::string path = doc.value("path", std::string());
+      Status s = path.empty() ? Status::Ok() : store_->DeleteCheckpoint(j->rec.id, path);
+      if (!s.ok()) {
+        EFT_LOG(ERROR) << "job " << j->rec.id << ": could not forget deleted checkpoint " << path << ": " << s;
+        break;  // not acknowledged: the worker sends it again
+      }
+      auto gone = std::remove_if(j->checkpoints.begin(), j->checkpoints.end(),
+                                 [&](const CheckpointRecord& k) { return k.path == path; });
+      if (gone != j->checkpoints.end()) {
+        j->checkpoints.erase(gone, j->checkpoints.end());
+        Bump(*j);
+      }
     } else if (kind == "checkpoint") {
       CheckpointRecord c;
       c.job_id = j->rec.id;

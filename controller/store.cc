@@ -615,6 +615,14 @@ Status Store::InsertCheckpoint(const CheckpointRecord& c) {
   return status.WithContext("inserting checkpoint " + c.path + " of job " + c.job_id);
 }
 
+Status Store::DeleteCheckpoint(const std::string& job_id, const std::string& path) {
+  Status status = [&]() -> Status {
+    EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
+    return Write("DELETE FROM checkpoints WHERE job_id = ? AND path = ?", id, path);
+  }();
+  return status.WithContext("forgetting checkpoint " + path + " of job " + job_id);
+}
+
 Result<std::vector<CheckpointRecord>> Store::LoadCheckpoints(const std::string& job_id) {
   auto checkpoints = [&]() -> Result<std::vector<CheckpointRecord>> {
     EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));

@@ -57,6 +57,8 @@ class Store {
   // Checkpoints, keyed by (job_id, path): inserting one that exists is a no-op returning OK, so a
   // relayed event that arrives twice is stored once.
   Status InsertCheckpoint(const CheckpointRecord& checkpoint);
+  // Forgets a checkpoint that was deleted from disk; a path not stored is not an error.
+  Status DeleteCheckpoint(const std::string& job_id, const std::string& path);
   Result<std::vector<CheckpointRecord>> LoadCheckpoints(const std::string& job_id);  // ascending step
   // The newest (highest step, then latest time) checkpoint of the job, if any.
   Result<std::optional<CheckpointRecord>> LatestCheckpoint(const std::string& job_id);

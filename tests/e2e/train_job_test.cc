@@ -118,6 +118,7 @@ TEST_F(TrainJob, ANodeLostMidTrainingResumesFromTheNewestCheckpointAtASmallerWor
   spec.mutable_resources()->mutable_nodes()->set_max(3);
   spec.mutable_training()->set_epochs(60);  // 240 steps: long enough to lose a node on the way
   spec.mutable_checkpoint()->set_every_steps(10);
+  spec.mutable_checkpoint()->set_keep_last(2);
   v1::Job job;
   ASSERT_TRUE(c.Submit(spec, &job).ok());
   job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.checkpoints_size() >= 2 || IsTerminal(j); }, 180s);
@@ -134,6 +135,11 @@ TEST_F(TrainJob, ANodeLostMidTrainingResumesFromTheNewestCheckpointAtASmallerWor
   EXPECT_NE(log.find("resumed from " + from), std::string::npos) << log;
   EXPECT_NE(log.find("written at world size 3, now 2"), std::string::npos) << log;
   EXPECT_EQ(job.progress().step(), 240);
+  // Retention kept the newest two on disk, and the controller lists exactly those.
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.checkpoints_size() == 2; }, 10s);
+  ASSERT_EQ(job.checkpoints_size(), 2) << DescribeJob(job);
+  for (const auto& k : job.checkpoints()) EXPECT_TRUE(fs::exists(k.path() + "/COMMITTED")) << k.path();
+  EXPECT_EQ(job.checkpoints(1).path(), c.checkpoint_root() + "/elastic/step-240");
 }
 
 }  // namespace

@@ -425,6 +425,17 @@ TEST_F(StoreTest, CheckpointsAreStoredOnceAndLatestIsHighestStep) {
   ASSERT_TRUE(store->InsertCheckpoint(c300b).ok());
   EXPECT_EQ(Tie(**store->LatestCheckpoint(job)), Tie(c300b));
   EXPECT_EQ(store->InsertCheckpoint({"5", 1, "sharded", "/x", 1, 1, 1}).code(), StatusCode::kNotFound);
+
+  // Retention deleted step-100 and step-300 of attempt 2: forgotten, and a later save of the same
+  // path is stored again.
+  ASSERT_TRUE(store->DeleteCheckpoint(job, "/ckpt/step-100").ok());
+  ASSERT_TRUE(store->DeleteCheckpoint(job, "/ckpt/a2/step-300").ok());
+  EXPECT_TRUE(store->DeleteCheckpoint(job, "/not/stored").ok());
+  EXPECT_EQ(store->LoadCheckpoints(job)->size(), 2u);
+  EXPECT_EQ(Tie(**store->LatestCheckpoint(job)), Tie(c300));
+  ASSERT_TRUE(store->InsertCheckpoint(c100).ok());
+  EXPECT_EQ(store->LoadCheckpoints(job)->size(), 3u);
+  EXPECT_EQ(store->LoadCheckpoints(other)->size(), 1u);
 }
 
 TEST_F(StoreTest, EventsComeBackInAppendOrder) {
