@@ -22,6 +22,8 @@ PACKAGES=(
   openssl
   # deployment tests: a one-node Slurm (slurmctld + slurmd + munge) runs eft-cluster.sbatch for real
   slurm-wlm munge
+  # deploy/systemd units are checked with systemd-analyze verify
+  systemd
 )
 # Tokenizer tests compare with Hugging Face's own tokenizers through Node (npm packages fetched at
 # test time); Debian's Node.js unless the machine already has one.
