@@ -1,6 +1,8 @@
 // eft-train: the LibTorch FSDP trainer. One process per rank.
 //
 //   eft-train train [--config job.yaml] [--nproc N] [--set training.lr=1e-4 ...]
+//   eft-train prepare --config job.yaml
+//   eft-train tokenize --tokenizer MODEL_DIR [--file F]
 //   eft-train init-model --arch qwen3 --hidden 256 --layers 4 --heads 4 --kv-heads 2 ... --out DIR
 //
 // Without --config the job spec comes from EFT_JOB_SPEC (set by eft-worker). Exit codes
@@ -9,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include <CLI/CLI.hpp>
 
@@ -17,6 +20,7 @@
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/model/llama.h"
 #include "trainer/model/model_config.h"
+#include "trainer/tokenizer/tokenize_command.h"
 #include "trainer/train/launch.h"
 #include "trainer/train/prepare.h"
 #include "trainer/train/trainer.h"
@@ -168,6 +172,13 @@ int main(int argc, char** argv) {
   prepare->add_option("--config", prepare_config, "job spec YAML/JSON")->required();
   prepare->add_option("--set", prepare_overrides, "override one field (repeatable)");
 
+  TokenizeArgs tk;
+  auto* tokenize = app.add_subcommand("tokenize", "print the model tokenizer's ids of each input line");
+  tokenize->add_option("--tokenizer", tk.tokenizer_dir, "model directory (tokenizer.json or tokenizer.model)")->required();
+  tokenize->add_option("--file", tk.file, "input file (default: standard input)");
+  tokenize->add_flag("--add-special-tokens", tk.add_special_tokens, "add the tokenizer's BOS/EOS as its post-processor says");
+  tokenize->add_flag("--decode", tk.decode, "the reverse: lines of ids in, text out");
+
   InitModelArgs im;
   auto* init = app.add_subcommand("init-model", "write a randomly initialised Hugging Face model directory");
   init->add_option("--arch", im.arch, "llama | qwen2 | qwen3 | mistral")->required();
@@ -191,6 +202,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitConfig;
   }
   if (*init) return InitModel(im);
+  if (*tokenize) return RunTokenizeCommand(tk, std::cin, std::cout, std::cerr);
   if (*prepare) {
     auto config = LoadConfig(prepare_config, prepare_overrides);
     if (!config.ok()) return Fail(config.status());

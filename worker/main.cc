@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/cli_yaml_config.h"
 #include "common/http/http_metrics.h"
 #include "common/http/http_server.h"
 #include "common/logging.h"
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   WorkerConfig config;
   std::string log_level;
   CLI::App app{"eft-worker: runs the controller's ranks on this node"};
+  AddYamlConfigOption(app, "worker.yaml: any of these options as key: value (flags given here win)");
   app.add_option("--controller", config.controller, "controller gRPC address HOST:PORT")->required();
   app.add_option("--name", config.name, "node name (default: host name)");
   app.add_option("--slots", config.slots, "rank slots (default: one per visible GPU, else 1)");

@@ -4,6 +4,7 @@
 
 #include "common/logging.h"
 #include "trainer/data/token_cache.h"
+#include "trainer/tokenizer/tokenizer.h"
 
 namespace eft::trainer {
 namespace {
@@ -25,6 +26,23 @@ class NoEncoder final : public TextEncoder {
   std::vector<std::string> none_;
 };
 
+// The model's tokenizer as the labelling code sees it.
+class TokenizerEncoder final : public TextEncoder {
+ public:
+  explicit TokenizerEncoder(std::unique_ptr<Tokenizer> tokenizer) : tokenizer_(std::move(tokenizer)) {}
+  std::vector<int32_t> EncodeWithOffsets(std::string_view text, bool add_special_tokens,
+                                         std::vector<std::pair<size_t, size_t>>* offsets) const override {
+    Tokenizer::Encoding e = tokenizer_->Encode(text, add_special_tokens);
+    if (offsets) *offsets = std::move(e.offsets);
+    return std::move(e.ids);
+  }
+  std::optional<int32_t> eos_id() const override { return tokenizer_->eos_id(); }
+  const std::vector<std::string>& special_tokens() const override { return tokenizer_->special_tokens(); }
+
+ private:
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
 }  // namespace
 
 LoadedText::~LoadedText() = default;
@@ -40,9 +58,17 @@ TextPipeline LoadedText::pipeline() const {
 
 Result<LoadedText> LoadTextPipeline(const TrainConfig& c) {
   LoadedText text;
-  // The tokenizer and the chat template interpreter arrive with the SFT pipeline; until then a
-  // model directory provides no text pipeline and only pre-tokenized data can be read.
-  (void)c;
+  if (TokenizerFiles(c.model).empty()) {
+    // A model directory without a tokenizer (e.g. made by init-model without --tokenizer) can
+    // still train on pre-tokenized data; text fails later with a message saying why.
+    return text;
+  }
+  auto tokenizer = LoadTokenizer(c.model);
+  if (!tokenizer.ok()) return Status::InvalidArgument("model tokenizer: " + tokenizer.status().message());
+  text.encoder_ = std::make_unique<TokenizerEncoder>(std::move(*tokenizer));
+  text.key_files_ = TokenizerFiles(c.model);
+  // Conversations need the chat template interpreter (trainer/chat_template), wired in next;
+  // until then they fail with "conversations need a chat template".
   return text;
 }
 
