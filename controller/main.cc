@@ -61,6 +61,10 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure-listen-anywhere", insecure_listen_anywhere,
                "allow non-loopback addresses without authentication (anyone who reaches the port controls the cluster)");
   app.add_flag("--metrics-without-auth", metrics_without_auth, "serve GET /metrics without a token when auth is on");
+  bool ignore_sigterm = false;
+  app.add_flag("--ignore-sigterm", ignore_sigterm,
+               "keep running on SIGTERM, stop on SIGINT only: for batch systems that signal every process of an "
+               "allocation at once (slurm/eft-cluster.sbatch records a cancellation before stopping the controller)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -137,7 +141,11 @@ int main(int argc, char** argv) {
   // Block the shutdown signals before any thread starts, so only the sigwait below receives them.
   sigset_t signals;
   sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
+  if (ignore_sigterm) {
+    std::signal(SIGTERM, SIG_IGN);
+  } else {
+    sigaddset(&signals, SIGTERM);
+  }
   sigaddset(&signals, SIGINT);
   if (auth) sigaddset(&signals, SIGHUP);  // reloads the tokens (without auth SIGHUP keeps its default)
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
