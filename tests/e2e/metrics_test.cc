@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/e2e/cluster.h"
+#include "tests/e2e/fake_nvidia_smi.h"
 #include "tests/unit/common/exposition_test_util.h"
 #include "tests/unit/common/http/http_test_client.h"
 
@@ -39,26 +40,6 @@ void ExpectPromtoolClean(const std::string& what, const std::string& text) {
   EXPECT_EQ(r.exit_code, 0) << what << ": promtool check metrics failed:\n" << r.output << "\n" << text;
   EXPECT_EQ(r.output, "") << what << ": promtool reported problems:\n" << r.output;
 }
-
-// A stand-in for nvidia-smi: one GPU (index 0), 42 % busy, 2 GiB of 16 GiB used.
-class FakeNvidiaSmi {
- public:
-  FakeNvidiaSmi() {
-    std::string tmpl = (fs::temp_directory_path() / "eft-fake-nvidia-smi-XXXXXX").string();
-    dir_ = ::mkdtemp(tmpl.data());
-    path_ = dir_ + "/nvidia-smi";
-    std::ofstream(path_) << "#!/bin/sh\nprintf '0, GPU-fake-0, 42, 2048, 16384\\n'\n";
-    ::chmod(path_.c_str(), 0755);
-  }
-  ~FakeNvidiaSmi() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string dir_, path_;
-};
 
 TEST(Metrics, ControllerAndWorkersExportWhatTheJobDid) {
   FakeNvidiaSmi smi;

@@ -188,6 +188,7 @@ std::string fnv1a64(const std::string& data) {
 // Same protocol as eft-train: build step-N.tmp/, fsync, COMMITTED manifest last, rename, fsync parent.
 // A directory without a valid COMMITTED is an interrupted write and must never be resumed from.
 void save_checkpoint(const Config& c, long long step, long long acc) {
+  const auto started = std::chrono::steady_clock::now();
   const fs::path dir(c.ckpt_dir), tmp = dir / ("step-" + std::to_string(step) + ".tmp"),
       final_dir = dir / ("step-" + std::to_string(step));
   fs::remove_all(tmp);  // leftovers of an attempt that died mid-write
@@ -203,7 +204,8 @@ void save_checkpoint(const Config& c, long long step, long long acc) {
   fs::rename(tmp, final_dir);
   fsync_path(dir, O_RDONLY | O_DIRECTORY);
   emit(c, {{"event", "checkpoint"}, {"step", step}, {"kind", "sharded"}, {"path", final_dir.string()},
-           {"bytes", state.size() + committed.size()}});
+           {"bytes", state.size() + committed.size()},
+           {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}});
   std::printf("checkpoint step %lld -> %s\n", step, final_dir.c_str());
   std::fflush(stdout);
 }
@@ -296,8 +298,11 @@ int run(const Config& c) {
     step = s;
     if (c.rank == 0) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      emit(c, {{"event", "step"}, {"step", s}, {"loss", 1.0 / static_cast<double>(s)}, {"lr", 0.001},
-               {"tokens", s * 1000}, {"tokens_per_s", secs > 0 ? 1000.0 / secs : 0.0}});
+      // Every field a real trainer reports, so dashboards and metrics tests see each series
+      // (grad_norm and mfu are stand-in values).
+      emit(c, {{"event", "step"}, {"step", s}, {"total_steps", c.steps}, {"loss", 1.0 / static_cast<double>(s)},
+               {"lr", 0.001}, {"grad_norm", 2.0 / static_cast<double>(s)}, {"mfu", 0.25}, {"tokens", s * 1000},
+               {"tokens_per_s", secs > 0 ? 1000.0 / secs : 0.0}});
       std::printf("step %lld/%lld acc=%lld\n", s, c.steps, acc);
       std::fflush(stdout);
       if (c.ckpt_every > 0 && s % c.ckpt_every == 0) {
