@@ -3,6 +3,7 @@
 //   eft-train train [--config job.yaml] [--nproc N] [--set training.lr=1e-4 ...]
 //   eft-train prepare --config job.yaml
 //   eft-train tokenize --tokenizer MODEL_DIR [--file F]
+//   eft-train chat-template --tokenizer MODEL_DIR --messages F.json [--add-generation-prompt]
 //   eft-train init-model --arch qwen3 --hidden 256 --layers 4 --heads 4 --kv-heads 2 ... --out DIR
 //
 // Without --config the job spec comes from EFT_JOB_SPEC (set by eft-worker). Exit codes
@@ -20,6 +21,7 @@
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/model/llama.h"
 #include "trainer/model/model_config.h"
+#include "trainer/chat_template/chat_template.h"
 #include "trainer/tokenizer/tokenize_command.h"
 #include "trainer/train/launch.h"
 #include "trainer/train/prepare.h"
@@ -179,6 +181,15 @@ int main(int argc, char** argv) {
   tokenize->add_flag("--add-special-tokens", tk.add_special_tokens, "add the tokenizer's BOS/EOS as its post-processor says");
   tokenize->add_flag("--decode", tk.decode, "the reverse: lines of ids in, text out");
 
+  std::string ct_dir, ct_messages, ct_tools;
+  bool ct_generation = false;
+  auto* chat = app.add_subcommand("chat-template", "print a conversation rendered with the model's chat template");
+  chat->add_option("--tokenizer", ct_dir, "model directory (tokenizer_config.json or chat_template.jinja)")->required();
+  chat->add_option("--messages", ct_messages, "JSON: a list of messages, or {\"messages\": [...], \"tools\": [...]}")
+      ->required();
+  chat->add_option("--tools", ct_tools, "JSON list of tool definitions");
+  chat->add_flag("--add-generation-prompt", ct_generation, "end with the assistant's header, as for generation");
+
   InitModelArgs im;
   auto* init = app.add_subcommand("init-model", "write a randomly initialised Hugging Face model directory");
   init->add_option("--arch", im.arch, "llama | qwen2 | qwen3 | mistral")->required();
@@ -203,6 +214,7 @@ int main(int argc, char** argv) {
   }
   if (*init) return InitModel(im);
   if (*tokenize) return RunTokenizeCommand(tk, std::cin, std::cout, std::cerr);
+  if (*chat) return RunChatTemplateCommand(ct_dir, ct_messages, ct_tools, ct_generation, std::cout, std::cerr);
   if (*prepare) {
     auto config = LoadConfig(prepare_config, prepare_overrides);
     if (!config.ok()) return Fail(config.status());

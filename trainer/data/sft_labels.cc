@@ -85,6 +85,22 @@ Result<std::vector<std::pair<size_t, size_t>>> TrainedSpans(const SftRecord& rec
         }
       }
     }
+    if (at == std::string::npos && before.size() >= cursor && rendered.compare(0, before.size(), before) == 0) {
+      // The reply itself renders differently (Qwen3 adds an empty reasoning block only to a final
+      // reply), but the conversation up to it is unchanged: the reply runs from there to the
+      // end-of-turn token the template closes it with.
+      for (const std::string& special : encoder.special_tokens()) {
+        if (special.empty() || reply.size() < special.size() ||
+            reply.compare(reply.size() - special.size(), special.size(), special) != 0)
+          continue;
+        size_t close = rendered.find(special, before.size());
+        if (close != std::string::npos) {
+          at = before.size();
+          reply = rendered.substr(at, close + special.size() - at);
+        }
+        break;
+      }
+    }
     if (at == std::string::npos) {
       return Status::InvalidArgument(where + ": the chat template renders this reply differently once later "
                                      "messages follow, so its tokens cannot be located (use data.loss_on: all)");
@@ -138,7 +154,10 @@ Result<Example> TokenizeSftRecord(const SftRecord& record, const TextEncoder& en
     }
     return ex;
   }
-  if (!render) return Status::FailedPrecondition("conversations need a chat template");
+  if (!render)
+    return Status::FailedPrecondition("conversations need a chat template, and the model directory has none "
+                                      "(tokenizer_config.json chat_template or chat_template.jinja); set "
+                                      "data.chat_template to a Jinja file");
   EFT_ASSIGN_OR_RETURN(std::string rendered, render(record.messages, record.tools, false));
   EFT_ASSIGN_OR_RETURN(auto spans, TrainedSpans(record, rendered, render, encoder, options));
   std::vector<int32_t> ids = encoder.EncodeWithOffsets(rendered, false, &offsets);

@@ -4,6 +4,7 @@
 
 #include "common/logging.h"
 #include "trainer/data/token_cache.h"
+#include "trainer/chat_template/chat_template.h"
 #include "trainer/tokenizer/tokenizer.h"
 
 namespace eft::trainer {
@@ -67,8 +68,23 @@ Result<LoadedText> LoadTextPipeline(const TrainConfig& c) {
   if (!tokenizer.ok()) return Status::InvalidArgument("model tokenizer: " + tokenizer.status().message());
   text.encoder_ = std::make_unique<TokenizerEncoder>(std::move(*tokenizer));
   text.key_files_ = TokenizerFiles(c.model);
-  // Conversations need the chat template interpreter (trainer/chat_template), wired in next;
-  // until then they fail with "conversations need a chat template".
+  // The chat template: data.chat_template "auto" takes the model's own. A model without one can
+  // still train on text and pre-tokenized data; conversations then fail naming the reason.
+  const std::string override_file = c.chat_template == "auto" ? "" : c.chat_template;
+  auto chat = ModelChatTemplate::Load(c.model, override_file);
+  if (chat.ok()) {
+    auto shared = std::make_shared<ModelChatTemplate>(std::move(*chat));
+    text.template_source_ = shared->source();
+    text.render_ = [shared](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                            bool add_generation_prompt) -> Result<std::string> {
+      auto rendered = shared->Render(messages, tools, add_generation_prompt);
+      if (!rendered.ok() && rendered.status().code() == StatusCode::kFailedPrecondition)
+        return Status::InvalidArgument("the chat template refused the conversation: " + rendered.status().message());
+      return rendered;
+    };
+  } else if (chat.status().code() != StatusCode::kNotFound || !override_file.empty()) {
+    return chat.status();
+  }
   return text;
 }
 
