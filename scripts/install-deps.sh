@@ -22,6 +22,8 @@ PACKAGES=(
   openssl
   # deployment tests: a one-node Slurm (slurmctld + slurmd + munge) runs eft-cluster.sbatch for real
   slurm-wlm munge
+  # k8s/ renders are converted to JSON for schema validation
+  python3-yaml
   # deploy/systemd units are checked with systemd-analyze verify
   systemd
 )
