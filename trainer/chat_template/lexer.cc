@@ -3,28 +3,12 @@
 #include <cctype>
 #include <cstring>
 
+#include "common/utf8.h"
+
 namespace eft::trainer::jinja {
 namespace {
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 class Lexer {
  public:
@@ -270,7 +254,7 @@ class Lexer {
         case 'x': case 'u': case 'U': {
           long cp = hex(e == 'x' ? 2 : e == 'u' ? 4 : 8);
           if (cp < 0) return Error(start, "invalid \\" + std::string(1, e) + " escape in string literal");
-          AppendUtf8(static_cast<uint32_t>(cp), &out);
+          AppendUtf8(static_cast<char32_t>(cp), &out);
           break;
         }
         default:

@@ -6,7 +6,7 @@
 
 #include <utf8proc.h>
 
-#include "trainer/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace eft::trainer::tok {
 namespace {

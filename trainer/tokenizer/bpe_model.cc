@@ -5,7 +5,7 @@
 #include <queue>
 
 #include "trainer/tokenizer/byte_level.h"
-#include "trainer/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace eft::trainer::tok {
 namespace {

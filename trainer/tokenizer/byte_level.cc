@@ -2,7 +2,7 @@
 
 #include <array>
 
-#include "trainer/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace eft::trainer::tok {
 namespace {

@@ -1,7 +1,7 @@
 #include "trainer/tokenizer/decoder.h"
 
 #include "trainer/tokenizer/byte_level.h"
-#include "trainer/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace eft::trainer::tok {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "trainer/tokenizer/normalizer.h"
-#include "trainer/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace eft::trainer::tok {
 namespace {

@@ -11,7 +11,7 @@
 #include "trainer/tokenizer/byte_level.h"
 #include "trainer/tokenizer/tokenize_command.h"
 #include "trainer/tokenizer/tokenizer.h"
-#include "trainer/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace eft::trainer {
 namespace {
@@ -38,11 +38,11 @@ json TinyTokenizer() {
 }
 
 TEST(Utf8, RepairReplacesEachMaximalInvalidSubpartOnce) {
-  EXPECT_EQ(tok::RepairUtf8("ok"), "ok");
-  EXPECT_EQ(tok::RepairUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
-  EXPECT_EQ(tok::RepairUtf8("\xE2\x82"), "\xEF\xBF\xBD");          // truncated 3-byte sequence: one
-  EXPECT_EQ(tok::RepairUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate: three
-  EXPECT_EQ(tok::RepairUtf8("\xF0\x9F\x98\x80"), "\xF0\x9F\x98\x80");
+  EXPECT_EQ(RepairUtf8("ok"), "ok");
+  EXPECT_EQ(RepairUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(RepairUtf8("\xE2\x82"), "\xEF\xBF\xBD");          // truncated 3-byte sequence: one
+  EXPECT_EQ(RepairUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate: three
+  EXPECT_EQ(RepairUtf8("\xF0\x9F\x98\x80"), "\xF0\x9F\x98\x80");
 }
 
 TEST(ByteLevel, EveryByteRoundTrips) {

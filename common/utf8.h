@@ -1,4 +1,4 @@
-// UTF-8 helpers shared by the tokenizer: decoding one code point, encoding, lossy repair of
+// UTF-8 helpers (the tokenizer, chat templates): decoding one code point, encoding, lossy repair of
 // invalid sequences (as Rust's String::from_utf8_lossy does, which is what Hugging Face's decode
 // produces), and the whitespace test of Rust's char::is_whitespace.
 #pragma once
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace eft::trainer::tok {
+namespace eft {
 
 // Length of the valid UTF-8 sequence starting at s[i] (1..4), or 0 when it is not valid there.
 size_t Utf8SequenceLength(std::string_view s, size_t i);
@@ -26,4 +26,4 @@ bool IsValidUtf8(std::string_view s);
 // Rust's char::is_whitespace: the Unicode White_Space property.
 bool IsUnicodeWhitespace(char32_t cp);
 
-}  // namespace eft::trainer::tok
+}  // namespace eft

@@ -1,6 +1,6 @@
-#include "trainer/tokenizer/utf8.h"
+#include "common/utf8.h"
 
-namespace eft::trainer::tok {
+namespace eft {
 
 size_t Utf8SequenceLength(std::string_view s, size_t i) {
   const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
@@ -133,4 +133,4 @@ bool IsUnicodeWhitespace(char32_t cp) {
   }
 }
 
-}  // namespace eft::trainer::tok
+}  // namespace eft
