@@ -64,8 +64,17 @@ Result<LoadedText> LoadTextPipeline(const TrainConfig& c) {
     // still train on pre-tokenized data; text fails later with a message saying why.
     return text;
   }
+  // What the data needs decides which failures stop the run: pre-tokenized data needs neither the
+  // tokenizer nor the template, plain text no template.
+  const bool tokens_only = c.data_format == "pretokenized";
+  const bool no_conversations = tokens_only || c.data_format == "text";
   auto tokenizer = LoadTokenizer(c.model);
-  if (!tokenizer.ok()) return Status::InvalidArgument("model tokenizer: " + tokenizer.status().message());
+  if (!tokenizer.ok()) {
+    if (!tokens_only) return Status::InvalidArgument("model tokenizer: " + tokenizer.status().message());
+    EFT_LOG(WARNING) << "model tokenizer not usable (" << tokenizer.status().message()
+                     << "); the data is pre-tokenized, so training goes on without it";
+    return text;
+  }
   text.encoder_ = std::make_unique<TokenizerEncoder>(std::move(*tokenizer));
   text.key_files_ = TokenizerFiles(c.model);
   // The chat template: data.chat_template "auto" takes the model's own. A model without one can
@@ -82,8 +91,11 @@ Result<LoadedText> LoadTextPipeline(const TrainConfig& c) {
         return Status::InvalidArgument("the chat template refused the conversation: " + rendered.status().message());
       return rendered;
     };
-  } else if (chat.status().code() != StatusCode::kNotFound || !override_file.empty()) {
+  } else if (!no_conversations && (chat.status().code() != StatusCode::kNotFound || !override_file.empty())) {
     return chat.status();
+  } else if (chat.status().code() != StatusCode::kNotFound) {
+    EFT_LOG(WARNING) << "chat template not usable (" << chat.status().message() << "); data.format "
+                     << c.data_format << " does not need it";
   }
   return text;
 }

@@ -114,5 +114,35 @@ TEST_F(RealTemplate, TextFormatIsTokenizedWithTheModelsEos) {
   EXPECT_EQ(runs, (std::vector<std::string>{"Plain text, all trained.<|im_end|>"}));
 }
 
+// What the data needs decides which part of the model directory must load.
+TEST(TextPipeline, OnlyWhatTheDataNeedsMustLoad) {
+  std::string dir = (fs::temp_directory_path() / ("eft-broken-" + std::to_string(::getpid()))).string();
+  fs::create_directories(dir);
+  std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "WordPiece", "vocab": {}}})";
+  TrainConfig c;
+  c.model = dir;
+  auto text = LoadTextPipeline(c);  // format auto: the tokenizer is needed
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.status().message().find("WordPiece"), std::string::npos) << text.status().message();
+  c.data_format = "pretokenized";
+  text = LoadTextPipeline(c);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_EQ(text->pipeline().encoder, nullptr);
+
+  // A usable tokenizer with a template the interpreter cannot run: fine for text, not for chats.
+  std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})";
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"chat_template": "{% include 'x' %}"})";
+  c.data_format = "text";
+  text = LoadTextPipeline(c);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_NE(text->pipeline().encoder, nullptr);
+  EXPECT_FALSE(static_cast<bool>(text->pipeline().render));
+  c.data_format = "messages";
+  text = LoadTextPipeline(c);
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.status().message().find("unsupported tag 'include'"), std::string::npos) << text.status().message();
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace eft::trainer
