@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/utf8.h"  // IsValidUtf8
 
 namespace eft {
 
@@ -259,7 +260,6 @@ Status ValidateLabelNames(const std::vector<std::string>& label_names, MetricTyp
 std::string FormatMetricValue(double v);            // "1.5", "1e-09", "+Inf", "-Inf", "NaN"
 std::string EscapeLabelValue(std::string_view v);   // \ " newline escaped; invalid UTF-8 -> U+FFFD
 std::string EscapeHelp(std::string_view help);      // \ newline escaped
-bool IsValidUtf8(std::string_view s);
 std::string SanitizeUtf8(std::string_view s);       // each invalid byte -> U+FFFD
 
 }  // namespace eft

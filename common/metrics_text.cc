@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "common/metrics.h"
+#include "common/utf8.h"
 
 namespace eft {
 namespace {
@@ -25,34 +26,6 @@ bool HasCamelCase(std::string_view s) {
   return false;
 }
 
-// Length of the valid UTF-8 sequence starting at s[i], or 0 if the byte there starts none. Follows
-// Go's utf8.ValidString (what Prometheus uses): no overlong forms, no surrogates, nothing past U+10FFFF.
-size_t Utf8SequenceLength(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  if (c < 0x80) return 1;
-  size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;  // overlong
-    if (c == 0xED) hi = 0x9F;  // surrogates
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;  // overlong
-    if (c == 0xF4) hi = 0x8F;  // > U+10FFFF
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
-  for (size_t k = 2; k < len; ++k) {
-    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
-  }
-  return len;
-}
 
 }  // namespace
 
@@ -132,14 +105,6 @@ std::string FormatMetricValue(double v) {
   return std::string(buf, end);
 }
 
-bool IsValidUtf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    size_t n = Utf8SequenceLength(s, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
 
 std::string SanitizeUtf8(std::string_view s) {
   std::string out;

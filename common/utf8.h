@@ -21,7 +21,7 @@ void AppendUtf8(char32_t cp, std::string* out);
 // Every maximal invalid subsequence replaced by U+FFFD (the W3C/Unicode "maximal subpart" rule).
 std::string RepairUtf8(std::string_view bytes);
 
-bool IsValidUtf8(std::string_view s);
+bool IsValidUtf8(std::string_view s);  // Go's utf8.ValidString: no overlong forms, surrogates or code points past U+10FFFF
 
 // Rust's char::is_whitespace: the Unicode White_Space property.
 bool IsUnicodeWhitespace(char32_t cp);
