@@ -46,19 +46,18 @@ TokenDataset PackDataset(const TokenDataset& documents, int64_t max_seq_len, Pac
   lengths.reserve(static_cast<size_t>(documents.size()));
   for (int64_t i = 0; i < documents.size(); ++i) lengths.push_back(static_cast<int64_t>(documents[i].input_ids.size()));
   std::vector<std::vector<int64_t>> rows = PackBestFitDecreasing(lengths, max_seq_len);
-  std::vector<Example> packed;
-  packed.reserve(rows.size());
+  TokenDataset::Builder packed;
   int64_t tokens = 0;
+  std::vector<int64_t> document_lengths;
   for (const auto& row : rows) {
-    Example ex;
+    document_lengths.clear();
     for (int64_t doc : row) {
-      const Example& d = documents[doc];
-      ex.input_ids.insert(ex.input_ids.end(), d.input_ids.begin(), d.input_ids.end());
-      ex.labels.insert(ex.labels.end(), d.labels.begin(), d.labels.end());
-      ex.document_lengths.push_back(static_cast<int64_t>(d.input_ids.size()));
+      const ExampleView d = documents[doc];
+      packed.Append(d.input_ids, d.labels);
+      document_lengths.push_back(static_cast<int64_t>(d.input_ids.size()));
+      tokens += static_cast<int64_t>(d.input_ids.size());
     }
-    tokens += static_cast<int64_t>(ex.input_ids.size());
-    packed.push_back(std::move(ex));
+    packed.EndRow(document_lengths);
   }
   if (stats) {
     stats->documents = documents.size();
@@ -66,7 +65,7 @@ TokenDataset PackDataset(const TokenDataset& documents, int64_t max_seq_len, Pac
     stats->tokens = tokens;
     stats->max_seq_len = max_seq_len;
   }
-  return TokenDataset::FromExamples(std::move(packed));
+  return packed.Finish();
 }
 
 }  // namespace eft::trainer

@@ -106,12 +106,12 @@ Batch Collate(const TokenDataset& dataset, const std::vector<int64_t>& indices, 
   int64_t* pos = b.position_ids.data_ptr<int64_t>();
   int64_t* seg = b.segment_ids.data_ptr<int64_t>();
   for (int64_t r = 0; r < rows; ++r) {
-    const Example& ex = dataset[indices[static_cast<size_t>(r)]];
+    const ExampleView ex = dataset[indices[static_cast<size_t>(r)]];
     const int64_t len = static_cast<int64_t>(ex.input_ids.size());
     const int64_t row = r * cols;
     // Each document of a packed row is its own segment with positions from 0, and its last token
     // predicts nothing (the next token belongs to another document).
-    std::vector<int64_t> docs = ex.document_lengths.empty() ? std::vector<int64_t>{len} : ex.document_lengths;
+    std::vector<int64_t> docs = ex.document_lengths.empty() ? std::vector<int64_t>{len} : ex.document_lengths.ToVector();
     int64_t t = 0;
     for (size_t d = 0; d < docs.size(); ++d) {
       const int64_t end = t + docs[d];

@@ -88,12 +88,11 @@ Status WriteTokenCache(const std::string& path, const std::string& key, const To
     const char zeros[8] = {};
     w.Put(zeros, (8 - header.size() % 8) % 8);  // the arrays start 8-byte aligned
     w.Put(offsets.data(), offsets.size() * sizeof(int64_t));
-    std::vector<int32_t> buf;
     for (const bool labels : {false, true}) {
       for (int64_t i = 0; i < docs; ++i) {
-        const auto& v = labels ? dataset[i].labels : dataset[i].input_ids;
-        buf.assign(v.begin(), v.end());  // ids and -100 fit in int32
-        w.Put(buf.data(), buf.size() * sizeof(int32_t));
+        const ExampleView ex = dataset[i];
+        const TokenSpan<int32_t>& v = labels ? ex.labels : ex.input_ids;
+        w.Put(v.data(), v.size() * sizeof(int32_t));
       }
     }
     const uint32_t crc = w.crc;
@@ -127,11 +126,8 @@ Result<TokenDataset> ReadTokenCache(const std::string& path, const std::string& 
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (map == MAP_FAILED) return Errno("mapping", path);
-  struct Unmap {
-    void* p;
-    size_t n;
-    ~Unmap() { ::munmap(p, n); }
-  } unmap{map, size};
+  // The dataset reads its tokens straight from the mapping, which lives as long as it does.
+  std::shared_ptr<const void> mapping(map, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
   const auto* bytes = static_cast<const uint8_t*>(map);
   auto fail = [&](const std::string& why) { return Status::DataLoss(path + ": " + why); };
   if (std::memcmp(bytes, kMagic, sizeof(kMagic)) != 0) return fail("not an eft token cache");
@@ -152,15 +148,15 @@ Result<TokenDataset> ReadTokenCache(const std::string& path, const std::string& 
   const auto* offsets = reinterpret_cast<const int64_t*>(bytes + at);
   const auto* ids = reinterpret_cast<const int32_t*>(bytes + at + static_cast<size_t>(docs + 1) * 8);
   const int32_t* labels = ids + tokens;
-  std::vector<Example> examples(static_cast<size_t>(docs));
+  std::vector<int64_t> offset_list(offsets, offsets + docs + 1);
   for (int64_t i = 0; i < docs; ++i) {
-    const int64_t b = offsets[i], e = offsets[i + 1];
-    if (b < 0 || e < b || e > tokens) return fail("bad offsets");
-    examples[static_cast<size_t>(i)].input_ids.assign(ids + b, ids + e);
-    examples[static_cast<size_t>(i)].labels.assign(labels + b, labels + e);
+    if (offset_list[static_cast<size_t>(i)] < 0 || offset_list[static_cast<size_t>(i) + 1] < offset_list[static_cast<size_t>(i)] ||
+        offset_list[static_cast<size_t>(i) + 1] > tokens)
+      return fail("bad offsets");
   }
+  if (offset_list.front() != 0 || offset_list.back() != tokens) return fail("bad offsets");
   if (info) *info = header.value("info", nlohmann::json());
-  return TokenDataset::FromExamples(std::move(examples));
+  return TokenDataset::FromFlat(std::move(mapping), ids, labels, std::move(offset_list));
 }
 
 Result<TokenDataset> LoadOrBuildTokenCache(const std::string& dir, const std::string& key, const BuildTokens& build,

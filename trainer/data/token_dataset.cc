@@ -108,14 +108,56 @@ bool IsBlank(const std::string& s) {
   return s.find_first_not_of(" \t\r\n") == std::string::npos;
 }
 
-// Label 0 never becomes a target once labels are shifted (nothing predicts the first token).
-int64_t TrainedTokens(const Example& ex) {
-  int64_t n = 0;
-  for (size_t t = 1; t < ex.labels.size(); ++t) n += ex.labels[t] != kIgnore;
-  return n;
+}  // namespace
+
+void TokenDataset::Builder::Append(TokenSpan<int32_t> ids, TokenSpan<int32_t> labels) {
+  ids_.insert(ids_.end(), ids.begin(), ids.end());
+  labels_.insert(labels_.end(), labels.begin(), labels.end());
 }
 
-}  // namespace
+void TokenDataset::Builder::EndRow(const std::vector<int64_t>& document_lengths) {
+  offsets_.push_back(static_cast<int64_t>(ids_.size()));
+  doc_lengths_.insert(doc_lengths_.end(), document_lengths.begin(), document_lengths.end());
+  doc_offsets_.push_back(static_cast<int64_t>(doc_lengths_.size()));
+}
+
+TokenDataset TokenDataset::Builder::Finish() {
+  TokenDataset ds;
+  ds.ids_ = std::move(ids_);
+  ds.labels_ = std::move(labels_);
+  ds.offsets_ = std::move(offsets_);
+  if (!doc_lengths_.empty()) {
+    ds.doc_lengths_ = std::move(doc_lengths_);
+    ds.doc_offsets_ = std::move(doc_offsets_);
+  }
+  ds.CountTokens();
+  *this = Builder();
+  return ds;
+}
+
+ExampleView TokenDataset::operator[](int64_t i) const {
+  const auto b = static_cast<size_t>(offsets_[static_cast<size_t>(i)]);
+  const auto n = static_cast<size_t>(offsets_[static_cast<size_t>(i) + 1]) - b;
+  ExampleView v{{ids() + b, n}, {labels() + b, n}, {}};
+  if (!doc_offsets_.empty()) {
+    const auto db = static_cast<size_t>(doc_offsets_[static_cast<size_t>(i)]);
+    const auto dn = static_cast<size_t>(doc_offsets_[static_cast<size_t>(i) + 1]) - db;
+    v.document_lengths = {doc_lengths_.data() + db, dn};
+  }
+  return v;
+}
+
+// Label 0 never becomes a target once labels are shifted (nothing predicts the first token).
+void TokenDataset::CountTokens() {
+  stats_.examples = size();
+  stats_.tokens = tokens();
+  stats_.trained_tokens = 0;
+  const int32_t* l = labels();
+  for (int64_t i = 0; i < size(); ++i) {
+    for (int64_t t = offsets_[static_cast<size_t>(i)] + 1; t < offsets_[static_cast<size_t>(i) + 1]; ++t)
+      stats_.trained_tokens += l[t] != kIgnore;
+  }
+}
 
 Result<TokenDataset> TokenDataset::LoadPretokenized(const std::string& path, const DatasetOptions& options) {
   if (options.max_seq_len < 1) {
@@ -123,10 +165,11 @@ Result<TokenDataset> TokenDataset::LoadPretokenized(const std::string& path, con
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound(path + ": cannot open: " + std::strerror(errno));
-
-  TokenDataset ds;
+  Builder builder;
+  int64_t truncated = 0, dropped = 0;
   std::string line;
   int64_t line_no = 0;
+  std::vector<int32_t> ids, labels;
   // One line at a time: training files can be many GB, and only the parsed ids need to stay.
   while (std::getline(in, line)) {
     ++line_no;
@@ -136,30 +179,50 @@ Result<TokenDataset> TokenDataset::LoadPretokenized(const std::string& path, con
     EFT_RETURN_IF_ERROR(ParseLine(line, where, options.vocab_size, &ex));
     if (static_cast<int64_t>(ex.input_ids.size()) > options.max_seq_len) {
       if (!options.truncate) {
-        ++ds.stats_.dropped;
+        ++dropped;
         continue;
       }
       ex.input_ids.resize(static_cast<size_t>(options.max_seq_len));
       ex.labels.resize(static_cast<size_t>(options.max_seq_len));
-      ++ds.stats_.truncated;
+      ++truncated;
     }
-    ds.stats_.tokens += static_cast<int64_t>(ex.input_ids.size());
-    ds.stats_.trained_tokens += TrainedTokens(ex);
-    ds.examples_.push_back(std::move(ex));
+    for (int64_t id : ex.input_ids) {
+      if (id > std::numeric_limits<int32_t>::max())
+        return Status::InvalidArgument(where + "token id " + std::to_string(id) + " does not fit in 32 bits");
+    }
+    ids.assign(ex.input_ids.begin(), ex.input_ids.end());
+    labels.assign(ex.labels.begin(), ex.labels.end());
+    builder.Append({ids.data(), ids.size()}, {labels.data(), labels.size()});
+    builder.EndRow();
   }
   if (in.bad()) return Status::IoError(path + ": read error after line " + std::to_string(line_no));
-  ds.stats_.examples = ds.size();
+  TokenDataset ds = builder.Finish();
+  ds.stats_.truncated = truncated;
+  ds.stats_.dropped = dropped;
   return ds;
 }
 
 TokenDataset TokenDataset::FromExamples(std::vector<Example> examples) {
-  TokenDataset ds;
-  ds.examples_ = std::move(examples);
-  for (const Example& ex : ds.examples_) {
-    ds.stats_.tokens += static_cast<int64_t>(ex.input_ids.size());
-    ds.stats_.trained_tokens += TrainedTokens(ex);
+  Builder builder;
+  std::vector<int32_t> ids, labels;
+  for (Example& ex : examples) {
+    ids.assign(ex.input_ids.begin(), ex.input_ids.end());  // token ids and -100 fit in int32
+    labels.assign(ex.labels.begin(), ex.labels.end());
+    builder.Append({ids.data(), ids.size()}, {labels.data(), labels.size()});
+    builder.EndRow(ex.document_lengths);
+    ex = Example();  // free as we go: only one copy of the tokens at a time
   }
-  ds.stats_.examples = ds.size();
+  return builder.Finish();
+}
+
+TokenDataset TokenDataset::FromFlat(std::shared_ptr<const void> owner, const int32_t* ids, const int32_t* labels,
+                                    std::vector<int64_t> offsets) {
+  TokenDataset ds;
+  ds.owner_ = std::move(owner);
+  ds.ext_ids_ = ids;
+  ds.ext_labels_ = labels;
+  ds.offsets_ = std::move(offsets);
+  ds.CountTokens();
   return ds;
 }
 

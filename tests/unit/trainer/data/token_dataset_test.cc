@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include <filesystem>
 #include <fstream>
 
@@ -149,6 +151,51 @@ TEST(TokenDatasetFromExamplesTest, ComputesStats) {
   EXPECT_EQ(ds.stats().examples, 2);
   EXPECT_EQ(ds.stats().tokens, 4);
   EXPECT_EQ(ds.stats().trained_tokens, 1);
+}
+
+}  // namespace
+}  // namespace eft::trainer
+
+namespace eft::trainer {
+namespace {
+
+// A token cache's dataset reads straight from the mapping and keeps it alive exactly as long as
+// it needs it; packed rows keep their documents' lengths.
+TEST(TokenDatasetStorage, FlatViewsKeepTheirOwnerAliveAndRowsKeepDocuments) {
+  auto buffer = std::make_shared<std::vector<int32_t>>(std::vector<int32_t>{1, 2, 3, 4, 5, -100, 2, 3, -100, 5});
+  std::weak_ptr<std::vector<int32_t>> watch = buffer;
+  {
+    const int32_t* ids = buffer->data();
+    TokenDataset ds = TokenDataset::FromFlat(buffer, ids, ids + 5, {0, 3, 5});
+    buffer.reset();
+    ASSERT_FALSE(watch.expired());
+    ASSERT_EQ(ds.size(), 2);
+    EXPECT_EQ(ds[0].input_ids, (std::vector<int64_t>{1, 2, 3}));
+    EXPECT_EQ(ds[0].labels, (std::vector<int64_t>{-100, 2, 3}));
+    EXPECT_EQ(ds[1].labels, (std::vector<int64_t>{-100, 5}));
+    EXPECT_EQ(ds[0].input_ids.data(), ids);  // a view, not a copy
+    EXPECT_EQ(ds.stats().tokens, 5);
+    EXPECT_EQ(ds.stats().trained_tokens, 3);  // labels[1..] of each example
+    TokenDataset moved = std::move(ds);
+    EXPECT_EQ(moved[1].input_ids, (std::vector<int64_t>{4, 5}));
+  }
+  EXPECT_TRUE(watch.expired());
+
+  TokenDataset::Builder b;
+  std::vector<int32_t> a{7, 8}, c{9};
+  b.Append({a.data(), a.size()}, {a.data(), a.size()});
+  b.Append({c.data(), c.size()}, {c.data(), c.size()});
+  b.EndRow({2, 1});
+  b.Append({c.data(), c.size()}, {c.data(), c.size()});
+  b.EndRow();
+  TokenDataset rows = b.Finish();
+  ASSERT_EQ(rows.size(), 2);
+  EXPECT_EQ(rows[0].input_ids, (std::vector<int64_t>{7, 8, 9}));
+  EXPECT_EQ(rows[0].document_lengths, (std::vector<int64_t>{2, 1}));
+  EXPECT_TRUE(rows[1].document_lengths.empty());
+  TokenDataset copy = rows;  // owned storage survives a copy
+  rows = TokenDataset();
+  EXPECT_EQ(copy[0].labels, (std::vector<int64_t>{7, 8, 9}));
 }
 
 }  // namespace
