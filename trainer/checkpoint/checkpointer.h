@@ -42,6 +42,8 @@ class Checkpointer {
   ~Checkpointer();  // waits for a background write
 
   bool enabled() const { return !policy_.root.empty(); }
+  // The step of the save still being written in the background, or -1 when none is.
+  int64_t pending_step() const { return pending_ ? pending_step_ : -1; }
   const CheckpointPolicy& policy() const { return policy_; }
 
   // Starts a sharded save of `state` (taken after state.step steps). Waits first for a previous save
