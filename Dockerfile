@@ -1,32 +1,44 @@
-# elastic-ft image: eft-controller, eft-worker, eftctl and eft-train (CPU build; GPU images build
-# eft-train against the host's CUDA PyTorch instead, docs/docker.md).
-#   docker build -t eft .
-#   docker run --rm eft eft-controller --help
-# The build stage runs the same install script and build as CI (scripts/install-deps.sh, make).
-FROM debian:12 AS build
+# elastic-ft image: eft-controller, eft-worker, eftctl and eft-train (docs/docker.md).
+#   docker build -t ghcr.io/elastic-ft/eft:0.1.0 .
+#   docker run --rm ghcr.io/elastic-ft/eft:0.1.0 eft-controller --help
+# k8s/ runs it as ghcr.io/elastic-ft/eft:<tag>. CI does not build it (no Docker engine there);
+# tests/deploy/check_dockerfile.sh checks it against the real build instead.
+
+# ---- build: the same Debian packages as CI (scripts/install-deps.sh) and the Makefile's CMake
+# configuration (Ninja), Release, without the tests; only the programs the image ships.
+FROM debian:bookworm AS build
 ENV DEBIAN_FRONTEND=noninteractive
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY scripts/install-deps.sh scripts/install-deps.sh
 RUN scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
-RUN make build BUILD_DIR=/build BUILD_TYPE=Release \
- && mkdir -p /out/bin /out/lib/eft \
- && cp /build/controller/eft-controller /build/worker/eft-worker /build/cli/eftctl /build/trainer/eft-train /out/bin/ \
- && cp /build/trainer/libeft_spm.so /out/lib/eft/
+RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DEFT_BUILD_TESTS=OFF \
+ && cmake --build /build --target eft-controller eft-worker eftctl eft-train eft_spm \
+ && strip /build/controller/eft-controller /build/worker/eft-worker /build/cli/eftctl /build/trainer/eft-train
 
-# Runtime: the same Debian packages (LibTorch, gRPC and friends are shared libraries), without
-# the build and test tools' files.
-FROM debian:12
+# ---- runtime: only the shared libraries the programs link (what `readelf -d` lists as NEEDED,
+# mapped to Debian packages; check_dockerfile.sh recomputes this from the build), not the
+# compilers, headers and test tools of the build stage. libtorch1.13 brings its own dependencies
+# (BLAS alternatives, Gloo); libopenblas0-pthread is the fast BLAS that install-deps.sh picks.
+FROM debian:bookworm-slim
 ENV DEBIAN_FRONTEND=noninteractive
-COPY scripts/install-deps.sh /tmp/install-deps.sh
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
- && /tmp/install-deps.sh && rm -rf /var/lib/apt/lists/* /tmp/install-deps.sh
-COPY --from=build /out/bin/ /usr/local/bin/
-COPY --from=build /out/lib/eft/ /usr/local/lib/eft/
-COPY deploy/config/ /etc/eft/examples/
-RUN useradd --uid 10001 --user-group --home-dir /var/lib/eft --create-home eft
-USER 10001
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      ca-certificates \
+      libabsl20220623 libgrpc++1.51 libgrpc29 libprotobuf32 libssl3 libsqlite3-0 libyaml-cpp0.7 \
+      libtorch1.13 libopenblas0-pthread libpcre2-8-0 libutf8proc2 libsentencepiece0 \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /build/controller/eft-controller /build/worker/eft-worker /build/cli/eftctl /build/trainer/eft-train /usr/local/bin/
+# eft-train loads its SentencePiece module from ../lib/eft/ next to its own directory.
+COPY --from=build /build/trainer/libeft_spm.so /usr/local/lib/eft/libeft_spm.so
+COPY deploy/config/controller.yaml deploy/config/worker.yaml /etc/eft/examples/
+RUN useradd --uid 10001 --user-group --home-dir /var/lib/eft --create-home --shell /usr/sbin/nologin eft \
+ && install -d -o 10001 -g 10001 /var/lib/eft-worker
+# The NVIDIA container runtime mounts the driver's CUDA libraries and nvidia-smi (the worker counts
+# and watches its GPUs with it) when these capabilities are asked for.
+ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
+USER 10001:10001
 WORKDIR /var/lib/eft
+# gRPC, REST/metrics (--http), worker metrics (--metrics): each only when given its flag.
 EXPOSE 7070 8080 9101
 CMD ["eft-controller", "--help"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # k8s/: every overlay (and the base) renders with `kubectl kustomize`, and every object validates
-# against the Kubernetes API schemas (npm kubernetes-models) plus cross-object checks
-# (k8s_validate.mjs). Secrets an overlay expects to be created out of band are named here.
+# against the Kubernetes API schemas (npm kubernetes-models), has no field the API does not know,
+# and passes the cross-object checks (k8s_validate.mjs). Secrets an overlay expects to be created out of band are named here.
 # A deliberately broken object must be rejected, so the check itself is known to work.
 # Usage: check_k8s.sh SOURCE_DIR    (exit 77: npm registry unreachable, SKIPPED)
 set -euo pipefail
@@ -16,14 +16,17 @@ if [[ $rc == 77 ]]; then echo "*** SKIPPED: npm registry unreachable, Kubernetes
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 to_json() { /usr/bin/python3 -c 'import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))'; }
-declare -A external=([base]="eft-auth" [dev]="" [production]="eft-auth eft-tls" [soperator]="eft-auth")
+# Secrets created out of band (docs/kubernetes.md), with the keys the docs tell users to put in them.
+auth="--external eft-auth=tokens.yaml,join.token"
+tls="--external eft-tls=tls.crt,tls.key,ca.crt"
+declare -A flags=([base]="$auth" [dev]="" [production]="--pinned $auth $tls" [soperator]="$auth")
 for overlay in base dev production soperator; do
   dir=$src/k8s/overlays/$overlay
   [[ $overlay == base ]] && dir=$src/k8s/base
   kubectl kustomize "$dir" >"$tmp/$overlay.yaml"
   to_json <"$tmp/$overlay.yaml" >"$tmp/$overlay.json"
   # shellcheck disable=SC2086
-  node "$here/k8s_validate.mjs" "$modules" "$overlay" "$tmp/$overlay.json" ${external[$overlay]}
+  node "$here/k8s_validate.mjs" "$modules" "$overlay" "$tmp/$overlay.json" ${flags[$overlay]}
 done
 # The validator must fail on a wrong type and on a dangling reference.
 python3 - "$tmp/dev.json" "$tmp/broken.json" <<'PY'
@@ -34,12 +37,22 @@ for o in objs:
         o["spec"]["replicas"] = "one"
     if o["kind"] == "DaemonSet":
         o["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] = "nope"
+        # A typo the schemas alone accept; the API server's strict field validation does not.
+        c = o["spec"]["template"]["spec"]["containers"][0]
+        c["livenesProbe"] = c.pop("livenessProbe")
 json.dump(objs, open(sys.argv[2], "w"))
 PY
 if node "$here/k8s_validate.mjs" "$modules" broken "$tmp/broken.json" >"$tmp/broken.log" 2>&1; then
   echo "the validator accepted a broken render" >&2
   exit 1
 fi
-grep -q "replicas" "$tmp/broken.log" && grep -q "PVC nope" "$tmp/broken.log" ||
-  { echo "the validator did not name both faults:" >&2; cat "$tmp/broken.log" >&2; exit 1; }
+grep -q "replicas" "$tmp/broken.log" && grep -q "PVC nope" "$tmp/broken.log" &&
+  grep -q "unknown field spec.template.spec.containers\[0\].livenesProbe" "$tmp/broken.log" ||
+  { echo "the validator did not name all three faults:" >&2; cat "$tmp/broken.log" >&2; exit 1; }
+# Production must name a released image, never :latest.
+sed 's|ghcr.io/elastic-ft/eft:0.1.0|ghcr.io/elastic-ft/eft:latest|' "$tmp/production.json" >"$tmp/unpinned.json"
+if node "$here/k8s_validate.mjs" "$modules" unpinned "$tmp/unpinned.json" --pinned $auth $tls >"$tmp/unpinned.log" 2>&1 ||
+  ! grep -q "is not pinned to a tag" "$tmp/unpinned.log"; then
+  echo "the validator accepted an unpinned production image:" >&2; cat "$tmp/unpinned.log" >&2; exit 1
+fi
 echo "a broken render is rejected: $(wc -l <"$tmp/broken.log") error(s)"
