@@ -538,6 +538,7 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   EFT_RETURN_IF_ERROR(CheckChoice("spec.training.precision", t->mutable_precision(), "bf16", {"bf16", "fp32"}));
   EFT_RETURN_IF_ERROR(CheckChoice("spec.training.activation_checkpointing", t->mutable_activation_checkpointing(),
                                   "full", {"none", "full"}));
+  EFT_RETURN_IF_ERROR(CheckChoice("spec.training.device", t->mutable_device(), "auto", {"auto", "cpu", "cuda"}));
   if (!t->has_seed()) t->set_seed(42);
 
   v1::CheckpointSpec* ckpt = spec->mutable_checkpoint();

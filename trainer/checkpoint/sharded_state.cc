@@ -44,9 +44,12 @@ StagedShard StageShard(const std::vector<UnitState>& units) {
     const auto [begin, end] = s.unit->OwnedRange();
     const int64_t length = end - begin;  // padding is never saved
     const std::string& name = s.unit->name();
-    staged.tensors.emplace_back(name + ".param", s.unit->shard().slice(0, 0, length).clone());
-    staged.tensors.emplace_back(name + ".exp_avg", s.exp_avg.slice(0, 0, length).clone());
-    staged.tensors.emplace_back(name + ".exp_avg_sq", s.exp_avg_sq.slice(0, 0, length).clone());
+    // A copy in host memory: the step loop may go on changing the originals (and on a GPU the
+    // copy must not cost device memory) while the background thread writes it.
+    auto host_copy = [&](const at::Tensor& t) { return t.slice(0, 0, length).to(at::kCPU, t.scalar_type(), false, true); };
+    staged.tensors.emplace_back(name + ".param", host_copy(s.unit->shard()));
+    staged.tensors.emplace_back(name + ".exp_avg", host_copy(s.exp_avg));
+    staged.tensors.emplace_back(name + ".exp_avg_sq", host_copy(s.exp_avg_sq));
     staged.metadata[name] =
         json{{"offset", begin}, {"length", length}, {"numel", s.unit->numel()}, {"layout", Layout(*s.unit)}}.dump();
   }

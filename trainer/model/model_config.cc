@@ -65,29 +65,31 @@ Result<int64_t> GetTokenId(const json& j, const std::string& key) {
   return v->get<int64_t>();
 }
 
-Result<RopeScaling> ParseRopeScaling(const json& j) {
+// One RoPE scaling block, `r`, found under `field` (rope_scaling, or rope_parameters).
+Result<RopeScaling> ParseRopeScalingBlock(const json& r, const std::string& field) {
   RopeScaling rs;
-  if (!Present(j, "rope_scaling")) return rs;
-  const json& r = j.at("rope_scaling");
-  if (!r.is_object()) return FieldError("rope_scaling", "must be null or an object, got " + r.dump());
+  if (!r.is_object()) return FieldError(field, "must be null or an object, got " + r.dump());
   // Newer configs say "rope_type", older ones "type"; both name the same thing.
   std::string type;
   for (const char* key : {"rope_type", "type"}) {
     if (Present(r, key)) {
-      if (!r.at(key).is_string()) return FieldError(std::string("rope_scaling.") + key, "must be a string");
+      if (!r.at(key).is_string()) return FieldError(field + "." + key, "must be a string");
       type = r.at(key).get<std::string>();
       break;
     }
   }
+  if (type.empty() && field == "rope_parameters" && !r.empty() && r.begin()->is_object()) {
+    return FieldError(field, "per-layer-type RoPE parameters (" + r.begin().key() + ": ...) are not supported");
+  }
   if (type.empty() || type == "default") return rs;  // "default" is plain RoPE
   if (type != "llama3") {
-    return FieldError("rope_scaling.rope_type",
-                      "\"" + type + "\" is not supported (supported: \"llama3\", or rope_scaling: null)");
+    return FieldError(field + ".rope_type",
+                      "\"" + type + "\" is not supported (supported: \"llama3\", or plain RoPE)");
   }
   rs.type = "llama3";
   auto need = [&](const char* key) -> Result<double> {
     if (!Present(r, key) || !r.at(key).is_number())
-      return FieldError(std::string("rope_scaling.") + key, "is required (a number) for rope_type llama3");
+      return FieldError(field + "." + key, "is required (a number) for rope_type llama3");
     return r.at(key).get<double>();
   };
   EFT_ASSIGN_OR_RETURN(rs.factor, need("factor"));
@@ -95,13 +97,35 @@ Result<RopeScaling> ParseRopeScaling(const json& j) {
   EFT_ASSIGN_OR_RETURN(rs.high_freq_factor, need("high_freq_factor"));
   EFT_ASSIGN_OR_RETURN(double orig, need("original_max_position_embeddings"));
   rs.original_max_position_embeddings = static_cast<int64_t>(orig);
-  if (rs.factor <= 0) return FieldError("rope_scaling.factor", "must be > 0");
+  if (rs.factor <= 0) return FieldError(field + ".factor", "must be > 0");
   if (rs.original_max_position_embeddings <= 0)
-    return FieldError("rope_scaling.original_max_position_embeddings", "must be > 0");
+    return FieldError(field + ".original_max_position_embeddings", "must be > 0");
   // The smoothing interpolation divides by (high - low).
   if (!(rs.high_freq_factor > rs.low_freq_factor) || rs.low_freq_factor <= 0)
-    return FieldError("rope_scaling.high_freq_factor", "must be greater than low_freq_factor (> 0)");
+    return FieldError(field + ".high_freq_factor", "must be greater than low_freq_factor (> 0)");
   return rs;
+}
+
+// transformers < 5 writes rope_theta and rope_scaling at the top level; transformers 5 writes one
+// rope_parameters block holding rope_type, rope_theta and the scaling fields. Either is read; when
+// both are present, rope_parameters (what transformers 5 itself uses) wins.
+Status ParseRope(const json& j, ModelConfig* c) {
+  EFT_ASSIGN_OR_RETURN(c->rope_theta, GetDouble(j, "rope_theta", 10000.0));
+  if (Present(j, "rope_parameters")) {
+    const json& r = j.at("rope_parameters");
+    EFT_ASSIGN_OR_RETURN(c->rope_scaling, ParseRopeScalingBlock(r, "rope_parameters"));
+    if (r.is_object() && Present(r, "rope_theta")) {
+      if (!r.at("rope_theta").is_number()) return FieldError("rope_parameters.rope_theta", "must be a number");
+      c->rope_theta = r.at("rope_theta").get<double>();
+    }
+    if (c->rope_theta <= 0) return FieldError("rope_parameters.rope_theta", "must be > 0");
+    return Status::Ok();
+  }
+  if (c->rope_theta <= 0) return FieldError("rope_theta", "must be > 0");
+  if (Present(j, "rope_scaling")) {
+    EFT_ASSIGN_OR_RETURN(c->rope_scaling, ParseRopeScalingBlock(j.at("rope_scaling"), "rope_scaling"));
+  }
+  return Status::Ok();
 }
 
 // Features HF supports that we do not implement. Each refusal names the field and how to fix it.
@@ -186,9 +210,7 @@ Result<ModelConfig> ModelConfig::FromHfJson(const json& j) {
 
   EFT_ASSIGN_OR_RETURN(c.rms_norm_eps, GetDouble(j, "rms_norm_eps", 1e-6));
   if (c.rms_norm_eps <= 0) return FieldError("rms_norm_eps", "must be > 0");
-  EFT_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(j, "rope_theta", 10000.0));
-  if (c.rope_theta <= 0) return FieldError("rope_theta", "must be > 0");
-  EFT_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(j));
+  EFT_RETURN_IF_ERROR(ParseRope(j, &c));
   EFT_ASSIGN_OR_RETURN(c.tie_word_embeddings, GetBool(j, "tie_word_embeddings", false));
   c.attention_bias = c.model_type == "qwen2";  // Qwen2's q/k/v always have a bias (o_proj none)
   c.qk_norm = c.model_type == "qwen3";

@@ -1,7 +1,8 @@
 #include "trainer/parallel/communicator.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "trainer/parallel/rendezvous.h"
 
 #include <vector>
 
@@ -97,19 +98,32 @@ bool IsLoopback(const std::string& addr) {
 
 }  // namespace
 
+namespace internal {
+
+c10::intrusive_ptr<c10d::Store> ConnectStore(const RendezvousOptions& o) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(o.master_port);
+  so.isServer = o.rank == 0;
+  so.numWorkers = static_cast<size_t>(o.world);
+  so.waitWorkers = true;
+  so.timeout = o.timeout;
+  return c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+}
+
+Status RendezvousFailed(const RendezvousOptions& o, const std::exception& e) {
+  return Status::Unavailable("rendezvous at " + o.master_addr + ":" + std::to_string(o.master_port) + " as rank " +
+                             std::to_string(o.rank) + " of " + std::to_string(o.world) + " failed: " + e.what());
+}
+
+}  // namespace internal
+
 Result<std::unique_ptr<Communicator>> CreateCpuCommunicator(const RendezvousOptions& o) {
   if (o.world < 1 || o.rank < 0 || o.rank >= o.world) {
     return Status::InvalidArgument("rank " + std::to_string(o.rank) + " is not in [0, " + std::to_string(o.world) + ")");
   }
   if (o.world == 1) return std::unique_ptr<Communicator>(new LocalCommunicator());
   try {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(o.master_port);
-    so.isServer = o.rank == 0;
-    so.numWorkers = static_cast<size_t>(o.world);
-    so.waitWorkers = true;
-    so.timeout = o.timeout;
-    auto store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+    auto store = internal::ConnectStore(o);
     auto options = c10d::ProcessGroupGloo::Options::create(o.timeout);
     // On one machine, talk over loopback; across machines, over the interface that reaches the
     // master (GLOO_SOCKET_IFNAME overrides, as in PyTorch).
@@ -123,9 +137,23 @@ Result<std::unique_ptr<Communicator>> CreateCpuCommunicator(const RendezvousOpti
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world, options);
     return std::unique_ptr<Communicator>(new GlooCommunicator(store, pg, o.rank, o.world));
   } catch (const std::exception& e) {
-    return Status::Unavailable("rendezvous at " + o.master_addr + ":" + std::to_string(o.master_port) + " as rank " +
-                               std::to_string(o.rank) + " of " + std::to_string(o.world) + " failed: " + e.what());
+    return internal::RendezvousFailed(o, e);
   }
+}
+
+#ifndef EFT_WITH_NCCL
+Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const RendezvousOptions&, c10::Device) {
+  return Status::FailedPrecondition(
+      "GPU ranks talk over NCCL, and this eft-train was built against a LibTorch without it (docs/gpu.md)");
+}
+#endif
+
+Result<std::unique_ptr<Communicator>> CreateCommunicator(const RendezvousOptions& o, c10::Device device) {
+  if (device.is_cpu() || o.world == 1) return CreateCpuCommunicator(o);
+  if (o.rank < 0 || o.rank >= o.world) {
+    return Status::InvalidArgument("rank " + std::to_string(o.rank) + " is not in [0, " + std::to_string(o.world) + ")");
+  }
+  return CreateNcclCommunicator(o, device);
 }
 
 }  // namespace eft::trainer

@@ -50,4 +50,12 @@ struct RendezvousOptions {
 // rank 0 hosting the store).
 Result<std::unique_ptr<Communicator>> CreateCpuCommunicator(const RendezvousOptions& options);
 
+// NCCL between GPU ranks on `device` (same rendezvous). FailedPrecondition when this eft-train was
+// built without NCCL. The bookkeeping collectives also accept CPU tensors (staged through the GPU).
+Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const RendezvousOptions& options, c10::Device device);
+
+// The communicator for ranks computing on `device`: world size 1 needs none; GPUs talk over NCCL,
+// CPUs over Gloo.
+Result<std::unique_ptr<Communicator>> CreateCommunicator(const RendezvousOptions& options, c10::Device device);
+
 }  // namespace eft::trainer

@@ -4,7 +4,7 @@
 
 namespace eft::trainer {
 
-FlatParamUnit::FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Communicator* comm)
+FlatParamUnit::FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Communicator* comm, c10::Device device)
     : name_(std::move(name)), specs_(std::move(specs)), comm_(comm) {
   for (const auto& s : specs_) {
     offsets_.push_back(numel_);
@@ -12,9 +12,10 @@ FlatParamUnit::FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Com
   }
   const int64_t world = comm_->world();
   shard_numel_ = (numel_ + world - 1) / world;
-  shard_ = at::zeros({shard_numel_}, at::kFloat);
-  grad_ = at::zeros({shard_numel_}, at::kFloat);
-  decay_mask_ = at::zeros({shard_numel_}, at::kFloat);
+  const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  shard_ = at::zeros({shard_numel_}, fp32);
+  grad_ = at::zeros({shard_numel_}, fp32);
+  decay_mask_ = at::zeros({shard_numel_}, fp32);
   const int64_t lo = shard_offset(), hi = lo + shard_numel_;
   for (size_t i = 0; i < specs_.size(); ++i) {
     int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + specs_[i].numel());
@@ -44,7 +45,7 @@ Status FlatParamUnit::FillSlice(at::Tensor& slice, const WholeValue& value) cons
       return Status::InvalidArgument(specs_[i].name + ": shape " + c10::str(whole.sizes()) + ", expected " +
                                      c10::str(at::IntArrayRef(specs_[i].shape)));
     }
-    at::Tensor flat = whole.reshape({-1}).to(at::kFloat);
+    at::Tensor flat = whole.reshape({-1}).to(slice.device(), at::kFloat);
     slice.slice(0, a - lo, b - lo).copy_(flat.slice(0, a - offsets_[i], b - offsets_[i]));
   }
   return Status::Ok();

@@ -4,7 +4,8 @@
 // world size W. Each rank permanently holds only its 1/W slice, in fp32 (master weights), plus an
 // fp32 gradient slice. Whole parameters exist only while the unit computes: Gather() all-gathers
 // them in the compute dtype, and ReduceGrad() reduce-scatters a gradient of the whole flat vector
-// back into the owning ranks' slices. Padding stays zero.
+// back into the owning ranks' slices. Padding stays zero. Everything lives on `device` (the rank's
+// GPU, or the CPU).
 #pragma once
 
 #include <functional>
@@ -21,7 +22,8 @@ namespace eft::trainer {
 
 class FlatParamUnit {
  public:
-  FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Communicator* comm);
+  FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Communicator* comm,
+                c10::Device device = c10::Device(c10::kCPU));
 
   const std::string& name() const { return name_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
@@ -36,8 +38,8 @@ class FlatParamUnit {
   const at::Tensor& decay_mask() const { return decay_mask_; }
 
   using WholeValue = std::function<Result<at::Tensor>(const ParamSpec&)>;
-  // Fills this rank's slice: `value(spec)` gives a whole parameter (any float dtype). Only the
-  // parameters that overlap the slice are asked for.
+  // Fills this rank's slice: `value(spec)` gives a whole parameter (any float dtype, any device).
+  // Only the parameters that overlap the slice are asked for.
   Status InitShard(const WholeValue& value) { return FillSlice(shard_, value); }
   // The same for any tensor laid out like the shard (e.g. an optimizer moment).
   Status FillSlice(at::Tensor& slice, const WholeValue& value) const;

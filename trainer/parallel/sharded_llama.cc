@@ -40,7 +40,7 @@ at::Tensor LayerForward(const LayerCall& call, const at::Tensor& full, const at:
 
 void StartPrefetch(LayerCall* call) {
   if (call == nullptr || call->wait) return;
-  call->prefetched = at::empty({call->unit->padded_numel()}, at::TensorOptions().dtype(call->dtype));
+  call->prefetched = at::empty({call->unit->padded_numel()}, call->unit->shard().options().dtype(call->dtype));
   call->wait = call->unit->GatherIntoAsync(call->prefetched);
 }
 
@@ -118,12 +118,13 @@ class GatheredParams : public torch::autograd::Function<GatheredParams> {
 
 ShardedLlama::ShardedLlama(ModelConfig config, Communicator* comm, ShardingOptions options)
     : config_(std::move(config)), comm_(comm), options_(options) {
-  units_.push_back(std::make_unique<FlatParamUnit>("root", RootParamSpecs(config_), comm_));
+  const c10::Device device = options_.device;
+  units_.push_back(std::make_unique<FlatParamUnit>("root", RootParamSpecs(config_), comm_, device));
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     units_.push_back(std::make_unique<FlatParamUnit>("layer." + std::to_string(i),
-                                                     LayerParamSpecs(config_, static_cast<int>(i)), comm_));
+                                                     LayerParamSpecs(config_, static_cast<int>(i)), comm_, device));
   }
-  grad_token_ = at::zeros({}, at::kFloat).requires_grad_(true);
+  grad_token_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device)).requires_grad_(true);
 }
 
 ShardedLlama::~ShardedLlama() = default;
@@ -194,16 +195,26 @@ at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ct
   return hidden;
 }
 
-double ShardedLlama::ForwardBackward(const Batch& input, double loss_scale) {
+Batch ShardedLlama::OnDevice(const Batch& input) const {
   Batch batch = input;
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(options_.device);
   if (batch.empty()) {
     // This rank has no example for this micro-batch but must join the collectives: one padding
     // token, nothing trained.
-    batch.input_ids = at::zeros({1, 1}, at::kLong);
-    batch.labels = at::full({1, 1}, -100, at::kLong);
-    batch.position_ids = at::zeros({1, 1}, at::kLong);
-    batch.segment_ids = at::ones({1, 1}, at::kLong);
+    batch.input_ids = at::zeros({1, 1}, longs);
+    batch.labels = at::full({1, 1}, -100, longs);
+    batch.position_ids = at::zeros({1, 1}, longs);
+    batch.segment_ids = at::ones({1, 1}, longs);
+    return batch;
   }
+  for (at::Tensor* t : {&batch.input_ids, &batch.labels, &batch.position_ids, &batch.segment_ids}) {
+    if (t->defined()) *t = t->to(options_.device);
+  }
+  return batch;
+}
+
+double ShardedLlama::ForwardBackward(const Batch& input, double loss_scale) {
+  const Batch batch = OnDevice(input);
   AttentionContext ctx = MakeAttentionContext(config_, batch, options_.compute_dtype);
   at::Tensor hidden = Embed(root_, batch.input_ids);
   hidden = RunLayers(hidden, ctx, /*with_grad=*/true);
@@ -217,8 +228,9 @@ double ShardedLlama::ForwardBackward(const Batch& input, double loss_scale) {
   return loss_sum.item<double>();
 }
 
-at::Tensor ShardedLlama::ForwardLogits(const Batch& batch) {
+at::Tensor ShardedLlama::ForwardLogits(const Batch& input) {
   at::NoGradGuard no_grad;
+  const Batch batch = OnDevice(input);
   at::Tensor root_full = units_[0]->Gather(options_.compute_dtype);
   RootWeights root = BindRoot(config_, units_[0]->Views(root_full));
   AttentionContext ctx = MakeAttentionContext(config_, batch, options_.compute_dtype);
@@ -231,7 +243,9 @@ std::vector<std::pair<std::string, at::Tensor>> ShardedLlama::FullParameters() {
   for (auto& u : units_) {
     at::Tensor full = u->Gather(at::kFloat);
     std::vector<at::Tensor> views = u->Views(full);
-    for (size_t i = 0; i < views.size(); ++i) out.emplace_back(u->specs()[i].name, views[i].clone());
+    for (size_t i = 0; i < views.size(); ++i) {
+      out.emplace_back(u->specs()[i].name, views[i].to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true));
+    }
   }
   return out;
 }

@@ -33,6 +33,7 @@ struct LayerCall;  // one layer's part in one micro-batch (sharded_llama.cc)
 struct ShardingOptions {
   at::ScalarType compute_dtype = at::kFloat;  // kBFloat16 for precision: bf16
   bool activation_checkpointing = true;
+  c10::Device device = c10::Device(c10::kCPU);  // shards, gathers and compute (batches are moved here)
 };
 
 class ShardedLlama {
@@ -57,9 +58,9 @@ class ShardedLlama {
   double ForwardBackward(const Batch& batch, double loss_scale);
   void EndStep();
 
-  // Collective: logits [B, T, vocab] in fp32, no gradients (evaluation and tests).
+  // Collective: logits [B, T, vocab] in fp32 on the model's device, no gradients (evaluation and tests).
   at::Tensor ForwardLogits(const Batch& batch);
-  // Collective: every parameter whole, fp32, by HF name, in checkpoint order.
+  // Collective: every parameter whole, fp32, on the CPU, by HF name, in checkpoint order.
   std::vector<std::pair<std::string, at::Tensor>> FullParameters();
   void ZeroGrad();
   // Bytes this rank keeps between steps for parameters and their gradients (the shards).
@@ -67,6 +68,8 @@ class ShardedLlama {
 
  private:
   at::Tensor RunLayers(at::Tensor hidden, const AttentionContext& ctx, bool with_grad);
+  // The batch's tensors on the model's device; an empty batch becomes one untrained padding token.
+  Batch OnDevice(const Batch& batch) const;
 
   ModelConfig config_;
   Communicator* comm_;

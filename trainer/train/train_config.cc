@@ -95,6 +95,7 @@ Result<TrainConfig> TrainConfigFromJobSpec(const json& spec) {
       return Status::InvalidArgument(p + "activation_checkpointing: '" + ac + "' is not one of none, full");
     }
     c.activation_checkpointing = ac == "full";
+    EFT_RETURN_IF_ERROR(Read(*t, "device", p, &c.device));
     EFT_RETURN_IF_ERROR(ReadNumber(*t, "seed", p, &c.seed));
     EFT_RETURN_IF_ERROR(ReadNumber(*t, "max_steps", p, &c.max_steps));
     if (const json* s = Field(*t, "schedule")) {
@@ -152,6 +153,9 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   }
   if (c.truncation != "truncate" && c.truncation != "drop") {
     return bad("spec.data.truncation: '" + c.truncation + "' is not one of truncate, drop");
+  }
+  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") {
+    return bad("spec.training.device: '" + c.device + "' is not one of auto, cpu, cuda");
   }
   if (c.precision != "bf16" && c.precision != "fp32") {
     return bad("spec.training.precision: '" + c.precision + "' is not one of bf16, fp32");

@@ -38,6 +38,7 @@ struct TrainConfig {
   double max_grad_norm = 1.0;
   std::string precision = "bf16";  // bf16 | fp32
   bool activation_checkpointing = true;
+  std::string device = "auto";  // auto | cpu | cuda (trainer/parallel/device.h)
   uint64_t seed = 42;
 
   std::string checkpoint_dir;     // empty: no checkpoints

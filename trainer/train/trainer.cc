@@ -81,16 +81,21 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   PackingStats packing;
   if (c.packing) t->dataset_ = PackDataset(t->dataset_, c.max_seq_len, &packing);
 
+  EFT_ASSIGN_OR_RETURN(t->device_, ChooseDevice(c.device, VisibleCudaDevices(), t->env_.local_rank));
+  // Kernels and NCCL pick the current device where none is given: make it this rank's own.
+  t->device_guard_ = std::make_unique<c10::DeviceGuard>(t->device_);
+
   RendezvousOptions rv;
   rv.rank = t->env_.rank;
   rv.world = t->env_.world;
   rv.master_addr = t->env_.master_addr;
   rv.master_port = t->env_.master_port;
-  EFT_ASSIGN_OR_RETURN(t->comm_, CreateCpuCommunicator(rv));
+  EFT_ASSIGN_OR_RETURN(t->comm_, CreateCommunicator(rv, t->device_));
 
   ShardingOptions sharding;
   sharding.compute_dtype = c.precision == "bf16" ? at::kBFloat16 : at::kFloat;
   sharding.activation_checkpointing = c.activation_checkpointing;
+  sharding.device = t->device_;
   t->model_ = std::make_unique<ShardedLlama>(model_config, t->comm_.get(), sharding);
   EFT_RETURN_IF_ERROR(t->model_->InitFrom([&](const ParamSpec& spec) -> Result<at::Tensor> {
     return weights->Load(spec.name, at::kFloat);
@@ -141,7 +146,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
                   << t->comm_->backend() << "), " << st.examples << " examples (" << st.tokens << " tokens, "
                   << st.truncated << " truncated), " << t->total_steps_ << " steps of " << c.global_batch_size
                   << " sequences, " << c.precision << ", activation checkpointing "
-                  << (c.activation_checkpointing ? "full" : "none") << ", " << threads << " threads per rank";
+                  << (c.activation_checkpointing ? "full" : "none") << ", on " << t->device_.str() << ", " << threads
+                  << " threads per rank";
   }
   return t;
 }

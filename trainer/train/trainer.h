@@ -5,12 +5,15 @@
 #include <memory>
 #include <vector>
 
+#include <c10/core/DeviceGuard.h>
+
 #include "common/status.h"
 #include "trainer/checkpoint/checkpointer.h"
 #include "trainer/data/sampler.h"
 #include "trainer/data/token_dataset.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/parallel/communicator.h"
+#include "trainer/parallel/device.h"
 #include "trainer/parallel/sharded_llama.h"
 #include "trainer/train/events.h"
 #include "trainer/train/launch.h"
@@ -60,6 +63,8 @@ class Trainer {
   TrainConfig config_;
   RankEnv env_;
   EventWriter events_;
+  c10::Device device_ = c10::Device(c10::kCPU);
+  std::unique_ptr<c10::DeviceGuard> device_guard_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<ShardedLlama> model_;
   std::unique_ptr<AdamW> optimizer_;

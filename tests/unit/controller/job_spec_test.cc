@@ -148,6 +148,7 @@ TEST(JobSpecTest, MinimalSpecGetsEveryDefault) {
   EXPECT_DOUBLE_EQ(spec.training().max_grad_norm(), 1.0);
   EXPECT_EQ(spec.training().precision(), "bf16");
   EXPECT_EQ(spec.training().activation_checkpointing(), "full");
+  EXPECT_EQ(spec.training().device(), "auto");
   EXPECT_TRUE(spec.training().has_seed());
   EXPECT_EQ(spec.training().seed(), 42);
 
@@ -251,6 +252,7 @@ TEST(JobSpecTest, EveryValidationRuleNamesTheField) {
       {"/training/weight_decay", -0.1, "spec.training.weight_decay (-0.1) must be a finite number >= 0"},
       {"/training/max_grad_norm", -1, "spec.training.max_grad_norm (-1.0) must be a finite number >= 0"},
       {"/training/precision", "fp16", "spec.training.precision (\"fp16\") must be one of bf16, fp32"},
+      {"/training/device", "tpu", "spec.training.device (\"tpu\") must be one of auto, cpu, cuda"},
       {"/training/activation_checkpointing", "some",
        "spec.training.activation_checkpointing (\"some\") must be one of none, full"},
       {"/checkpoint/every_steps", -1, "spec.checkpoint.every_steps (-1) must be >= 0"},

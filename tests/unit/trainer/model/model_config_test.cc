@@ -203,6 +203,46 @@ TEST(ModelConfigTest, EveryRefusalNamesTheField) {
   EXPECT_FALSE(ModelConfig::FromHfJson(no_heads_dim).ok());  // 4096 % 30 != 0 and no head_dim
 }
 
+// transformers 5 writes RoPE as one rope_parameters block (rope_type, rope_theta and the scaling
+// fields) instead of top-level rope_theta + rope_scaling. Both spellings are the same model.
+TEST(ModelConfigTest, Transformers5RopeParametersMeanTheSameAsRopeScaling) {
+  json v5 = json::parse(kLlama32_1B);
+  v5["rope_parameters"] = v5["rope_scaling"];
+  v5["rope_parameters"]["rope_theta"] = v5["rope_theta"];
+  v5.erase("rope_scaling");
+  v5.erase("rope_theta");
+  auto r = ModelConfig::FromHfJson(v5);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectSame(*r, Parse(kLlama32_1B));
+
+  // Plain RoPE with its theta inside the block (Qwen3 saved by transformers 5).
+  json qwen = json::parse(kQwen25_05B);
+  qwen.erase("rope_theta");
+  qwen["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  auto q = ModelConfig::FromHfJson(qwen);
+  ASSERT_TRUE(q.ok()) << q.status();
+  ExpectSame(*q, Parse(kQwen25_05B));
+
+  // Both present: rope_parameters is what transformers 5 uses.
+  json both = json::parse(kLlama32_1B);
+  both["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
+  auto b = ModelConfig::FromHfJson(both);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->rope_theta, 250000.0);
+  EXPECT_TRUE(b->rope_scaling.type.empty());
+
+  // Refusals name the block's fields.
+  std::string msg = ErrorFor(kLlama32_1B, {{"rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}}}},
+                             "rope_parameters.rope_type");
+  EXPECT_NE(msg.find("yarn"), std::string::npos) << msg;
+  ErrorFor(kLlama32_1B, {{"rope_parameters", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "rope_parameters.low_freq_factor");
+  ErrorFor(kLlama32_1B, {{"rope_parameters", {{"rope_type", "default"}, {"rope_theta", -1.0}}}}, "rope_parameters.rope_theta");
+  msg = ErrorFor(kLlama32_1B,
+                 {{"rope_parameters", {{"full_attention", {{"rope_type", "default"}}}, {"sliding_attention", {{"rope_type", "default"}}}}}},
+                 "rope_parameters");
+  EXPECT_NE(msg.find("per-layer-type"), std::string::npos) << msg;
+}
+
 TEST(ModelConfigTest, ToHfJsonRoundTrips) {
   for (const char* text : {kLlama32_1B, kQwen25_05B, kQwen3_06B, kMistral7B_v03}) {
     ModelConfig c = Parse(text);
