@@ -117,10 +117,11 @@ Result<TrainConfig> LoadConfig(const std::string& config_path, const std::vector
 }
 
 int Train(const std::string& config_path, const std::vector<std::string>& overrides, int threads,
-          const std::string& output_dir, const std::string& resume) {
+          const std::string& output_dir, const std::string& resume, double peak_tflops) {
   auto config = LoadConfig(config_path, overrides);
   if (!config.ok()) return Fail(config.status());
   config->threads = threads;
+  config->peak_tflops = peak_tflops;
   if (!output_dir.empty()) config->output_dir = output_dir;
   auto env = RankEnvFromEnvironment();
   if (!env.ok()) return Fail(env.status());
@@ -159,6 +160,7 @@ int main(int argc, char** argv) {
   int64_t max_steps = 0;
   int threads = 0;
   std::string output_dir, resume;
+  double peak_tflops = 0;
   train->add_option("--resume", resume, "auto (the newest valid checkpoint in checkpoint.dir) or a checkpoint path "
                                         "(default: $EFT_RESUME_FROM)");
   train->add_option("--config", config_path, "job spec YAML/JSON (default: $EFT_JOB_SPEC)");
@@ -167,6 +169,11 @@ int main(int argc, char** argv) {
   train->add_option("--max-steps", max_steps, "stop after this many optimizer steps");
   train->add_option("--threads", threads, "intra-op threads per rank (default: cores / local ranks)");
   train->add_option("--output-dir", output_dir, "also write the final model as a Hugging Face directory here");
+  train->add_option("--peak-tflops", peak_tflops,
+                    "one rank's peak dense TFLOP/s in the compute precision (e.g. 989 for an H100 in bf16): "
+                    "progress and step events then report MFU")
+      ->envname("EFT_PEAK_TFLOPS")
+      ->check(CLI::NonNegativeNumber);
 
   std::string prepare_config;
   std::vector<std::string> prepare_overrides;
@@ -230,7 +237,8 @@ int main(int argc, char** argv) {
     if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
     if (!output_dir.empty()) args.insert(args.end(), {"--output-dir", output_dir});
     if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
+    if (peak_tflops > 0) args.insert(args.end(), {"--peak-tflops", std::to_string(peak_tflops)});
     return SpawnLocalRanks(nproc, args);
   }
-  return Train(config_path, overrides, threads, output_dir, resume);
+  return Train(config_path, overrides, threads, output_dir, resume, peak_tflops);
 }

@@ -2,6 +2,8 @@
 // groups, a tiny random Llama written by `eft-train init-model`, pre-tokenized data.
 #include "tests/e2e/trainer_fixture.h"
 
+#include <ATen/Context.h>
+
 namespace eft::testing {
 namespace {
 
@@ -159,6 +161,38 @@ TEST_F(TrainerTest, PrepareSummarisesTheDataAndFillsTheCache) {
   EXPECT_NE(run.output.find("(read from " + (dir_ / "cache").string()), std::string::npos) << run.output;
 }
 
+// Given the hardware's peak (--peak-tflops or EFT_PEAK_TFLOPS), every step reports its model FLOPs
+// utilisation: 6 N + attention FLOPs per token times tokens/s, over the peak of all ranks.
+TEST_F(TrainerTest, ProgressReportsMfuWhenThePeakIsGiven) {
+  InitModel();
+  WriteData(8);
+  Run r = TrainRun("mfu", 2, WriteSpec(8, 2, 1e-3), 3, "--peak-tflops 0.0005");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // InitModel's llama: embeddings and head 2 x 128 x 64, final norm 64, and per layer q/o 64x64,
+  // k/v 64x32, MLP 3 x 64x96 and two norms: 78,144 parameters.
+  const double parameters = 2 * 128 * 64 + 64 + 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 96 + 2 * 64);
+  std::vector<double> flops_per_token;
+  for (const auto& e : r.events) {
+    if (e["event"] != "step") continue;
+    ASSERT_TRUE(e.contains("mfu")) << e.dump();
+    const double tokens_per_s = e["tokens_per_s"].get<double>(), mfu = e["mfu"].get<double>();
+    EXPECT_GT(mfu, 0) << e.dump();
+    flops_per_token.push_back(mfu * 0.0005e12 * 2 / tokens_per_s);  // peak x ranks
+  }
+  ASSERT_EQ(flops_per_token.size(), 3u);
+  // The implied FLOPs per token are the model's, whatever the step's speed: at least 6 per
+  // parameter (forward and backward matmuls), plus attention.
+  for (double f : flops_per_token) {
+    EXPECT_NEAR(f, flops_per_token[0], 1e-6 * flops_per_token[0]);
+    EXPECT_GE(f, 6 * parameters);
+    EXPECT_LT(f, 12 * parameters);
+  }
+  EXPECT_NE(r.output.find("| MFU "), std::string::npos) << r.output;
+  Run plain = TrainRun("plain", 1, WriteSpec(8, 2, 1e-3), 1);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("MFU"), std::string::npos) << "no peak given, no MFU";
+}
+
 TEST_F(TrainerTest, BadInputExitsTwoWithTheReason) {
   InitModel();
   WriteData(4);
@@ -170,6 +204,12 @@ TEST_F(TrainerTest, BadInputExitsTwoWithTheReason) {
   EXPECT_NE(out.find("bad.jsonl:2"), std::string::npos) << out;
   EXPECT_EQ(Shell(Train() + " train --config " + spec + " --set training.precision=fp8", &out), 2);
   EXPECT_NE(out.find("spec.training.precision"), std::string::npos) << out;
+  EXPECT_EQ(Shell(Train() + " train --config " + spec + " --set training.device=tpu", &out), 2);
+  EXPECT_NE(out.find("spec.training.device: 'tpu' is not one of auto, cpu, cuda"), std::string::npos) << out;
+  if (!at::hasCUDA()) {  // CI's LibTorch: asking for a GPU is a configuration error, said plainly
+    EXPECT_EQ(Shell(Train() + " train --config " + spec + " --set training.device=cuda", &out), 2);
+    EXPECT_NE(out.find("built against a LibTorch without CUDA"), std::string::npos) << out;
+  }
   std::ofstream(dir_ / "model" / "config.json") << R"({"model_type": "gpt2"})";
   EXPECT_EQ(Shell(Train() + " train --config " + spec, &out), 2);
   EXPECT_NE(out.find("gpt2"), std::string::npos) << out;

@@ -213,9 +213,11 @@ void Trainer::Report(const StepResult& r) {
     const double flops = model_->config().TrainingFlopsPerToken(config_.max_seq_len) * tps;
     mfu = flops / (config_.peak_tflops * 1e12 * comm_->world());
   }
+  char mfu_text[32] = "";
+  if (mfu > 0) std::snprintf(mfu_text, sizeof mfu_text, " | MFU %.1f%%", mfu * 100);
   std::printf("step %lld/%lld | loss %.4f | lr %.3g | grad_norm %.3f | %.0f tokens/s%s | ETA %s\n",
               static_cast<long long>(r.step), static_cast<long long>(total_steps_), r.loss, r.lr, r.grad_norm, tps,
-              mfu > 0 ? (" | mfu " + std::to_string(mfu)).c_str() : "", FormatDuration(eta).c_str());
+              mfu_text, FormatDuration(eta).c_str());
   std::fflush(stdout);
   nlohmann::json e = {{"event", "step"},       {"step", r.step},          {"total_steps", total_steps_},
                       {"loss", r.loss},        {"lr", r.lr},              {"grad_norm", r.grad_norm},

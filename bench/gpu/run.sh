@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# Everything the GPU machine is for, in one device call (docs/gpu.md):
+#   1. build eft-train and its tests against the machine's PyTorch (CUDA, NCCL), with the Debian
+#      libraries it lacks unpacked from .gpu-deps (scripts/gpu-deps.sh, carried with the call);
+#   2. run the trainer's tests there (CPU code paths, as in CI);
+#   3. train the same tiny model on the GPU and on the CPU (fp32) and compare every step's loss;
+#      bf16 on the GPU against fp32; packed rows (masked attention) and unpacked rows (flash);
+#   4. write the Hugging Face reference fixtures with transformers (tests/reference/hf_fixtures.py)
+#      and check eft's model against them at once; transformers loads eft's output directory;
+#   5. benchmark tokens/s and GPU memory for a ~0.5B-parameter model.
+# Full logs and the fixtures go to $OUT; a short table is printed last. Each part runs even when an
+# earlier one failed, as far as what it needs exists.
+#
+# Usage, from this machine:   scripts/gpu-deps.sh
+#   device run: command "bench/gpu/run.sh", carry [".gpu-deps"]
+# Options (environment): EFT_GPU_PARTS="build tests compare fixtures bench" (default: all),
+#   EFT_GPU_BENCH_STEPS=12, EFT_GPU_JOBS=$(nproc).
+set -uo pipefail
+
+src=$(pwd)
+out=${OUT:-$src/gpu-out}
+mkdir -p "$out"
+parts=${EFT_GPU_PARTS:-build tests compare fixtures bench}
+jobs=${EFT_GPU_JOBS:-$(nproc)}
+build=$src/build-gpu
+root=$src/.gpu-deps/root
+work=$(mktemp -d /tmp/eft-gpu-XXXXXX)
+py=python3
+declare -a table=()
+note() { table+=("$1|$2|$3"); }
+want() { [[ " $parts " == *" $1 "* ]]; }
+# Runs "$@" with its output in $out/NAME.log; records ok / FAILED with the log's last line.
+part() {
+  local name=$1
+  shift
+  local t0=$SECONDS
+  if "$@" >"$out/$name.log" 2>&1; then
+    note "$name" ok "$(tail -n 1 "$out/$name.log" | cut -c1-110) ($((SECONDS - t0)) s)"
+  else
+    note "$name" "FAILED rc=$?" "$(tail -n 1 "$out/$name.log" | cut -c1-110) (log: $name.log)"
+  fi
+}
+
+# ---- 0. the machine ----------------------------------------------------------------------------
+{
+  date -u
+  nvidia-smi || true
+  $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)'
+  $py -c 'import transformers; print("transformers", transformers.__version__)' || true
+  cmake --version | head -1; ninja --version; nvcc --version | tail -2 || true
+  cat /etc/os-release | head -3; ldd --version | head -1
+} >"$out/machine.log" 2>&1
+
+torch_prefix=$($py -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+# nccl.h of the NCCL that PyTorch's wheel depends on (nvidia-nccl-cu*), else the CUDA toolkit's.
+nccl_inc=$($py - <<'PY' 2>/dev/null
+import glob, os, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+hits = [h for d in dirs for h in glob.glob(os.path.join(d, "nvidia", "**", "include", "nccl.h"), recursive=True)]
+hits += glob.glob("/usr/local/cuda*/include/nccl.h") + glob.glob("/usr/include/nccl.h")
+print(os.path.dirname(hits[0]) if hits else "")
+PY
+)
+
+# ---- 1. build ----------------------------------------------------------------------------------
+unpack_deps() {
+  [[ -d $src/.gpu-deps/debs ]] || { echo "no .gpu-deps/debs: run scripts/gpu-deps.sh and carry .gpu-deps"; return 1; }
+  rm -rf "$root" && mkdir -p "$root"
+  for deb in "$src"/.gpu-deps/debs/*.deb; do
+    if command -v dpkg-deb >/dev/null; then
+      dpkg-deb -x "$deb" "$root"
+    else  # a .deb is an ar archive holding data.tar.*
+      (cd "$work" && rm -f data.tar.* && ar x "$deb" && tar -xf data.tar.* -C "$root")
+    fi
+  done
+  # Debian's CMake configs and .pc files name /usr; CMAKE_PREFIX_PATH and the pkg-config sysroot
+  # below redirect them, but symlinks to absolute /usr paths must point into the root too.
+  find "$root" -type l | while read -r l; do
+    t=$(readlink "$l")
+    [[ $t == /* ]] && ln -sfn "$root$t" "$l"
+  done
+  echo "unpacked $(ls "$src"/.gpu-deps/debs/*.deb | wc -l) packages into $root"
+}
+
+configure_and_build() {
+  [[ -n $torch_prefix ]] || { echo "python3 has no torch"; return 1; }
+  local libdir=$root/usr/lib/x86_64-linux-gnu
+  export PKG_CONFIG_SYSROOT_DIR=$root
+  export PKG_CONFIG_LIBDIR=$libdir/pkgconfig:$root/usr/share/pkgconfig
+  export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  local pkgconfig_exe
+  pkgconfig_exe=$(command -v pkg-config || command -v pkgconf || echo "$root/usr/bin/pkgconf")
+  local cuda_root
+  cuda_root=$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")
+  cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEFT_BUILD_CONTROL_PLANE=OFF \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$root/usr" -DPKG_CONFIG_EXECUTABLE="$pkgconfig_exe" \
+    -DCUDAToolkit_ROOT="$cuda_root" -DNCCL_INCLUDE_DIR="$nccl_inc" -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DEFT_WITH_NCCL=ON || return 1
+  cmake --build "$build" -j "$jobs" || return 1
+  echo "built $(ls "$build"/tests/*/*_test "$build"/tests/*/*/*_test "$build"/tests/*/*/*/*_test 2>/dev/null | wc -l) test programs and $build/trainer/eft-train"
+}
+
+if want build; then
+  part deps unpack_deps
+  part build configure_and_build
+fi
+export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+train=$build/trainer/eft-train
+
+# ---- 2. the trainer's tests --------------------------------------------------------------------
+if want tests && [[ -x $train ]]; then
+  part tests ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 600
+fi
+
+# ---- 3. GPU against CPU ------------------------------------------------------------------------
+make_data() {  # dir vocab n len
+  $py - "$1/data.jsonl" "$2" "$3" "$4" <<'PY'
+import json, random, sys
+path, vocab, n, length = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+random.seed(0)
+with open(path, "w") as f:
+    for i in range(n):
+        k = length if i % 2 == 0 else length // 3  # short rows make packing and padding matter
+        ids = [random.randrange(3, vocab) for _ in range(k)]
+        f.write(json.dumps({"input_ids": ids, "labels": [-100] * (k // 4) + ids[k // 4:]}) + "\n")
+PY
+}
+train_run() {  # name device precision packing steps -> $work/NAME.events
+  local name=$1 device=$2 precision=$3 packing=$4 steps=$5
+  cat >"$work/$name.yaml" <<YAML
+name: $name
+model: $work/model
+data: {train: $work/data.jsonl, max_seq_len: 256, packing: $packing}
+training: {global_batch_size: 8, micro_batch_size: 2, lr: 1.0e-3, precision: $precision, device: $device,
+           activation_checkpointing: full, epochs: 100, seed: 7}
+YAML
+  EFT_EVENTS_FD=3 "$train" train --config "$work/$name.yaml" --nproc 1 --max-steps "$steps" \
+    >"$out/train-$name.log" 2>&1 3>"$work/$name.events"
+}
+compare_losses() {  # a b tolerance(relative) what
+  $py - "$work/$1.events" "$work/$2.events" "$3" "$4" <<'PY'
+import json, sys
+def losses(p):
+    return [e["loss"] for e in map(json.loads, open(p)) if e.get("event") == "step"]
+a, b, tol, what = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+assert a and len(a) == len(b), f"{len(a)} vs {len(b)} steps"
+worst = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+print(f"{what}: {len(a)} steps, first loss {a[0]:.5f} vs {b[0]:.5f}, last {a[-1]:.5f} vs {b[-1]:.5f}, "
+      f"worst relative difference {worst:.2e} (bound {tol:g})")
+sys.exit(0 if worst <= tol else 1)
+PY
+}
+gpu_vs_cpu() {
+  "$train" init-model --arch qwen3 --hidden 256 --layers 4 --heads 8 --kv-heads 4 --intermediate 704 \
+    --vocab-size 4096 --dtype float32 --seed 3 --out "$work/model" >/dev/null || return 1
+  make_data "$work" 4096 64 256
+  train_run cpu-fp32 cpu fp32 true 20 && train_run gpu-fp32 cuda fp32 true 20 || return 1
+  grep -h "on cuda" "$out/train-gpu-fp32.log" | head -1
+  # fp32 on both; cuBLAS and the CPU BLAS sum in different orders (TF32 stays off: LibTorch's
+  # default for matmuls), so losses drift apart by float rounding compounded over 20 Adam steps.
+  compare_losses gpu-fp32 cpu-fp32 1e-3 "GPU fp32 vs CPU fp32 (packed, masked attention)"
+}
+gpu_variants() {
+  train_run gpu-bf16 cuda bf16 true 20 && train_run gpu-fp32-unpacked cuda fp32 false 20 &&
+    train_run cpu-fp32-unpacked cpu fp32 false 20 || return 1
+  compare_losses gpu-bf16 gpu-fp32 1e-2 "GPU bf16 vs GPU fp32" || return 1
+  # Unpacked rows: every row one document, so the GPU takes the is_causal SDPA (flash) path.
+  compare_losses gpu-fp32-unpacked cpu-fp32-unpacked 1e-3 "GPU SDPA (unpacked) vs CPU"
+}
+if want compare && [[ -x $train ]]; then
+  part gpu-vs-cpu gpu_vs_cpu
+  part gpu-variants gpu_variants
+fi
+
+# ---- 4. transformers ---------------------------------------------------------------------------
+hf_fixtures() {
+  rm -rf "$out/hf" && $py "$src/tests/reference/hf_fixtures.py" "$out/hf" || return 1
+  # Check them at once with the CPU test CI will run once they are committed.
+  local tree=$work/tree
+  mkdir -p "$tree/tests/fixtures" && cp -r "$out/hf" "$tree/tests/fixtures/hf"
+  EFT_SOURCE_DIR=$tree "$build/tests/unit/trainer/model/model_test" --gtest_filter='HfFixtureTest.*' || return 1
+}
+transformers_loads_output() {
+  # eft's final model directory loads in transformers with every weight matched: no missing,
+  # unexpected or mis-shaped tensor, config.json understood. (That the numbers mean the same model
+  # is hf_fixtures' job.)
+  local dir=$work/hf-out
+  "$train" init-model --arch llama --hidden 128 --layers 2 --heads 4 --kv-heads 2 --intermediate 352 \
+    --vocab-size 4096 --dtype bfloat16 --seed 9 --out "$work/model-llama" >/dev/null || return 1
+  sed "s|$work/model\$|$work/model-llama|; s|^name: .*|name: export|" "$work/gpu-bf16.yaml" >"$work/export.yaml"
+  "$train" train --config "$work/export.yaml" --nproc 1 --max-steps 3 --output-dir "$dir" >"$out/train-export.log" 2>&1 || return 1
+  $py - "$dir" <<'PY'
+import sys, torch, transformers
+d = sys.argv[1]
+try:
+    m, info = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, output_loading_info=True)
+except TypeError:  # transformers < 4.56
+    m, info = transformers.AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32, output_loading_info=True)
+problems = {k: v for k, v in info.items() if v}
+assert not problems, problems
+ids = torch.arange(3, 35).reshape(1, -1)
+with torch.no_grad():
+    logits = m(input_ids=ids).logits
+assert torch.isfinite(logits).all()
+print(f"transformers {transformers.__version__} loaded {d} ({type(m).__name__}, "
+      f"{sum(p.numel() for p in m.parameters())} parameters, every weight matched), logits finite")
+PY
+}
+if want fixtures; then
+  part hf-fixtures hf_fixtures
+  [[ -x $train ]] && part transformers-loads-output transformers_loads_output
+fi
+
+# ---- 5. benchmark ------------------------------------------------------------------------------
+bench() {
+  local steps=${EFT_GPU_BENCH_STEPS:-12}
+  "$train" init-model --arch llama --hidden 1024 --layers 24 --heads 16 --kv-heads 8 --intermediate 2816 \
+    --vocab-size 32000 --dtype bfloat16 --seed 1 --out "$work/model-bench" >/dev/null || return 1
+  make_data "$work" 32000 512 2048
+  echo "| run | precision | activation ckpt | tokens/s | s/step | MFU | peak GPU MiB |"
+  echo "|---|---|---|---|---|---|---|"
+  for ac in full none; do
+    cat >"$work/bench-$ac.yaml" <<YAML
+name: bench
+model: $work/model-bench
+data: {train: $work/data.jsonl, max_seq_len: 2048}
+training: {global_batch_size: 16, micro_batch_size: 4, lr: 1.0e-4, precision: bf16, device: cuda,
+           activation_checkpointing: $ac, epochs: 100}
+YAML
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$work/mem-$ac.csv" &
+    local smi=$!
+    EFT_EVENTS_FD=3 "$train" train --config "$work/bench-$ac.yaml" --nproc 1 --max-steps "$steps" \
+      --peak-tflops 989 >"$out/bench-$ac.log" 2>&1 3>"$work/bench-$ac.events"
+    local rc=$?
+    kill $smi 2>/dev/null
+    [[ $rc == 0 ]] || return 1
+    $py - "$work/bench-$ac.events" "$work/mem-$ac.csv" "$ac" <<'PY'
+import json, statistics, sys
+steps = [e for e in map(json.loads, open(sys.argv[1])) if e.get("event") == "step"][2:]
+mem = max(int(l) for l in open(sys.argv[2]) if l.strip().isdigit())
+mfu = statistics.median(e.get("mfu", 0) for e in steps)
+print(f"| 0.5B llama, seq 2048, batch 16 | bf16 | {sys.argv[3]} | {statistics.median(e['tokens_per_s'] for e in steps):,.0f} | "
+      f"{statistics.median(e['seconds'] for e in steps):.2f} | {mfu:.1%} | {mem:,} |")
+PY
+  done
+}
+if want bench && [[ -x $train ]]; then
+  part bench bench
+  cp "$out/bench.log" "$out/bench-table.md" 2>/dev/null
+fi
+
+# ---- summary -----------------------------------------------------------------------------------
+{
+  echo
+  echo "| part | result | detail |"
+  echo "|---|---|---|"
+  for row in "${table[@]}"; do echo "| ${row//|/ | } |"; done
+} | tee "$out/summary.md"
+[[ -f $out/bench.log ]] && grep '^|' "$out/bench.log"
+! grep -q FAILED "$out/summary.md"

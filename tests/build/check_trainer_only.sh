@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The GPU machines have LibTorch but no gRPC, SQLite or Boost (ARCHITECTURE.md), so eft-train and its
+# tests must configure without the control plane: `cmake -DEFT_BUILD_CONTROL_PLANE=OFF` must
+# succeed here (configure only; the build itself is the same sources CI builds), and nothing under
+# trainer/ may include a control-plane dependency.
+# Usage: check_trainer_only.sh SOURCE_DIR
+set -euo pipefail
+src=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if ! cmake -S "$src" -B "$tmp/build" -G Ninja -DEFT_BUILD_CONTROL_PLANE=OFF >"$tmp/configure.log" 2>&1; then
+  echo "the trainer-only configuration fails:" >&2
+  grep -A12 "CMake Error" "$tmp/configure.log" >&2 || tail -30 "$tmp/configure.log" >&2
+  exit 1
+fi
+for target in eft-train eft_spm; do
+  ninja -C "$tmp/build" -t targets all | grep -q "^$target:" || { echo "trainer-only build has no $target target" >&2; exit 1; }
+done
+if ninja -C "$tmp/build" -t targets all | grep -qE "^(eft-controller|eft-worker|eftctl):"; then
+  echo "the trainer-only build still builds control-plane programs" >&2
+  exit 1
+fi
+if grep -rnE '#include [<"](grpc|grpcpp|sqlite3|boost)[/.]' "$src/trainer" >"$tmp/includes"; then
+  echo "trainer/ includes control-plane dependencies:" >&2
+  cat "$tmp/includes" >&2
+  exit 1
+fi
+echo "trainer-only configuration OK ($(ninja -C "$tmp/build" -t targets all | grep -v '^cmake_' | grep -cE '^[a-z_]+_test:') test programs)"
