@@ -72,7 +72,7 @@ class Store {
   Result<int64_t> NextCounter(const std::string& name);
 
  private:
-  class Statement;  // a borrowed cached statement (store.cc)
+  class Statement;  // a borrowed cached statement (store_statement.h)
 
   Store(sqlite3* db, std::string path);
   Status Configure();
@@ -80,7 +80,7 @@ class Store {
   Status CheckIntegrity();
   // Returns the cached prepared statement for `sql` (compiled on first use).
   Result<Statement> Prepare(const char* sql);
-  // Runs `sql` with `params` bound in order; Query converts each row with `convert` (store.cc).
+  // Runs `sql` with `params` bound in order; Query converts each row with `convert` (store_statement.h).
   template <typename... Params>
   Status Write(const char* sql, const Params&... params);
   template <typename Record, typename Convert, typename... Params>

@@ -7,7 +7,7 @@
 #      bf16 on the GPU against fp32; packed rows (masked attention) and unpacked rows (flash);
 #   4. write the Hugging Face reference fixtures with transformers (tests/reference/hf_fixtures.py)
 #      and check eft's model against them at once; transformers loads eft's output directory;
-#   5. benchmark tokens/s and GPU memory for a ~0.5B-parameter model.
+#   5. benchmark tokens/s, MFU and GPU memory for a 0.35B-parameter model.
 # Full logs and the fixtures go to $OUT; a short table is printed last. Each part runs even when an
 # earlier one failed, as far as what it needs exists.
 #
@@ -239,7 +239,7 @@ import json, statistics, sys
 steps = [e for e in map(json.loads, open(sys.argv[1])) if e.get("event") == "step"][2:]
 mem = max(int(l) for l in open(sys.argv[2]) if l.strip().isdigit())
 mfu = statistics.median(e.get("mfu", 0) for e in steps)
-print(f"| 0.5B llama, seq 2048, batch 16 | bf16 | {sys.argv[3]} | {statistics.median(e['tokens_per_s'] for e in steps):,.0f} | "
+print(f"| llama 24 x 1024 (0.35B), seq 2048, batch 16 | bf16 | {sys.argv[3]} | {statistics.median(e['tokens_per_s'] for e in steps):,.0f} | "
       f"{statistics.median(e['seconds'] for e in steps):.2f} | {mfu:.1%} | {mem:,} |")
 PY
   done
