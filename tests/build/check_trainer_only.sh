@@ -13,11 +13,19 @@ if ! cmake -S "$src" -B "$tmp/build" -G Ninja -DEFT_BUILD_CONTROL_PLANE=OFF >"$t
   grep -A12 "CMake Error" "$tmp/configure.log" >&2 || tail -30 "$tmp/configure.log" >&2
   exit 1
 fi
+ninja -C "$tmp/build" -t targets all >"$tmp/targets"
 for target in eft-train eft_spm; do
-  ninja -C "$tmp/build" -t targets all | grep -q "^$target:" || { echo "trainer-only build has no $target target" >&2; exit 1; }
+  grep -q "^$target:" "$tmp/targets" || { echo "trainer-only build has no $target target" >&2; exit 1; }
 done
-if ninja -C "$tmp/build" -t targets all | grep -qE "^(eft-controller|eft-worker|eftctl):"; then
+if grep -qE "^(eft-controller|eft-worker|eftctl):" "$tmp/targets"; then
   echo "the trainer-only build still builds control-plane programs" >&2
+  exit 1
+fi
+# Tests that start the controller or worker must not be registered where those are not built.
+ctest --test-dir "$tmp/build" -N >"$tmp/ctest"
+if grep -E "deploy\.(Systemd|Example|Dockerfile|KubernetesPods)|slurm\." "$tmp/ctest" >"$tmp/tests"; then
+  echo "the trainer-only build registers tests that need the control plane:" >&2
+  cat "$tmp/tests" >&2
   exit 1
 fi
 if grep -rnE '#include [<"](grpc|grpcpp|sqlite3|boost)[/.]' "$src/trainer" >"$tmp/includes"; then
@@ -25,4 +33,4 @@ if grep -rnE '#include [<"](grpc|grpcpp|sqlite3|boost)[/.]' "$src/trainer" >"$tm
   cat "$tmp/includes" >&2
   exit 1
 fi
-echo "trainer-only configuration OK ($(ninja -C "$tmp/build" -t targets all | grep -v '^cmake_' | grep -cE '^[a-z_]+_test:') test programs)"
+echo "trainer-only configuration OK ($(grep -v '^cmake_' "$tmp/targets" | grep -cE '^[a-z_]+_test:') test programs)"
