@@ -2,6 +2,8 @@
 
 #include <ATen/Context.h>
 
+#include <cstdlib>
+
 namespace eft::trainer {
 
 int VisibleCudaDevices() {
@@ -9,24 +11,33 @@ int VisibleCudaDevices() {
   return static_cast<int>(at::getNumGPUs());
 }
 
-Result<c10::Device> ChooseDevice(const std::string& requested, int cuda_devices, int local_rank) {
-  if (requested != "auto" && requested != "cpu" && requested != "cuda") {
-    return Status::InvalidArgument("spec.training.device: '" + requested + "' is not one of auto, cpu, cuda");
+bool GpuAssignedByLauncher() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (v == nullptr) return false;
+  const std::string s(v);
+  return !s.empty() && s.find(',') == std::string::npos;
+}
+
+Result<c10::Device> ChooseDevice(const DeviceRequest& r) {
+  if (r.requested != "auto" && r.requested != "cpu" && r.requested != "cuda") {
+    return Status::InvalidArgument("spec.training.device: '" + r.requested + "' is not one of auto, cpu, cuda");
   }
-  if (requested == "cpu" || (requested == "auto" && cuda_devices == 0)) return c10::Device(c10::kCPU);
-  if (cuda_devices == 0) {
-    return Status::FailedPrecondition(
-        "spec.training.device is cuda, but " +
-        std::string(at::hasCUDA() ? "no GPU is visible (CUDA_VISIBLE_DEVICES, driver)"
-                                  : "this eft-train was built against a LibTorch without CUDA (docs/gpu.md)"));
+  if (r.requested == "cpu") return c10::Device(c10::kCPU);
+  std::string why_not;
+  if (r.cuda_devices == 0) {
+    why_not = at::hasCUDA() ? "no GPU is visible (CUDA_VISIBLE_DEVICES, driver)"
+                            : "this eft-train was built against a LibTorch without CUDA (docs/gpu.md)";
+  } else if (r.assigned || r.local_world == 1) {
+    return c10::Device(c10::kCUDA, 0);
+  } else if (r.local_world <= r.cuda_devices && r.local_rank < r.cuda_devices) {
+    // Decided from node-wide facts, so every rank of the node decides the same way.
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(r.local_rank));
+  } else {
+    why_not = std::to_string(r.local_world) + " ranks on this node but only " + std::to_string(r.cuda_devices) +
+              " GPU" + (r.cuda_devices == 1 ? " is" : "s are") + " visible, and ranks cannot share one";
   }
-  if (cuda_devices == 1) return c10::Device(c10::kCUDA, 0);
-  if (local_rank >= cuda_devices) {
-    return Status::FailedPrecondition("local rank " + std::to_string(local_rank) + " needs GPU " +
-                                      std::to_string(local_rank) + ", but only " + std::to_string(cuda_devices) +
-                                      " are visible: start at most one rank per GPU");
-  }
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  if (r.requested == "auto") return c10::Device(c10::kCPU);
+  return Status::FailedPrecondition("spec.training.device is cuda, but " + why_not);
 }
 
 }  // namespace eft::trainer

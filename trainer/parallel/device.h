@@ -1,12 +1,14 @@
 // Which device a rank computes on (training.device).
 //
-//   auto  the GPU when this LibTorch was built with CUDA and a GPU is visible, else the CPU
-//   cuda  a GPU, or an error saying why there is none
+//   auto  its own GPU when this LibTorch was built with CUDA and every local rank can have one,
+//         else the CPU
+//   cuda  its own GPU, or an error saying why there is none
 //   cpu   the CPU, even on a GPU node
 //
-// With one GPU visible (eft-worker gives every rank its own through CUDA_VISIBLE_DEVICES) a rank
-// uses cuda:0; with several (torchrun, srun, `eft-train train --nproc N` on a multi-GPU machine)
-// it uses cuda:LOCAL_RANK, which must then exist.
+// A rank owns a GPU when a launcher gave it one (eft-worker sets CUDA_VISIBLE_DEVICES to a single
+// device per rank: cuda:0), or when all of a node's GPUs are visible and there are at least as many
+// as local ranks (torchrun, srun, `eft-train train --nproc N`: cuda:LOCAL_RANK). Ranks never share
+// a GPU: NCCL refuses two ranks on one device.
 #pragma once
 
 #include <string>
@@ -19,9 +21,19 @@ namespace eft::trainer {
 
 // GPUs this process sees; 0 when LibTorch has no CUDA.
 int VisibleCudaDevices();
+// True when CUDA_VISIBLE_DEVICES names exactly one device (a launcher assigned this rank its GPU).
+bool GpuAssignedByLauncher();
+
+struct DeviceRequest {
+  std::string requested = "auto";  // auto | cpu | cuda
+  int cuda_devices = 0;            // visible to this process
+  bool assigned = false;           // GpuAssignedByLauncher()
+  int local_rank = 0;
+  int local_world = 1;
+};
 
 // The decision itself, from the request and what the process sees (tests pass their own).
-// InvalidArgument for an unknown request; FailedPrecondition for cuda without a usable GPU.
-Result<c10::Device> ChooseDevice(const std::string& requested, int cuda_devices, int local_rank);
+// InvalidArgument for an unknown request; FailedPrecondition for cuda without a GPU of its own.
+Result<c10::Device> ChooseDevice(const DeviceRequest& r);
 
 }  // namespace eft::trainer

@@ -81,7 +81,18 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   PackingStats packing;
   if (c.packing) t->dataset_ = PackDataset(t->dataset_, c.max_seq_len, &packing);
 
-  EFT_ASSIGN_OR_RETURN(t->device_, ChooseDevice(c.device, VisibleCudaDevices(), t->env_.local_rank));
+  DeviceRequest dr;
+  dr.requested = c.device;
+  dr.cuda_devices = VisibleCudaDevices();
+  dr.assigned = GpuAssignedByLauncher();
+  dr.local_rank = t->env_.local_rank;
+  dr.local_world = t->env_.local_world;
+  EFT_ASSIGN_OR_RETURN(t->device_, ChooseDevice(dr));
+  if (t->device_.is_cpu() && dr.cuda_devices > 0 && t->env_.rank == 0) {
+    EFT_LOG(WARNING) << "training on the CPU although " << dr.cuda_devices << " GPU(s) are visible: "
+                     << (c.device == "cpu" ? "spec.training.device is cpu"
+                                           : std::to_string(dr.local_world) + " local ranks cannot each have their own");
+  }
   // Kernels and NCCL pick the current device where none is given: make it this rank's own.
   t->device_guard_ = std::make_unique<c10::DeviceGuard>(t->device_);
 

@@ -3,56 +3,90 @@
 // here too; actually computing on a GPU needs the GPU build (bench/gpu/run.sh).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "trainer/parallel/communicator.h"
 #include "trainer/parallel/device.h"
 
 namespace eft::trainer {
 namespace {
 
-TEST(ChooseDevice, AutoIsTheCpuWithoutGpus) {
-  auto d = ChooseDevice("auto", 0, 3);
-  ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_TRUE(d->is_cpu());
+DeviceRequest Request(const std::string& requested, int gpus, int local_rank = 0, int local_world = 1,
+                      bool assigned = false) {
+  DeviceRequest r;
+  r.requested = requested;
+  r.cuda_devices = gpus;
+  r.local_rank = local_rank;
+  r.local_world = local_world;
+  r.assigned = assigned;
+  return r;
 }
 
-TEST(ChooseDevice, CpuStaysOnTheCpuEvenWithGpus) {
-  auto d = ChooseDevice("cpu", 8, 0);
-  ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_TRUE(d->is_cpu());
+c10::Device Chosen(const DeviceRequest& r) {
+  auto d = ChooseDevice(r);
+  EXPECT_TRUE(d.ok()) << d.status();
+  return d.ok() ? *d : c10::Device(c10::kMeta);
 }
 
-TEST(ChooseDevice, OneVisibleGpuIsDeviceZeroWhateverTheLocalRank) {
-  // eft-worker gives each rank its own GPU through CUDA_VISIBLE_DEVICES.
+TEST(ChooseDevice, AutoIsTheCpuWithoutGpus) { EXPECT_TRUE(Chosen(Request("auto", 0, 3, 4)).is_cpu()); }
+
+TEST(ChooseDevice, CpuStaysOnTheCpuEvenWithGpus) { EXPECT_TRUE(Chosen(Request("cpu", 8, 0, 8)).is_cpu()); }
+
+TEST(ChooseDevice, AGpuTheLauncherAssignedIsDeviceZeroWhateverTheLocalRank) {
+  // eft-worker gives each of a node's 8 ranks its own GPU through CUDA_VISIBLE_DEVICES.
   for (const char* request : {"auto", "cuda"}) {
-    auto d = ChooseDevice(request, 1, 5);
-    ASSERT_TRUE(d.ok()) << d.status();
-    EXPECT_EQ(*d, c10::Device(c10::kCUDA, 0)) << request;
+    EXPECT_EQ(Chosen(Request(request, 1, 5, 8, /*assigned=*/true)), c10::Device(c10::kCUDA, 0)) << request;
   }
+  // A single rank on a one-GPU machine owns it too.
+  EXPECT_EQ(Chosen(Request("auto", 1, 0, 1)), c10::Device(c10::kCUDA, 0));
 }
 
-TEST(ChooseDevice, SeveralVisibleGpusAreIndexedByTheLocalRank) {
+TEST(ChooseDevice, AllOfANodesGpusVisibleAreIndexedByTheLocalRank) {
   // torchrun / srun / --nproc leave all of a node's GPUs visible to every rank.
-  auto d = ChooseDevice("auto", 8, 3);
-  ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ(*d, c10::Device(c10::kCUDA, 3));
-  auto over = ChooseDevice("cuda", 2, 2);
+  EXPECT_EQ(Chosen(Request("auto", 8, 3, 8)), c10::Device(c10::kCUDA, 3));
+  EXPECT_EQ(Chosen(Request("cuda", 8, 1, 2)), c10::Device(c10::kCUDA, 1));
+}
+
+TEST(ChooseDevice, RanksNeverShareAGpu) {
+  // Two local ranks, one GPU nobody assigned: auto trains on the CPU, cuda says why it cannot.
+  EXPECT_TRUE(Chosen(Request("auto", 1, 0, 2)).is_cpu());
+  EXPECT_TRUE(Chosen(Request("auto", 1, 1, 2)).is_cpu());
+  EXPECT_TRUE(Chosen(Request("auto", 2, 2, 4)).is_cpu());
+  auto over = ChooseDevice(Request("cuda", 2, 3, 4));
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(over.status().message().find("only 2 are visible"), std::string::npos) << over.status();
+  EXPECT_NE(over.status().message().find("4 ranks on this node but only 2 GPUs are visible"), std::string::npos)
+      << over.status();
 }
 
 TEST(ChooseDevice, CudaWithoutAGpuSaysWhy) {
-  auto d = ChooseDevice("cuda", 0, 0);
+  auto d = ChooseDevice(Request("cuda", 0));
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(d.status().message().find("spec.training.device is cuda"), std::string::npos) << d.status();
+  EXPECT_NE(d.status().message().find("spec.training.device is cuda, but"), std::string::npos) << d.status();
 }
 
 TEST(ChooseDevice, AnUnknownDeviceIsRefused) {
-  auto d = ChooseDevice("tpu", 0, 0);
+  auto d = ChooseDevice(Request("tpu", 0));
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(d.status().message().find("'tpu' is not one of auto, cpu, cuda"), std::string::npos) << d.status();
+}
+
+TEST(GpuAssignedByLauncher, OneDeviceInCudaVisibleDevices) {
+  const char* old = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string saved = old ? old : "";
+  ::setenv("CUDA_VISIBLE_DEVICES", "3", 1);
+  EXPECT_TRUE(GpuAssignedByLauncher());
+  ::setenv("CUDA_VISIBLE_DEVICES", "GPU-5f1c0a2e", 1);
+  EXPECT_TRUE(GpuAssignedByLauncher());
+  ::setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
+  EXPECT_FALSE(GpuAssignedByLauncher());
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  EXPECT_FALSE(GpuAssignedByLauncher());
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_FALSE(GpuAssignedByLauncher());
+  if (old) ::setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
 }
 
 TEST(CreateCommunicator, CpuRanksAloneNeedNoRendezvous) {
