@@ -196,9 +196,9 @@ class Pod:
         prog = PROGRAMS.get(argv[0])
         if not prog:
             raise Fail(f"unexpected program {argv[0]}")
-        argv[0] = os.path.join(BUILD, prog)
         self.ports = ports
-        argv = [self.localise(relocate(a, self.root, self.mount_paths)) for a in argv]
+        # The built program, not relocated: the build may live under a mount path (e.g. /tmp).
+        argv = [os.path.join(BUILD, prog)] + [self.localise(relocate(a, self.root, self.mount_paths)) for a in argv[1:]]
         self.argv, self.env = argv, env
         self.log = open(os.path.join(scratch, workload["metadata"]["name"] + ".log"), "w+")
         self.proc = None
