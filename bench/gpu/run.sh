@@ -14,7 +14,9 @@
 # Usage, from this machine:   scripts/gpu-deps.sh
 #   device run: command "bench/gpu/run.sh", carry [".gpu-deps"]
 # Options (environment): EFT_GPU_PARTS="build tests compare fixtures bench" (default: all),
-#   EFT_GPU_BENCH_STEPS=12, EFT_GPU_JOBS=$(nproc).
+#   EFT_GPU_BENCH_STEPS=12, EFT_GPU_JOBS=$(nproc). For checking this script on a machine without a
+#   GPU: EFT_GPU_DEVICE=cpu (the "GPU" runs use the CPU) and EFT_GPU_BUILD=an existing build, or
+#   for the build itself EFT_GPU_TORCH_PREFIX=/usr (Debian's LibTorch) and EFT_GPU_NCCL=OFF.
 set -uo pipefail
 
 src=$(pwd)
@@ -22,7 +24,8 @@ out=${OUT:-$src/gpu-out}
 mkdir -p "$out"
 parts=${EFT_GPU_PARTS:-build tests compare fixtures bench}
 jobs=${EFT_GPU_JOBS:-$(nproc)}
-build=$src/build-gpu
+build=${EFT_GPU_BUILD:-$src/build-gpu}
+gpu=${EFT_GPU_DEVICE:-cuda}
 root=$src/.gpu-deps/root
 work=$(mktemp -d /tmp/eft-gpu-XXXXXX)
 py=python3
@@ -35,9 +38,9 @@ part() {
   shift
   local t0=$SECONDS
   if "$@" >"$out/$name.log" 2>&1; then
-    note "$name" ok "$(tail -n 1 "$out/$name.log" | cut -c1-110) ($((SECONDS - t0)) s)"
+    note "$name" ok "$(tail -n 1 "$out/$name.log" | tr "|" "/" | cut -c1-110) ($((SECONDS - t0)) s)"
   else
-    note "$name" "FAILED rc=$?" "$(tail -n 1 "$out/$name.log" | cut -c1-110) (log: $name.log)"
+    note "$name" "FAILED rc=$?" "$(tail -n 1 "$out/$name.log" | tr "|" "/" | cut -c1-110) (log: $name.log)"
   fi
 }
 
@@ -51,7 +54,7 @@ part() {
   cat /etc/os-release | head -3; ldd --version | head -1
 } >"$out/machine.log" 2>&1
 
-torch_prefix=$($py -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+torch_prefix=${EFT_GPU_TORCH_PREFIX:-$($py -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)}
 # nccl.h of the NCCL that PyTorch's wheel depends on (nvidia-nccl-cu*), else the CUDA toolkit's.
 nccl_inc=$($py - <<'PY' 2>/dev/null
 import glob, os, site
@@ -95,7 +98,7 @@ configure_and_build() {
   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEFT_BUILD_CONTROL_PLANE=OFF \
     -DCMAKE_PREFIX_PATH="$torch_prefix;$root/usr" -DPKG_CONFIG_EXECUTABLE="$pkgconfig_exe" \
     -DCUDAToolkit_ROOT="$cuda_root" -DNCCL_INCLUDE_DIR="$nccl_inc" -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DEFT_WITH_NCCL=ON || return 1
+    -DEFT_WITH_NCCL="${EFT_GPU_NCCL:-ON}" || return 1
   cmake --build "$build" -j "$jobs" || return 1
   echo "built $(ls "$build"/tests/*/*_test "$build"/tests/*/*/*_test "$build"/tests/*/*/*/*_test 2>/dev/null | wc -l) test programs and $build/trainer/eft-train"
 }
@@ -156,14 +159,14 @@ gpu_vs_cpu() {
   "$train" init-model --arch qwen3 --hidden 256 --layers 4 --heads 8 --kv-heads 4 --intermediate 704 \
     --vocab-size 4096 --dtype float32 --seed 3 --out "$work/model" >/dev/null || return 1
   make_data "$work" 4096 64 256
-  train_run cpu-fp32 cpu fp32 true 20 && train_run gpu-fp32 cuda fp32 true 20 || return 1
-  grep -h "on cuda" "$out/train-gpu-fp32.log" | head -1
+  train_run cpu-fp32 cpu fp32 true 20 && train_run gpu-fp32 "$gpu" fp32 true 20 || return 1
+  grep -h "threads per rank" "$out/train-gpu-fp32.log" | head -1
   # fp32 on both; cuBLAS and the CPU BLAS sum in different orders (TF32 stays off: LibTorch's
   # default for matmuls), so losses drift apart by float rounding compounded over 20 Adam steps.
   compare_losses gpu-fp32 cpu-fp32 1e-3 "GPU fp32 vs CPU fp32 (packed, masked attention)"
 }
 gpu_variants() {
-  train_run gpu-bf16 cuda bf16 true 20 && train_run gpu-fp32-unpacked cuda fp32 false 20 &&
+  train_run gpu-bf16 "$gpu" bf16 true 20 && train_run gpu-fp32-unpacked "$gpu" fp32 false 20 &&
     train_run cpu-fp32-unpacked cpu fp32 false 20 || return 1
   compare_losses gpu-bf16 gpu-fp32 1e-2 "GPU bf16 vs GPU fp32" || return 1
   # Unpacked rows: every row one document, so the GPU takes the is_causal SDPA (flash) path.
@@ -216,33 +219,42 @@ fi
 # ---- 5. benchmark ------------------------------------------------------------------------------
 bench() {
   local steps=${EFT_GPU_BENCH_STEPS:-12}
-  "$train" init-model --arch llama --hidden 1024 --layers 24 --heads 16 --kv-heads 8 --intermediate 2816 \
-    --vocab-size 32000 --dtype bfloat16 --seed 1 --out "$work/model-bench" >/dev/null || return 1
-  make_data "$work" 32000 512 2048
+  # EFT_GPU_BENCH_MODEL / _SEQ: a smaller model for checking this script without a GPU.
+  local model=${EFT_GPU_BENCH_MODEL:---arch llama --hidden 1024 --layers 24 --heads 16 --kv-heads 8 --intermediate 2816 --vocab-size 32000}
+  local seq=${EFT_GPU_BENCH_SEQ:-2048}
+  # shellcheck disable=SC2086  # the model's flags, split on purpose
+  "$train" init-model $model --dtype bfloat16 --seed 1 --out "$work/model-bench" >/dev/null || return 1
+  local vocab
+  vocab=$($py -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$work/model-bench/config.json")
+  make_data "$work" "$vocab" 512 "$seq"
   echo "| run | precision | activation ckpt | tokens/s | s/step | MFU | peak GPU MiB |"
   echo "|---|---|---|---|---|---|---|"
   for ac in full none; do
     cat >"$work/bench-$ac.yaml" <<YAML
 name: bench
 model: $work/model-bench
-data: {train: $work/data.jsonl, max_seq_len: 2048}
-training: {global_batch_size: 16, micro_batch_size: 4, lr: 1.0e-4, precision: bf16, device: cuda,
+data: {train: $work/data.jsonl, max_seq_len: $seq}
+training: {global_batch_size: 16, micro_batch_size: 4, lr: 1.0e-4, precision: bf16, device: $gpu,
            activation_checkpointing: $ac, epochs: 100}
 YAML
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$work/mem-$ac.csv" &
-    local smi=$!
+    : >"$work/mem-$ac.csv"
+    local smi=
+    if command -v nvidia-smi >/dev/null; then
+      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$work/mem-$ac.csv" &
+      smi=$!
+    fi
     EFT_EVENTS_FD=3 "$train" train --config "$work/bench-$ac.yaml" --nproc 1 --max-steps "$steps" \
       --peak-tflops 989 >"$out/bench-$ac.log" 2>&1 3>"$work/bench-$ac.events"
     local rc=$?
-    kill $smi 2>/dev/null
+    [[ -n $smi ]] && kill "$smi" 2>/dev/null
     [[ $rc == 0 ]] || return 1
-    $py - "$work/bench-$ac.events" "$work/mem-$ac.csv" "$ac" <<'PY'
+    $py - "$work/bench-$ac.events" "$work/mem-$ac.csv" "$ac" "$(grep -o 'eft-train: [a-z0-9]* [0-9.]*M parameters' "$out/bench-$ac.log" | head -1 | cut -d' ' -f2-4)" "$seq" <<'PY'
 import json, statistics, sys
 steps = [e for e in map(json.loads, open(sys.argv[1])) if e.get("event") == "step"][2:]
-mem = max(int(l) for l in open(sys.argv[2]) if l.strip().isdigit())
+mem = max((int(l) for l in open(sys.argv[2]) if l.strip().isdigit()), default=None)
 mfu = statistics.median(e.get("mfu", 0) for e in steps)
-print(f"| llama 24 x 1024 (0.35B), seq 2048, batch 16 | bf16 | {sys.argv[3]} | {statistics.median(e['tokens_per_s'] for e in steps):,.0f} | "
-      f"{statistics.median(e['seconds'] for e in steps):.2f} | {mfu:.1%} | {mem:,} |")
+print(f"| {sys.argv[4]}, seq {sys.argv[5]}, batch 16 | bf16 | {sys.argv[3]} | {statistics.median(e['tokens_per_s'] for e in steps):,.0f} | "
+      f"{statistics.median(e['seconds'] for e in steps):.2f} | {mfu:.1%} | {'n/a' if mem is None else f'{mem:,}'} |")
 PY
   done
 }
