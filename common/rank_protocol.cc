@@ -1,0 +1,224 @@
+#include "common/rank_protocol.h"
+
+#include <algorithm>
+#include <iterator>
+#include <type_traits>
+
+#include <nlohmann/json.hpp>
+
+namespace eft::rank {
+namespace {
+
+using nlohmann::json;
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+// Reads the fields of one event object; remembers the first problem so that decoding stays a
+// straight list of fields.
+class FieldReader {
+ public:
+  FieldReader(const json& doc, std::string type) : doc_(doc), type_(std::move(type)) {}
+
+  template <typename T>
+  void Number(const char* key, T* out, bool required = false) {
+    auto it = doc_.find(key);
+    if (it == doc_.end() || it->is_null()) {
+      if (required) Fail(std::string("\"") + key + "\" is missing");
+      return;
+    }
+    if (!it->is_number()) return Fail(std::string("\"") + key + "\" is not a number");
+    if constexpr (std::is_integral_v<T>) {
+      *out = static_cast<T>(it->get<double>());
+      if (it->is_number_integer()) *out = static_cast<T>(it->get<int64_t>());
+    } else {
+      *out = it->get<T>();
+    }
+  }
+
+  void String(const char* key, std::string* out, bool required = false) {
+    auto it = doc_.find(key);
+    if (it == doc_.end() || it->is_null()) {
+      if (required) Fail(std::string("\"") + key + "\" is missing");
+      return;
+    }
+    if (!it->is_string()) return Fail(std::string("\"") + key + "\" is not a string");
+    *out = it->get<std::string>();
+    if (required && out->empty()) Fail(std::string("\"") + key + "\" is empty");
+  }
+
+  Status status() const { return status_; }
+
+ private:
+  void Fail(const std::string& what) {
+    if (status_.ok()) status_ = Status::InvalidArgument(type_ + " event: " + what);
+  }
+
+  const json& doc_;
+  std::string type_;
+  Status status_;
+};
+
+}  // namespace
+
+ExitClass ClassifyExit(int exit_code, int signal) {
+  if (signal != 0) return ExitClass::kSignal;
+  switch (exit_code) {
+    case ToInt(ExitCode::kSuccess): return ExitClass::kSuccess;
+    case ToInt(ExitCode::kBadInput): return ExitClass::kBadInput;
+    case ToInt(ExitCode::kStoppedOnRequest): return ExitClass::kStopped;
+    default: return ExitClass::kFailed;
+  }
+}
+
+const char* ExitClassName(ExitClass c) {
+  switch (c) {
+    case ExitClass::kSuccess: return "success";
+    case ExitClass::kBadInput: return "bad_input";
+    case ExitClass::kStopped: return "stopped";
+    case ExitClass::kFailed: return "failed";
+    case ExitClass::kSignal: return "signal";
+  }
+  return "failed";
+}
+
+const char* ExitCodeMeaning(int exit_code) {
+  switch (exit_code) {
+    case ToInt(ExitCode::kSuccess): return "finished";
+    case ToInt(ExitCode::kBadInput): return "bad configuration or input";
+    case ToInt(ExitCode::kStoppedOnRequest): return "stopped after saving a checkpoint";
+    default: return "failed";
+  }
+}
+
+bool IsReservedEnvName(std::string_view name) {
+  static constexpr const char* kLauncherNames[] = {
+      env::kRank,       env::kLocalRank,  env::kWorldSize,     env::kLocalWorldSize, env::kGroupRank,
+      env::kRoleRank,   env::kMasterAddr, env::kMasterPort,    env::kRestartCount,   env::kRunId,
+      env::kCudaVisibleDevices};
+  if (name.substr(0, 4) == "EFT_") return true;
+  return std::any_of(std::begin(kLauncherNames), std::end(kLauncherNames),
+                     [&](const char* n) { return name == n; });
+}
+
+std::string EventTypeName(const Event& event) {
+  return std::visit(Overloaded{
+                        [](const StepEvent&) { return std::string("step"); },
+                        [](const CheckpointEvent&) { return std::string("checkpoint"); },
+                        [](const CheckpointDeletedEvent&) { return std::string("checkpoint_deleted"); },
+                        [](const ResumedEvent&) { return std::string("resumed"); },
+                        [](const FinishedEvent&) { return std::string("finished"); },
+                        [](const MemoryEvent&) { return std::string("memory"); },
+                        [](const UnknownEvent& e) { return e.type; },
+                    },
+                    event);
+}
+
+std::string EncodeEvent(const Event& event) {
+  json doc = {{"event", EventTypeName(event)}};
+  std::visit(Overloaded{
+                 [&](const StepEvent& e) {
+                   doc.update({{"step", e.step},
+                               {"loss", e.loss},
+                               {"lr", e.lr},
+                               {"grad_norm", e.grad_norm},
+                               {"tokens", e.tokens},
+                               {"tokens_per_s", e.tokens_per_s}});
+                   if (e.total_steps > 0) doc["total_steps"] = e.total_steps;
+                   if (e.seconds > 0) doc["seconds"] = e.seconds;
+                   if (e.mfu > 0) doc["mfu"] = e.mfu;
+                 },
+                 [&](const CheckpointEvent& e) {
+                   doc.update({{"kind", e.kind}, {"step", e.step}, {"path", e.path}, {"bytes", e.bytes}});
+                   if (e.seconds >= 0) doc["seconds"] = e.seconds;
+                   if (e.stall_seconds >= 0) doc["stall_seconds"] = e.stall_seconds;
+                 },
+                 [&](const CheckpointDeletedEvent& e) { doc.update({{"path", e.path}, {"reason", e.reason}}); },
+                 [&](const ResumedEvent& e) {
+                   doc.update({{"step", e.step},
+                               {"kind", e.kind},
+                               {"path", e.path},
+                               {"bytes", e.bytes},
+                               {"verify_seconds", e.verify_seconds},
+                               {"load_seconds", e.load_seconds}});
+                 },
+                 [&](const FinishedEvent& e) { doc["step"] = e.step; },
+                 [&](const MemoryEvent& e) {
+                   doc.update({{"rank", e.rank},
+                               {"persistent_bytes", e.persistent_bytes},
+                               {"peak_rss_bytes", e.peak_rss_bytes}});
+                 },
+                 [&](const UnknownEvent&) {},
+             },
+             event);
+  // Paths and reasons are the only free text; replace what is not UTF-8 rather than throw.
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<Event> DecodeEvent(std::string_view line) {
+  json doc = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return Status::InvalidArgument("event: not a JSON object");
+  auto type_it = doc.find("event");
+  if (type_it == doc.end() || !type_it->is_string()) {
+    return Status::InvalidArgument("event: no string \"event\" naming its type");
+  }
+  const std::string type = type_it->get<std::string>();
+  FieldReader r(doc, type);
+  Event out;
+  if (type == "step") {
+    StepEvent e;
+    r.Number("step", &e.step, /*required=*/true);
+    r.Number("total_steps", &e.total_steps);
+    r.Number("loss", &e.loss);
+    r.Number("lr", &e.lr);
+    r.Number("grad_norm", &e.grad_norm);
+    r.Number("tokens", &e.tokens);
+    r.Number("tokens_per_s", &e.tokens_per_s);
+    r.Number("seconds", &e.seconds);
+    r.Number("mfu", &e.mfu);
+    out = e;
+  } else if (type == "checkpoint") {
+    CheckpointEvent e;
+    r.String("kind", &e.kind);
+    r.Number("step", &e.step, /*required=*/true);
+    r.String("path", &e.path, /*required=*/true);
+    r.Number("bytes", &e.bytes);
+    r.Number("seconds", &e.seconds);
+    r.Number("stall_seconds", &e.stall_seconds);
+    out = e;
+  } else if (type == "checkpoint_deleted") {
+    CheckpointDeletedEvent e;
+    r.String("path", &e.path, /*required=*/true);
+    r.String("reason", &e.reason);
+    out = e;
+  } else if (type == "resumed") {
+    ResumedEvent e;
+    r.Number("step", &e.step, /*required=*/true);
+    r.String("kind", &e.kind);
+    r.String("path", &e.path);
+    r.Number("bytes", &e.bytes);
+    r.Number("verify_seconds", &e.verify_seconds);
+    r.Number("load_seconds", &e.load_seconds);
+    out = e;
+  } else if (type == "finished") {
+    FinishedEvent e;
+    r.Number("step", &e.step);
+    out = e;
+  } else if (type == "memory") {
+    MemoryEvent e;
+    r.Number("rank", &e.rank);
+    r.Number("persistent_bytes", &e.persistent_bytes);
+    r.Number("peak_rss_bytes", &e.peak_rss_bytes);
+    out = e;
+  } else {
+    out = UnknownEvent{type};
+  }
+  EFT_RETURN_IF_ERROR(r.status());
+  return out;
+}
+
+}  // namespace eft::rank

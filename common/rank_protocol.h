@@ -1,0 +1,151 @@
+// The rank protocol: the whole contract between whoever launches a rank (eft-worker, `eft-train
+// train --nproc`, torchrun, Slurm) and the rank process itself (eft-train or a user's program).
+// docs/architecture.md ("The rank protocol") describes it; this header is its one definition.
+//
+//  - Exit codes: what a rank's exit status means to the controller's restart policy.
+//  - Environment: the variables a launcher sets for every rank. Only launchers write them (the
+//    controller sends typed fields in a RankAssignment; eft-worker turns them into these names).
+//  - Events: one JSON object per line on the EFT_EVENTS_FD pipe, {"event":"step",...}. Typed here
+//    with EncodeEvent/DecodeEvent, so the trainer, the test workload and the controller agree on
+//    names and fields by construction rather than by matching strings.
+//
+// Dependency-free on purpose (std and Status only): the trainer, the worker, the controller and test
+// programs all include it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "common/status.h"
+
+namespace eft::rank {
+
+// ---------------------------------------------------------------------------------------------
+// Exit codes
+
+enum class ExitCode : int {
+  kSuccess = 0,
+  kFailure = 1,            // anything retryable: a peer died, an I/O error, a crash
+  kBadInput = 2,           // the configuration or the input is wrong: retrying cannot help
+  kStoppedOnRequest = 75,  // SIGTERM: saved a checkpoint (when there was anything to save) and stopped
+};
+
+constexpr int ToInt(ExitCode code) { return static_cast<int>(code); }
+
+// How a rank ended, as the small fixed set metrics and the controller's policy use.
+enum class ExitClass { kSuccess, kBadInput, kStopped, kFailed, kSignal };
+
+// `signal` != 0 means the rank was killed by that signal (its exit code is then meaningless).
+ExitClass ClassifyExit(int exit_code, int signal);
+// "success", "bad_input", "stopped", "failed", "signal": label values of the worker's metrics.
+const char* ExitClassName(ExitClass c);
+// For messages: "bad configuration or input", "stopped after saving a checkpoint", ...
+const char* ExitCodeMeaning(int exit_code);
+
+// ---------------------------------------------------------------------------------------------
+// Environment a launcher sets for every rank
+
+namespace env {
+// torchrun's names, so any PyTorch program runs as a rank unchanged.
+inline constexpr char kRank[] = "RANK";
+inline constexpr char kLocalRank[] = "LOCAL_RANK";
+inline constexpr char kWorldSize[] = "WORLD_SIZE";
+inline constexpr char kLocalWorldSize[] = "LOCAL_WORLD_SIZE";
+inline constexpr char kGroupRank[] = "GROUP_RANK";
+inline constexpr char kRoleRank[] = "ROLE_RANK";
+inline constexpr char kMasterAddr[] = "MASTER_ADDR";
+inline constexpr char kMasterPort[] = "MASTER_PORT";
+inline constexpr char kRestartCount[] = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr char kRunId[] = "TORCHELASTIC_RUN_ID";
+inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
+// eft's own.
+inline constexpr char kJobId[] = "EFT_JOB_ID";
+inline constexpr char kAttempt[] = "EFT_ATTEMPT";
+inline constexpr char kNodeName[] = "EFT_NODE_NAME";
+inline constexpr char kJobSpec[] = "EFT_JOB_SPEC";        // the normalized job spec, JSON
+inline constexpr char kResumeFrom[] = "EFT_RESUME_FROM";  // "", "auto" or a checkpoint directory
+inline constexpr char kEventsFd[] = "EFT_EVENTS_FD";      // the fd events are written to
+}  // namespace env
+
+// True for names a job's spec.env may not set because a launcher sets them: every name above and
+// anything starting with EFT_.
+bool IsReservedEnvName(std::string_view name);
+
+// ---------------------------------------------------------------------------------------------
+// Events
+
+// One optimizer step finished (rank 0).
+struct StepEvent {
+  int64_t step = 0;
+  int64_t total_steps = 0;  // 0: not known
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  int64_t tokens = 0;  // trained tokens in this step, all ranks
+  double tokens_per_s = 0;
+  double seconds = 0;  // wall time of the step; 0: not reported
+  double mfu = 0;      // 0: not reported
+};
+
+// A checkpoint was committed (rank 0).
+struct CheckpointEvent {
+  std::string kind = "sharded";  // sharded | full
+  int64_t step = 0;
+  std::string path;
+  int64_t bytes = 0;
+  double seconds = -1;        // writing it; < 0: not reported
+  double stall_seconds = -1;  // how long the step loop waited for it; < 0: not reported
+};
+
+// Retention deleted a checkpoint that an earlier CheckpointEvent reported.
+struct CheckpointDeletedEvent {
+  std::string path;
+  std::string reason;
+};
+
+// The run resumed from a checkpoint (rank 0).
+struct ResumedEvent {
+  int64_t step = 0;
+  std::string kind;
+  std::string path;
+  int64_t bytes = 0;
+  double verify_seconds = 0;
+  double load_seconds = 0;
+};
+
+// Training reached its end (rank 0).
+struct FinishedEvent {
+  int64_t step = 0;
+};
+
+// One rank's memory after its first step.
+struct MemoryEvent {
+  int rank = 0;
+  int64_t persistent_bytes = 0;
+  int64_t peak_rss_bytes = 0;
+};
+
+// A well-formed event of a type this build does not know (a newer rank): passed over, not an error.
+struct UnknownEvent {
+  std::string type;
+};
+
+using Event = std::variant<StepEvent, CheckpointEvent, CheckpointDeletedEvent, ResumedEvent, FinishedEvent,
+                           MemoryEvent, UnknownEvent>;
+
+// The "event" value of each type: "step", "checkpoint", "checkpoint_deleted", "resumed", "finished",
+// "memory" (an UnknownEvent's own type).
+std::string EventTypeName(const Event& event);
+
+// One line of JSON, without the newline. Optional fields that are "not reported" are left out.
+std::string EncodeEvent(const Event& event);
+
+// Parses one line. Errors (INVALID_ARGUMENT) for text that is not a JSON object with a string
+// "event", and for a known type whose required fields are missing or of the wrong type (a step
+// without "step", a checkpoint without "path"). Unknown keys are ignored; unknown types decode as
+// UnknownEvent.
+Result<Event> DecodeEvent(std::string_view line);
+
+}  // namespace eft::rank
