@@ -10,7 +10,7 @@
 
 #include "cli/output.h"
 #include "common/yaml_json.h"
-#include "controller/job_spec.h"
+#include "spec/job_spec.h"
 #include "eft/v1/job.grpc.pb.h"
 #include "eft/v1/node.grpc.pb.h"
 
@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
       }
       text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
-    auto spec = controller::ParseJobSpec(text);
+    auto spec = eft::spec::ParseJobSpec(text);
     if (!spec.ok()) {
       std::fprintf(stderr, "eftctl: %s: %s\n", file.c_str(), spec.status().message().c_str());
       return 2;

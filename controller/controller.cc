@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
-#include "controller/job_spec.h"
+#include "spec/job_spec.h"
 
 namespace eft::controller {
 
@@ -72,7 +72,7 @@ Status Controller::Load() {
     EFT_ASSIGN_OR_RETURN(j.attempts, store_->LoadAttempts(j.rec.id));
     EFT_ASSIGN_OR_RETURN(j.checkpoints, store_->LoadCheckpoints(j.rec.id));
     EFT_ASSIGN_OR_RETURN(j.events, store_->LoadEvents(j.rec.id));
-    j.spec_json = JobSpecToJson(j.rec.spec).dump();
+    j.spec_json = eft::spec::JobSpecToJson(j.rec.spec).dump();
     if (j.active() && j.current()) {
       // A RUNNING attempt had every rank running: a rank its worker no longer reports is lost.
       j.ranks.assign(j.current()->world_size, RankView{j.rec.state == v1::JOB_STATE_RUNNING, false});
@@ -171,7 +171,7 @@ struct Controller::PendingSubmit {
 Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::string& request_id,
                                       const std::string& owner) {
   PendingSubmit me{submitted, request_id, owner, std::nullopt};
-  EFT_RETURN_IF_ERROR(NormalizeJobSpec(&me.spec));
+  EFT_RETURN_IF_ERROR(eft::spec::NormalizeJobSpec(&me.spec));
   if (request_id.size() > 128) return Status::InvalidArgument("request_id: at most 128 characters");
   std::unique_lock<std::mutex> lock(submit_mu_);
   submit_queue_.push_back(&me);
@@ -237,7 +237,7 @@ void Controller::CommitSubmits(const std::vector<PendingSubmit*>& batch) {
   }
   std::vector<JobEntry*> entries;
   for (JobEntry& j : created) {
-    j.spec_json = JobSpecToJson(j.rec.spec).dump();
+    j.spec_json = eft::spec::JobSpecToJson(j.rec.spec).dump();
     EFT_LOG(INFO) << "job " << j.rec.id << " submitted (" << j.rec.spec.name() << ")";
     std::string id = j.rec.id;
     job_order_.push_back(id);

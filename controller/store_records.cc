@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "controller/store.h"
+#include "spec/job_spec.h"
 #include "controller/store_statement.h"
 
 namespace eft::controller {
@@ -22,14 +23,16 @@ Result<int64_t> ParseJobId(const std::string& id) {
   return value;
 }
 
+// snake_case as in YAML files (the one printer, spec/job_spec.h), so `sqlite3 eft.db 'select spec
+// from jobs'` reads like the input.
 Result<std::string> SpecToJson(const v1::JobSpec& spec) {
-  google::protobuf::util::JsonPrintOptions options;
-  // snake_case as in YAML files, so `sqlite3 eft.db 'select spec from jobs'` reads like the input.
-  options.preserve_proto_field_names = true;
-  std::string json;
-  auto status = google::protobuf::util::MessageToJsonString(spec, &json, options);
-  if (!status.ok()) return Status::InvalidArgument("spec cannot be written as JSON: " + status.ToString());
-  return json;
+  nlohmann::json doc = eft::spec::JobSpecToJson(spec);
+  if (doc.empty()) return Status::InvalidArgument("spec cannot be written as JSON");
+  try {
+    return doc.dump();
+  } catch (const nlohmann::json::exception& e) {  // invalid UTF-8 in a string
+    return Status::InvalidArgument(std::string("spec cannot be written as JSON: ") + e.what());
+  }
 }
 
 Result<std::string> NodesToJson(const std::vector<std::string>& nodes) {

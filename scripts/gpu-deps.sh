@@ -2,7 +2,7 @@
 # Collects what the GPU machine lacks for building eft-train there (docs/gpu.md): it has PyTorch
 # with CUDA and NCCL, CMake, Ninja and nvcc, but not the Debian libraries the trainer and its tests
 # use, and it cannot download anything. This downloads their Debian 12 packages into .gpu-deps/debs
-# (git-ignored, ~4 MB); the device call carries .gpu-deps and bench/gpu/run.sh unpacks it there.
+# (git-ignored, ~9 MB); the device call carries .gpu-deps and bench/gpu/run.sh unpacks it there.
 # Usage: scripts/gpu-deps.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,6 +10,8 @@ dest=$here/.gpu-deps/debs
 PACKAGES=(
   # headers and CMake configs
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libyaml-cpp0.7
+  # the job spec schema (proto/eft/v1/spec.proto, read through spec/job_spec.h): protoc and libprotobuf
+  libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32
   # tokenizer: regexes, normalization, SentencePiece (the shared libraries too)
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2
   libsentencepiece-dev libsentencepiece0

@@ -6,8 +6,9 @@
 //   eft-train chat-template --tokenizer MODEL_DIR --messages F.json [--add-generation-prompt]
 //   eft-train init-model --arch qwen3 --hidden 256 --layers 4 --heads 4 --kv-heads 2 ... --out DIR
 //
-// Without --config the job spec comes from EFT_JOB_SPEC (set by eft-worker). Exit codes
-// (ARCHITECTURE.md): 0 done, 2 bad configuration or input, 1 anything else.
+// Without --config the job spec comes from EFT_JOB_SPEC (set by eft-worker). Exit codes are the rank
+// protocol's (common/rank_protocol.h, docs/architecture.md): 0 done, 2 bad configuration or input,
+// 75 stopped on request after saving, 1 anything else.
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/logging.h"
+#include "common/rank_protocol.h"
 #include "common/yaml_json.h"
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/model/llama.h"
@@ -32,8 +34,9 @@ namespace {
 using namespace eft;
 using namespace eft::trainer;
 
-constexpr int kExitConfig = 2;
-constexpr int kExitStopped = 75;  // stopped on request after saving a checkpoint
+constexpr int kExitFailure = rank::ToInt(rank::ExitCode::kFailure);
+constexpr int kExitConfig = rank::ToInt(rank::ExitCode::kBadInput);
+constexpr int kExitStopped = rank::ToInt(rank::ExitCode::kStoppedOnRequest);
 
 // First SIGTERM/SIGINT: finish the step, save, exit 75. A second one: die at once.
 void OnStopSignal(int sig) {
@@ -49,7 +52,7 @@ int ExitFor(const Status& s) {
     case StatusCode::kDataLoss:
       return kExitConfig;
     default:
-      return 1;
+      return kExitFailure;
   }
 }
 
@@ -100,19 +103,22 @@ int InitModel(const InitModelArgs& a) {
   return 0;
 }
 
-// The job spec from --config (or EFT_JOB_SPEC) with --set overrides applied.
+// The job spec from --config (or EFT_JOB_SPEC) with --set overrides applied, read and validated by
+// the same code as the controller's (spec/job_spec.h).
 Result<TrainConfig> LoadConfig(const std::string& config_path, const std::vector<std::string>& overrides) {
-  Result<nlohmann::json> spec = Status::InvalidArgument("no job spec");
+  Result<nlohmann::json> document = Status::InvalidArgument("no job spec");
   if (!config_path.empty()) {
-    spec = LoadYamlOrJsonFile(config_path);
-  } else if (const char* env = std::getenv("EFT_JOB_SPEC"); env && *env) {
-    spec = YamlToJson(env);
-    if (!spec.ok()) spec = spec.status().WithContext("EFT_JOB_SPEC");
+    document = LoadYamlOrJsonFile(config_path);
+  } else if (const char* env = std::getenv(rank::env::kJobSpec); env && *env) {
+    document = YamlToJson(env);
+    if (!document.ok()) document = document.status().WithContext(rank::env::kJobSpec);
   } else {
-    return Status::InvalidArgument("no job spec: pass --config job.yaml (or run under eft-worker, which sets EFT_JOB_SPEC)");
+    return Status::InvalidArgument(std::string("no job spec: pass --config job.yaml (or run under eft-worker, which sets ") +
+                                   rank::env::kJobSpec + ")");
   }
-  if (!spec.ok()) return spec.status();
-  for (const auto& o : overrides) EFT_RETURN_IF_ERROR(ApplyOverride(o, &spec.value()));
+  if (!document.ok()) return document.status();
+  auto spec = LoadJobSpec(std::move(*document), overrides);
+  if (!spec.ok()) return config_path.empty() ? spec.status() : spec.status().WithContext(config_path);
   return TrainConfigFromJobSpec(*spec);
 }
 
@@ -141,7 +147,7 @@ int Train(const std::string& config_path, const std::vector<std::string>& overri
   } catch (const std::exception& e) {
     // A collective failing because a peer died lands here: retryable, not a configuration error.
     std::fprintf(stderr, "eft-train: rank %d failed: %s\n", env->rank, e.what());
-    return 1;
+    return kExitFailure;
   }
   return 0;
 }

@@ -95,8 +95,12 @@ configure_and_build() {
   pkgconfig_exe=$(command -v pkg-config || command -v pkgconf || echo "$root/usr/bin/pkgconf")
   local cuda_root
   cuda_root=$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")
+  # Debian's protoc, matching the carried libprotobuf headers (a machine's own protoc may be another version).
+  local protoc=$root/usr/bin/protoc
+  [[ -x $protoc ]] || protoc=$(command -v protoc || echo protoc)
   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEFT_BUILD_CONTROL_PLANE=OFF \
     -DCMAKE_PREFIX_PATH="$torch_prefix;$root/usr" -DPKG_CONFIG_EXECUTABLE="$pkgconfig_exe" \
+    -DProtobuf_PROTOC_EXECUTABLE="$protoc" \
     -DCUDAToolkit_ROOT="$cuda_root" -DNCCL_INCLUDE_DIR="$nccl_inc" -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DEFT_WITH_NCCL="${EFT_GPU_NCCL:-ON}" || return 1
   cmake --build "$build" -j "$jobs" || return 1

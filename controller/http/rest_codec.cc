@@ -9,7 +9,7 @@
 
 #include "common/yaml_json.h"
 #include "common/http/url.h"
-#include "controller/job_spec.h"
+#include "spec/job_spec.h"
 
 namespace eft::controller::http {
 
@@ -165,7 +165,7 @@ Result<v1::SubmitJobRequest> ParseSubmitJobBody(const std::string& content_type,
       return Status::InvalidArgument(std::string("spec: expected an object, got ") + TypeName(*spec));
     }
   }
-  EFT_ASSIGN_OR_RETURN(*req.mutable_spec(), JobSpecFromJson(*spec));
+  EFT_ASSIGN_OR_RETURN(*req.mutable_spec(), eft::spec::JobSpecFromJson(*spec));
   return req;
 }
 

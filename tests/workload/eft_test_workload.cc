@@ -35,12 +35,18 @@
 #include <thread>
 #include <vector>
 
+#include "common/rank_protocol.h"
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
 
-constexpr int kExitFailure = 1, kExitConfig = 2, kExitStopped = 75;
+using eft::rank::ExitCode;
+using eft::rank::ToInt;
+namespace rank_env = eft::rank::env;
+constexpr int kExitFailure = ToInt(ExitCode::kFailure), kExitConfig = ToInt(ExitCode::kBadInput),
+              kExitStopped = ToInt(ExitCode::kStoppedOnRequest);
 
 // Thrown for bad flags, environment or resume input: the job can never succeed, so exit 2 (no retry).
 struct ConfigError : std::runtime_error {
@@ -113,16 +119,16 @@ Config parse(int argc, char** argv) {
   }
   if (c.ckpt_dir.empty()) throw ConfigError("--checkpoint-dir is required (rank 0 writes step-N/ directories there)");
 
-  c.world = parse_int("WORLD_SIZE", env_or("WORLD_SIZE", nullptr), 1, 1 << 20);
-  c.rank = parse_int("RANK", env_or("RANK", nullptr), 0, c.world - 1);
-  c.local_rank = parse_int("LOCAL_RANK", env_or("LOCAL_RANK", "0"), 0, 1 << 20);
-  c.master_addr = env_or("MASTER_ADDR", nullptr);
+  c.world = parse_int("WORLD_SIZE", env_or(rank_env::kWorldSize, nullptr), 1, 1 << 20);
+  c.rank = parse_int("RANK", env_or(rank_env::kRank, nullptr), 0, c.world - 1);
+  c.local_rank = parse_int("LOCAL_RANK", env_or(rank_env::kLocalRank, "0"), 0, 1 << 20);
+  c.master_addr = env_or(rank_env::kMasterAddr, nullptr);
   if (c.master_addr.empty()) throw ConfigError("MASTER_ADDR is empty");
-  c.master_port = parse_int("MASTER_PORT", env_or("MASTER_PORT", nullptr), 1, 65535);
-  c.job_id = env_or("EFT_JOB_ID", "");
-  c.attempt = parse_int("EFT_ATTEMPT", env_or("EFT_ATTEMPT", "0"), 0, 1 << 30);
-  c.resume_from = env_or("EFT_RESUME_FROM", "");
-  if (std::string fd = env_or("EFT_EVENTS_FD", ""); !fd.empty()) {
+  c.master_port = parse_int("MASTER_PORT", env_or(rank_env::kMasterPort, nullptr), 1, 65535);
+  c.job_id = env_or(rank_env::kJobId, "");
+  c.attempt = parse_int("EFT_ATTEMPT", env_or(rank_env::kAttempt, "0"), 0, 1 << 30);
+  c.resume_from = env_or(rank_env::kResumeFrom, "");
+  if (std::string fd = env_or(rank_env::kEventsFd, ""); !fd.empty()) {
     c.events_fd = parse_int("EFT_EVENTS_FD", fd, 0, 1 << 20);
     if (fcntl(c.events_fd, F_GETFD) < 0)
       throw ConfigError("EFT_EVENTS_FD=" + fd + " is not an open file descriptor in this process");
@@ -132,9 +138,9 @@ Config parse(int argc, char** argv) {
 
 // One write() per line: a pipe write of <= PIPE_BUF bytes is atomic, so lines from several writers never
 // interleave. A vanished reader (EPIPE) must not kill training, so events are then dropped.
-void emit(const Config& c, const json& event) {
+void emit(const Config& c, const eft::rank::Event& event) {
   if (c.events_fd < 0) return;
-  std::string line = event.dump() + "\n";
+  std::string line = eft::rank::EncodeEvent(event) + "\n";
   ssize_t n;
   do n = ::write(c.events_fd, line.data(), line.size());
   while (n < 0 && errno == EINTR);
@@ -203,9 +209,12 @@ void save_checkpoint(const Config& c, long long step, long long acc) {
   fs::remove_all(final_dir);  // the same step saved by an earlier attempt: ours is equally valid
   fs::rename(tmp, final_dir);
   fsync_path(dir, O_RDONLY | O_DIRECTORY);
-  emit(c, {{"event", "checkpoint"}, {"step", step}, {"kind", "sharded"}, {"path", final_dir.string()},
-           {"bytes", state.size() + committed.size()},
-           {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}});
+  eft::rank::CheckpointEvent event;
+  event.step = step;
+  event.path = final_dir.string();
+  event.bytes = static_cast<int64_t>(state.size() + committed.size());
+  event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  emit(c, event);
   std::printf("checkpoint step %lld -> %s\n", step, final_dir.c_str());
   std::fflush(stdout);
 }
@@ -300,9 +309,16 @@ int run(const Config& c) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       // Every field a real trainer reports, so dashboards and metrics tests see each series
       // (grad_norm and mfu are stand-in values).
-      emit(c, {{"event", "step"}, {"step", s}, {"total_steps", c.steps}, {"loss", 1.0 / static_cast<double>(s)},
-               {"lr", 0.001}, {"grad_norm", 2.0 / static_cast<double>(s)}, {"mfu", 0.25}, {"tokens", s * 1000},
-               {"tokens_per_s", secs > 0 ? 1000.0 / secs : 0.0}});
+      eft::rank::StepEvent event;
+      event.step = s;
+      event.total_steps = c.steps;
+      event.loss = 1.0 / static_cast<double>(s);
+      event.lr = 0.001;
+      event.grad_norm = 2.0 / static_cast<double>(s);
+      event.mfu = 0.25;
+      event.tokens = s * 1000;
+      event.tokens_per_s = secs > 0 ? 1000.0 / secs : 0.0;
+      emit(c, event);
       std::printf("step %lld/%lld acc=%lld\n", s, c.steps, acc);
       std::fflush(stdout);
       if (c.ckpt_every > 0 && s % c.ckpt_every == 0) {
@@ -326,7 +342,7 @@ int run(const Config& c) {
       fs::rename(tmp, out);
       fsync_path(out.has_parent_path() ? out.parent_path() : fs::path("."), O_RDONLY | O_DIRECTORY);
     }
-    emit(c, {{"event", "finished"}});
+    emit(c, eft::rank::FinishedEvent{step});
     std::printf("finished acc=%lld expected=%lld\n", acc, expected);
   }
   return 0;

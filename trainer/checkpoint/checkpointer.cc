@@ -153,13 +153,7 @@ Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::ve
   EFT_RETURN_IF_ERROR(CommitCheckpointDir(tmp, final_dir));
   EFT_LOG(INFO) << "checkpoint " << final_dir << " (" << kind << ", " << m.total_bytes() / 1048576.0 << " MiB, "
                 << seconds << " s to write, the step loop waited " << stall_seconds << " s)";
-  events_->Emit({{"event", "checkpoint"},
-                 {"kind", kind},
-                 {"step", step},
-                 {"path", final_dir},
-                 {"bytes", m.total_bytes()},
-                 {"seconds", seconds},
-                 {"stall_seconds", stall_seconds}});
+  events_->Emit(rank::CheckpointEvent{kind, step, final_dir, m.total_bytes(), seconds, stall_seconds});
   auto deleted = ApplyRetention(policy_.root, std::max(1, policy_.keep_last));
   if (!deleted.ok()) {
     EFT_LOG(WARNING) << "checkpoint retention: " << deleted.status();
@@ -168,7 +162,7 @@ Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::ve
     for (const auto& path : *deleted) {
       const std::string name = fs::path(path).filename().string();
       if (name.find('.') != std::string::npos) continue;  // leftovers (.tmp, .replaced) were never reported
-      events_->Emit({{"event", "checkpoint_deleted"}, {"path", path}, {"reason", "retention (keep_last)"}});
+      events_->Emit(rank::CheckpointDeletedEvent{path, "retention (keep_last)"});
     }
   }
   return Status::Ok();
@@ -258,13 +252,8 @@ Result<std::optional<TrainerState>> Checkpointer::Resume(const std::string& resu
     EFT_LOG(INFO) << "resumed from " << dir << " (" << manifest.kind << ", step " << state.step << ", written at world size "
                   << state.world_size << ", now " << comm_->world() << "; " << manifest.total_bytes() / 1048576.0
                   << " MiB verified in " << verified_at - t0 << " s, loaded in " << loaded_at - verified_at << " s)";
-    events_->Emit({{"event", "resumed"},
-                   {"step", state.step},
-                   {"kind", manifest.kind},
-                   {"path", dir},
-                   {"bytes", manifest.total_bytes()},
-                   {"verify_seconds", verified_at - t0},
-                   {"load_seconds", loaded_at - verified_at}});
+    events_->Emit(rank::ResumedEvent{state.step, manifest.kind, dir, manifest.total_bytes(), verified_at - t0,
+                                     loaded_at - verified_at});
   }
   return std::optional<TrainerState>(state);
 }

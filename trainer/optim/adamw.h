@@ -18,6 +18,7 @@ struct AdamWConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  bool operator==(const AdamWConfig&) const = default;
 };
 
 class AdamW {

@@ -16,6 +16,7 @@ struct ScheduleConfig {
   double lr = 1e-5;
   double min_lr = 0.0;
   double warmup_ratio = 0.0;
+  bool operator==(const ScheduleConfig&) const = default;
 };
 
 // Errors name the field as the job spec spells it: "spec.training.schedule.min_lr: ...".

@@ -7,9 +7,9 @@
 
 namespace eft::trainer {
 
-void EventWriter::Emit(const nlohmann::json& event) {
+void EventWriter::Emit(const rank::Event& event) {
   if (fd_ < 0) return;
-  std::string line = event.dump() + "\n";
+  std::string line = rank::EncodeEvent(event) + "\n";
   ssize_t n;
   do {
     n = ::write(fd_, line.data(), line.size());

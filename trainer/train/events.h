@@ -1,11 +1,12 @@
-// Events a rank reports to its worker: one JSON object per line on EFT_EVENTS_FD (ARCHITECTURE.md),
-// e.g. {"event":"step","step":120,"loss":1.83,...}. Each line goes out in a single write(), so lines
-// from several ranks sharing a pipe never interleave. A reader that went away is not an error.
+// Events a rank reports to its worker: the rank protocol's typed events (common/rank_protocol.h),
+// one JSON object per line on EFT_EVENTS_FD, e.g. {"event":"step","step":120,"loss":1.83,...}. Each
+// line goes out in a single write(), so lines from several ranks sharing a pipe never interleave. A
+// reader that went away is not an error.
 #pragma once
 
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "common/rank_protocol.h"
 
 namespace eft::trainer {
 
@@ -13,7 +14,7 @@ class EventWriter {
  public:
   explicit EventWriter(int fd) : fd_(fd) {}
   bool enabled() const { return fd_ >= 0; }
-  void Emit(const nlohmann::json& event);
+  void Emit(const rank::Event& event);
 
  private:
   int fd_;

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/rank_protocol.h"
+
 extern char** environ;
 
 namespace eft::trainer {
@@ -58,14 +60,14 @@ Result<RankEnv> RankEnvFromEnvironment(const std::map<std::string, std::string>*
   std::map<std::string, std::string> env = given ? *given : ProcessEnvironment();
   RankEnv r;
   auto get = [&](const std::string& k) { auto it = env.find(k); return it == env.end() ? std::string() : it->second; };
-  if (env.count("RANK") || env.count("WORLD_SIZE")) {
-    r.source = env.count("EFT_JOB_ID") ? "eft-worker" : "torchrun";
-    EFT_ASSIGN_OR_RETURN(r.world, ParseInt(env, "WORLD_SIZE", 1, 1 << 20));
-    EFT_ASSIGN_OR_RETURN(r.rank, ParseInt(env, "RANK", 0, r.world - 1));
-    auto lr = ParseInt(env, "LOCAL_RANK", 0, 1 << 20);
+  if (env.count(rank::env::kRank) || env.count(rank::env::kWorldSize)) {
+    r.source = env.count(rank::env::kJobId) ? "eft-worker" : "torchrun";
+    EFT_ASSIGN_OR_RETURN(r.world, ParseInt(env, rank::env::kWorldSize, 1, 1 << 20));
+    EFT_ASSIGN_OR_RETURN(r.rank, ParseInt(env, rank::env::kRank, 0, r.world - 1));
+    auto lr = ParseInt(env, rank::env::kLocalRank, 0, 1 << 20);
     r.local_rank = lr.ok() ? *lr : 0;
     if (!lr.ok() && lr.status().code() != StatusCode::kNotFound) return lr.status();
-    auto lw = ParseInt(env, "LOCAL_WORLD_SIZE", 1, 1 << 20);
+    auto lw = ParseInt(env, rank::env::kLocalWorldSize, 1, 1 << 20);
     r.local_world = lw.ok() ? *lw : 1;
   } else if (env.count("SLURM_PROCID") && env.count("SLURM_NTASKS")) {
     r.source = "slurm";
@@ -75,30 +77,30 @@ Result<RankEnv> RankEnvFromEnvironment(const std::map<std::string, std::string>*
     r.local_rank = lr.ok() ? *lr : 0;
     // SLURM_NTASKS_PER_NODE may be "4" or "4(x2)": the leading number is what we need.
     r.local_world = std::max(1, std::atoi(get("SLURM_NTASKS_PER_NODE").c_str()));
-    if (get("MASTER_ADDR").empty() && !get("SLURM_JOB_NODELIST").empty()) {
-      env["MASTER_ADDR"] = FirstSlurmHost(get("SLURM_JOB_NODELIST"));
+    if (get(rank::env::kMasterAddr).empty() && !get("SLURM_JOB_NODELIST").empty()) {
+      env[rank::env::kMasterAddr] = FirstSlurmHost(get("SLURM_JOB_NODELIST"));
     }
   } else {
     r.source = "single process";
     return r;
   }
   if (r.world > 1) {
-    if (get("MASTER_ADDR").empty()) return Status::InvalidArgument("MASTER_ADDR is not set (needed for world size > 1)");
-    if (!env.count("MASTER_PORT")) return Status::InvalidArgument("MASTER_PORT is not set (needed for world size > 1)");
+    if (get(rank::env::kMasterAddr).empty()) return Status::InvalidArgument("MASTER_ADDR is not set (needed for world size > 1)");
+    if (!env.count(rank::env::kMasterPort)) return Status::InvalidArgument("MASTER_PORT is not set (needed for world size > 1)");
   }
-  if (!get("MASTER_ADDR").empty()) r.master_addr = get("MASTER_ADDR");
-  if (env.count("MASTER_PORT")) {
-    EFT_ASSIGN_OR_RETURN(r.master_port, ParseInt(env, "MASTER_PORT", 1, 65535));
+  if (!get(rank::env::kMasterAddr).empty()) r.master_addr = get(rank::env::kMasterAddr);
+  if (env.count(rank::env::kMasterPort)) {
+    EFT_ASSIGN_OR_RETURN(r.master_port, ParseInt(env, rank::env::kMasterPort, 1, 65535));
   }
-  r.job_id = get("EFT_JOB_ID");
-  if (env.count("EFT_ATTEMPT")) {
-    EFT_ASSIGN_OR_RETURN(r.attempt, ParseInt(env, "EFT_ATTEMPT", 0, 1 << 30));
+  r.job_id = get(rank::env::kJobId);
+  if (env.count(rank::env::kAttempt)) {
+    EFT_ASSIGN_OR_RETURN(r.attempt, ParseInt(env, rank::env::kAttempt, 0, 1 << 30));
   }
-  r.resume_from = get("EFT_RESUME_FROM");
-  if (!get("EFT_EVENTS_FD").empty()) {
-    EFT_ASSIGN_OR_RETURN(r.events_fd, ParseInt(env, "EFT_EVENTS_FD", 0, 1 << 20));
+  r.resume_from = get(rank::env::kResumeFrom);
+  if (!get(rank::env::kEventsFd).empty()) {
+    EFT_ASSIGN_OR_RETURN(r.events_fd, ParseInt(env, rank::env::kEventsFd, 0, 1 << 20));
     if (given == nullptr && ::fcntl(r.events_fd, F_GETFD) < 0) {
-      return Status::InvalidArgument("EFT_EVENTS_FD=" + get("EFT_EVENTS_FD") + " is not an open file descriptor");
+      return Status::InvalidArgument("EFT_EVENTS_FD=" + get(rank::env::kEventsFd) + " is not an open file descriptor");
     }
   }
   return r;
@@ -106,7 +108,7 @@ Result<RankEnv> RankEnvFromEnvironment(const std::map<std::string, std::string>*
 
 namespace {
 
-constexpr int kExitStoppedOnRequest = 75;
+constexpr int kExitStoppedOnRequest = rank::ToInt(rank::ExitCode::kStoppedOnRequest);
 volatile sig_atomic_t g_forward_signal = 0;
 void RememberSignal(int sig) { g_forward_signal = sig; }
 
@@ -137,12 +139,12 @@ int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv) {
   for (int r = 0; r < nproc; ++r) {
     std::vector<std::string> env_strings;
     for (char** e = environ; *e; ++e) env_strings.push_back(*e);
-    for (const auto& [k, v] : std::map<std::string, std::string>{{"RANK", std::to_string(r)},
-                                                                  {"LOCAL_RANK", std::to_string(r)},
-                                                                  {"WORLD_SIZE", std::to_string(nproc)},
-                                                                  {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
-                                                                  {"MASTER_ADDR", "127.0.0.1"},
-                                                                  {"MASTER_PORT", std::to_string(port)}}) {
+    for (const auto& [k, v] : std::map<std::string, std::string>{{rank::env::kRank, std::to_string(r)},
+                                                                  {rank::env::kLocalRank, std::to_string(r)},
+                                                                  {rank::env::kWorldSize, std::to_string(nproc)},
+                                                                  {rank::env::kLocalWorldSize, std::to_string(nproc)},
+                                                                  {rank::env::kMasterAddr, "127.0.0.1"},
+                                                                  {rank::env::kMasterPort, std::to_string(port)}}) {
       env_strings.push_back(k + "=" + v);
     }
     std::vector<char*> cargv, cenv;

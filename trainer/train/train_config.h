@@ -1,15 +1,17 @@
-// TrainConfig: everything one training run needs, read from a job spec (the YAML/JSON users submit,
-// or the EFT_JOB_SPEC the worker hands every rank) and overridden by command-line flags.
-// Field names and defaults are the job spec's (proto/eft/v1/spec.proto); errors name the field path.
+// TrainConfig: everything one training run needs. Its spec part comes from a normalized job spec
+// (spec/job_spec.h: the one schema, whose names, defaults and allowed values are spec.proto's), read
+// from a --config file or the EFT_JOB_SPEC the worker hands every rank, after --set overrides; the
+// rest (output dir, threads, peak TFLOP/s) only the command line sets.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "eft/v1/spec.pb.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/schedule.h"
 
@@ -32,7 +34,7 @@ struct TrainConfig {
   int64_t epochs = 1;
   int64_t global_batch_size = 32;
   int64_t micro_batch_size = 1;
-  int64_t max_steps = 0;  // > 0: stop after this many optimizer steps (for tests and smoke runs)
+  int64_t max_steps = 0;  // > 0: stop after this many optimizer steps
   ScheduleConfig schedule;
   AdamWConfig adamw;
   double max_grad_norm = 1.0;
@@ -45,16 +47,30 @@ struct TrainConfig {
   int64_t checkpoint_every_steps = 200;     // sharded checkpoints; 0: never
   int64_t checkpoint_full_every_steps = 0;  // full (HF + optimizer) checkpoints; 0: only at the end
   int keep_last = 3;
+
+  // Command line only.
   std::string output_dir;  // also write the final model as a plain Hugging Face directory here
   int threads = 0;         // intra-op threads per rank; 0: cores / local ranks
   double peak_tflops = 0;  // per rank, for MFU; 0: not reported
+
+  bool operator==(const TrainConfig&) const = default;
 };
 
-// Reads the fields the trainer uses from a job spec document (snake_case or lowerCamelCase keys).
-Result<TrainConfig> TrainConfigFromJobSpec(const nlohmann::json& spec);
+// A job spec document (YAML or JSON, as parsed by YamlToJson) with `--set` overrides applied, then
+// read, validated and completed with defaults by spec/job_spec.h. Errors name the field path.
+Result<v1::JobSpec> LoadJobSpec(nlohmann::json document, const std::vector<std::string>& overrides);
+
+// The run a normalized spec describes. Fails for a spec eft-train cannot run itself (spec.command
+// set: that job runs the user's program instead).
+Result<TrainConfig> TrainConfigFromJobSpec(const v1::JobSpec& normalized);
+
 // Applies a "training.lr=1e-4"-style override (a job spec path and a YAML value) to a job spec
-// document, before it is read with TrainConfigFromJobSpec.
+// document. Keys may be written as the spec writes them (snake_case) or in lowerCamelCase.
 Status ApplyOverride(const std::string& assignment, nlohmann::json* spec);
-Status ValidateTrainConfig(const TrainConfig& config);
+
+// The spec.proto fields eft-train does not read because they are the controller's and the worker's
+// business (placement, restarts, the program and its environment), as paths like
+// "resources.nodes.min". Every other field reaches TrainConfig; a test holds both lists to that.
+const std::vector<std::string>& FieldsTheTrainerIgnores();
 
 }  // namespace eft::trainer

@@ -46,7 +46,7 @@ void LimitBlasThreads() {
 }  // namespace
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env) {
-  EFT_RETURN_IF_ERROR(ValidateTrainConfig(config));
+  EFT_RETURN_IF_ERROR(ValidateSchedule(config.schedule));  // the schedule's own precondition
   std::unique_ptr<Trainer> t(new Trainer(std::move(config), std::move(env)));
   const TrainConfig& c = t->config_;
 
@@ -230,10 +230,16 @@ void Trainer::Report(const StepResult& r) {
               static_cast<long long>(r.step), static_cast<long long>(total_steps_), r.loss, r.lr, r.grad_norm, tps,
               mfu_text, FormatDuration(eta).c_str());
   std::fflush(stdout);
-  nlohmann::json e = {{"event", "step"},       {"step", r.step},          {"total_steps", total_steps_},
-                      {"loss", r.loss},        {"lr", r.lr},              {"grad_norm", r.grad_norm},
-                      {"tokens", r.tokens},    {"tokens_per_s", tps},     {"seconds", r.seconds}};
-  if (mfu > 0) e["mfu"] = mfu;
+  rank::StepEvent e;
+  e.step = r.step;
+  e.total_steps = total_steps_;
+  e.loss = r.loss;
+  e.lr = r.lr;
+  e.grad_norm = r.grad_norm;
+  e.tokens = r.tokens;
+  e.tokens_per_s = tps;
+  e.seconds = r.seconds;
+  e.mfu = mfu;
   events_.Emit(e);
 }
 
@@ -298,7 +304,7 @@ Status Trainer::Run() {
   EFT_RETURN_IF_ERROR(checkpointer_->Poll(false, /*wait=*/true).status());
   if (checkpointer_->enabled()) EFT_RETURN_IF_ERROR(checkpointer_->SaveFull(State()));
   EFT_RETURN_IF_ERROR(SaveFinalModel());
-  if (env_.rank == 0) events_.Emit({{"event", "finished"}, {"step", step_}});
+  if (env_.rank == 0) events_.Emit(rank::FinishedEvent{step_});
   return Status::Ok();
 }
 
@@ -322,7 +328,7 @@ void Trainer::ReportMemory() {
   const int64_t persistent = PersistentBytes();
   EFT_LOG(INFO) << "rank " << env_.rank << ": " << persistent / 1048576.0
                 << " MiB of parameters, gradients and optimizer state; peak RSS " << peak_rss / 1048576.0 << " MiB";
-  events_.Emit({{"event", "memory"}, {"rank", env_.rank}, {"persistent_bytes", persistent}, {"peak_rss_bytes", peak_rss}});
+  events_.Emit(rank::MemoryEvent{env_.rank, persistent, peak_rss});
 }
 
 int64_t Trainer::PersistentBytes() const {

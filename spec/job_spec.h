@@ -1,5 +1,7 @@
-// Job specs: parsing (YAML or JSON, as eftctl files and REST bodies carry them), validation and
-// defaults. Shared by the controller (which validates every submit) and eftctl (which parses files).
+// Job specs: the one schema (proto/eft/v1/spec.proto) and the one place that reads, validates and
+// fills in defaults. The controller normalizes every submit with it, eftctl parses files with it, and
+// eft-train reads its spec (a --config file, or the EFT_JOB_SPEC the worker hands every rank) through
+// the same functions, so a field, a default or an allowed value exists once.
 //
 // Errors are INVALID_ARGUMENT and name the field path and the fix, e.g.
 //   "spec.resources.nodes.max (1) must be >= spec.resources.nodes.min (2)".
@@ -12,7 +14,7 @@
 #include "common/status.h"
 #include "eft/v1/spec.pb.h"
 
-namespace eft::controller {
+namespace eft::spec {
 
 // Converts a JSON value (from YAML or JSON text) into a JobSpec by protobuf's JSON mapping
 // (lowerCamelCase and the original snake_case names are both accepted). Unknown fields and
@@ -35,4 +37,4 @@ Status NormalizeJobSpec(v1::JobSpec* spec);
 // The spec as JSON with snake_case field names (as YAML files write them).
 nlohmann::json JobSpecToJson(const v1::JobSpec& spec);
 
-}  // namespace eft::controller
+}  // namespace eft::spec

@@ -1,4 +1,4 @@
-#include "controller/job_spec.h"
+#include "spec/job_spec.h"
 
 #include <cmath>
 #include <limits>
@@ -9,12 +9,12 @@
 
 #include "common/yaml_json.h"
 
-namespace eft::controller {
+namespace eft::spec {
 namespace {
 
 using nlohmann::json;
 
-// The example from ARCHITECTURE.md, verbatim.
+// A complete job spec as a user writes one (docs/api.md), every section used.
 constexpr const char* kArchitectureExample = R"(
 name: qwen-sft
 model: /shared/models/Qwen2.5-0.5B          # HF dir: config.json, *.safetensors, tokenizer.json
@@ -473,4 +473,4 @@ TEST(JobSpecTest, ToJsonOmitsUnsetOptionalFields) {
 }
 
 }  // namespace
-}  // namespace eft::controller
+}  // namespace eft::spec

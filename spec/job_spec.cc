@@ -10,7 +10,7 @@
 // NormalizeJobSpec reports the FIRST error only, checking fields in the order spec.proto declares
 // them (nested messages depth-first). One error at a time keeps messages short, and a fixed order
 // makes the reported error deterministic for users and tests alike.
-#include "controller/job_spec.h"
+#include "spec/job_spec.h"
 
 #include <algorithm>
 #include <cctype>
@@ -27,9 +27,10 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/json_util.h>
 
+#include "common/rank_protocol.h"
 #include "common/yaml_json.h"
 
-namespace eft::controller {
+namespace eft::spec {
 namespace {
 
 namespace pb = google::protobuf;
@@ -389,15 +390,6 @@ Status CheckName(const std::string& name) {
   return Status::Ok();
 }
 
-bool IsReservedEnv(const std::string& name) {
-  static const char* const kRankEnv[] = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",
-                                         "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                         "CUDA_VISIBLE_DEVICES", "GROUP_RANK", "ROLE_RANK"};
-  if (name.rfind("EFT_", 0) == 0) return true;
-  return std::find_if(std::begin(kRankEnv), std::end(kRankEnv),
-                      [&](const char* r) { return name == r; }) != std::end(kRankEnv);
-}
-
 Status CheckEnv(const v1::JobSpec& spec) {
   // Map order is unspecified; sort so that the reported error does not depend on it.
   std::vector<std::string> names;
@@ -412,7 +404,7 @@ Status CheckEnv(const v1::JobSpec& spec) {
       return Invalid("spec.env: " + Quote(n) +
                      " is not a valid variable name; use letters, digits and '_', not starting with a digit");
     }
-    if (IsReservedEnv(n)) {
+    if (rank::IsReservedEnvName(n)) {
       return Invalid("spec.env." + n + ": the worker sets " + n +
                      " for every rank (RANK, WORLD_SIZE, MASTER_ADDR, CUDA_VISIBLE_DEVICES, EFT_*, ...); "
                      "remove it from spec.env");
@@ -540,6 +532,7 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
                                   "full", {"none", "full"}));
   EFT_RETURN_IF_ERROR(CheckChoice("spec.training.device", t->mutable_device(), "auto", {"auto", "cpu", "cuda"}));
   if (!t->has_seed()) t->set_seed(42);
+  EFT_RETURN_IF_ERROR(CheckRange("spec.training.max_steps", t->max_steps(), 0, std::numeric_limits<int32_t>::max()));
 
   v1::CheckpointSpec* ckpt = spec->mutable_checkpoint();
   if (!ckpt->has_every_steps()) ckpt->set_every_steps(200);
@@ -580,4 +573,4 @@ json JobSpecToJson(const v1::JobSpec& spec) {
   return out;
 }
 
-}  // namespace eft::controller
+}  // namespace eft::spec

@@ -1,0 +1,137 @@
+// The rank protocol (common/rank_protocol.h): exit classes, reserved environment names, and events
+// that survive encode -> decode with every field, as the trainer, the test workload and the
+// controller exchange them.
+#include "common/rank_protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace eft::rank {
+namespace {
+
+TEST(RankProtocolTest, ExitCodesAndClasses) {
+  EXPECT_EQ(ToInt(ExitCode::kSuccess), 0);
+  EXPECT_EQ(ToInt(ExitCode::kFailure), 1);
+  EXPECT_EQ(ToInt(ExitCode::kBadInput), 2);
+  EXPECT_EQ(ToInt(ExitCode::kStoppedOnRequest), 75);  // EX_TEMPFAIL: try again later
+  EXPECT_STREQ(ExitClassName(ClassifyExit(0, 0)), "success");
+  EXPECT_STREQ(ExitClassName(ClassifyExit(2, 0)), "bad_input");
+  EXPECT_STREQ(ExitClassName(ClassifyExit(75, 0)), "stopped");
+  EXPECT_STREQ(ExitClassName(ClassifyExit(1, 0)), "failed");
+  EXPECT_STREQ(ExitClassName(ClassifyExit(137, 0)), "failed");
+  EXPECT_STREQ(ExitClassName(ClassifyExit(0, 9)), "signal");  // a signal wins over the code
+  EXPECT_STREQ(ExitCodeMeaning(2), "bad configuration or input");
+  EXPECT_STREQ(ExitCodeMeaning(75), "stopped after saving a checkpoint");
+}
+
+TEST(RankProtocolTest, ReservedEnvironmentNames) {
+  for (const char* name : {env::kRank, env::kLocalRank, env::kWorldSize, env::kLocalWorldSize, env::kGroupRank,
+                           env::kRoleRank, env::kMasterAddr, env::kMasterPort, env::kRestartCount, env::kRunId,
+                           env::kCudaVisibleDevices, env::kJobSpec, env::kResumeFrom, env::kEventsFd, env::kJobId,
+                           env::kAttempt, env::kNodeName, "EFT_ANYTHING"}) {
+    EXPECT_TRUE(IsReservedEnvName(name)) << name;
+  }
+  for (const char* name : {"HF_HOME", "NCCL_DEBUG", "RANKS", "MY_RANK", "EFT", "eft_x"}) {
+    EXPECT_FALSE(IsReservedEnvName(name)) << name;
+  }
+}
+
+template <typename T>
+T RoundTrip(const Event& in) {
+  std::string line = EncodeEvent(in);
+  EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+  auto out = DecodeEvent(line);
+  EXPECT_TRUE(out.ok()) << out.status() << " for " << line;
+  EXPECT_TRUE(std::holds_alternative<T>(*out)) << line;
+  return std::get<T>(*out);
+}
+
+TEST(RankProtocolTest, EveryEventRoundTrips) {
+  StepEvent step{12, 100, 1.25, 3e-4, 0.75, 4096, 1234.5, 2.5, 0.41};
+  StepEvent s = RoundTrip<StepEvent>(step);
+  EXPECT_EQ(s.step, 12);
+  EXPECT_EQ(s.total_steps, 100);
+  EXPECT_DOUBLE_EQ(s.loss, 1.25);
+  EXPECT_DOUBLE_EQ(s.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(s.grad_norm, 0.75);
+  EXPECT_EQ(s.tokens, 4096);
+  EXPECT_DOUBLE_EQ(s.tokens_per_s, 1234.5);
+  EXPECT_DOUBLE_EQ(s.seconds, 2.5);
+  EXPECT_DOUBLE_EQ(s.mfu, 0.41);
+
+  CheckpointEvent c = RoundTrip<CheckpointEvent>(CheckpointEvent{"full", 40, "/ckpt/step-40", 1 << 20, 1.5, 0.25});
+  EXPECT_EQ(c.kind, "full");
+  EXPECT_EQ(c.step, 40);
+  EXPECT_EQ(c.path, "/ckpt/step-40");
+  EXPECT_EQ(c.bytes, 1 << 20);
+  EXPECT_DOUBLE_EQ(c.seconds, 1.5);
+  EXPECT_DOUBLE_EQ(c.stall_seconds, 0.25);
+
+  auto d = RoundTrip<CheckpointDeletedEvent>(CheckpointDeletedEvent{"/ckpt/step-10", "retention (keep_last)"});
+  EXPECT_EQ(d.path, "/ckpt/step-10");
+  EXPECT_EQ(d.reason, "retention (keep_last)");
+
+  auto r = RoundTrip<ResumedEvent>(ResumedEvent{40, "sharded", "/ckpt/step-40", 99, 0.5, 1.5});
+  EXPECT_EQ(r.step, 40);
+  EXPECT_EQ(r.kind, "sharded");
+  EXPECT_EQ(r.path, "/ckpt/step-40");
+  EXPECT_EQ(r.bytes, 99);
+  EXPECT_DOUBLE_EQ(r.verify_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(r.load_seconds, 1.5);
+
+  EXPECT_EQ(RoundTrip<FinishedEvent>(FinishedEvent{77}).step, 77);
+  auto m = RoundTrip<MemoryEvent>(MemoryEvent{1, 1000, 2000});
+  EXPECT_EQ(m.rank, 1);
+  EXPECT_EQ(m.persistent_bytes, 1000);
+  EXPECT_EQ(m.peak_rss_bytes, 2000);
+}
+
+TEST(RankProtocolTest, TheWireFormatIsTheDocumentedOne) {
+  // What a program in another language writes (docs/architecture.md): names, not positions.
+  EXPECT_EQ(EncodeEvent(FinishedEvent{5}), R"({"event":"finished","step":5})");
+  EXPECT_EQ(EncodeEvent(CheckpointDeletedEvent{"/c/step-1", "retention"}),
+            R"({"event":"checkpoint_deleted","path":"/c/step-1","reason":"retention"})");
+  // Optional fields that were not measured are left out rather than sent as 0.
+  std::string step = EncodeEvent(StepEvent{1});
+  EXPECT_EQ(step.find("mfu"), std::string::npos) << step;
+  EXPECT_EQ(step.find("total_steps"), std::string::npos) << step;
+  std::string ckpt = EncodeEvent(CheckpointEvent{"sharded", 1, "/p"});
+  EXPECT_EQ(ckpt.find("stall_seconds"), std::string::npos) << ckpt;
+  auto decoded = DecodeEvent(ckpt);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_LT(std::get<CheckpointEvent>(*decoded).seconds, 0);  // still "not reported"
+}
+
+TEST(RankProtocolTest, DecodingIsLenientAboutExtrasAndStrictAboutWhatMatters) {
+  // Integers written as floats, unknown keys, a missing kind (sharded by default).
+  auto e = DecodeEvent(R"({"event":"checkpoint","step":3.0,"path":"/p","extra":[1,2]})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(std::get<CheckpointEvent>(*e).step, 3);
+  EXPECT_EQ(std::get<CheckpointEvent>(*e).kind, "sharded");
+  // A newer rank's event type passes as unknown.
+  auto unknown = DecodeEvent(R"({"event":"eval","loss":1.0})");
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_EQ(std::get<UnknownEvent>(*unknown).type, "eval");
+  EXPECT_EQ(EventTypeName(*unknown), "eval");
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"not json", "event: not a JSON object"},
+      {"[1,2]", "event: not a JSON object"},
+      {R"({"step":1})", "event: no string \"event\" naming its type"},
+      {R"({"event":7})", "event: no string \"event\" naming its type"},
+      {R"({"event":"step"})", "step event: \"step\" is missing"},
+      {R"({"event":"step","step":"3"})", "step event: \"step\" is not a number"},
+      {R"({"event":"checkpoint","step":3})", "checkpoint event: \"path\" is missing"},
+      {R"({"event":"checkpoint","step":3,"path":""})", "checkpoint event: \"path\" is empty"},
+      {R"({"event":"checkpoint_deleted"})", "checkpoint_deleted event: \"path\" is missing"},
+      {R"({"event":"resumed","step":null})", "resumed event: \"step\" is missing"},
+  };
+  for (const auto& [line, message] : bad) {
+    auto r = DecodeEvent(line);
+    ASSERT_FALSE(r.ok()) << line;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << line;
+    EXPECT_EQ(r.status().message(), message) << line;
+  }
+}
+
+}  // namespace
+}  // namespace eft::rank

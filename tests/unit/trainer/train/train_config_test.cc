@@ -1,0 +1,252 @@
+// eft-train reads its job spec through the one schema (spec/job_spec.h): every spec.proto field either
+// reaches TrainConfig or is on the list of fields the trainer leaves to the controller, and a spec
+// the controller would refuse is refused here with the same message.
+#include "trainer/train/train_config.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+#include <gtest/gtest.h>
+
+#include "common/yaml_json.h"
+#include "spec/job_spec.h"
+
+namespace eft::trainer {
+namespace {
+
+namespace pb = google::protobuf;
+using nlohmann::json;
+
+json Doc(const std::string& yaml) {
+  auto doc = YamlToJson(yaml);
+  EXPECT_TRUE(doc.ok()) << doc.status();
+  return doc.ok() ? *doc : json();
+}
+
+const char* kMinimal = "name: t\nmodel: /models/tiny\ndata: {train: /data/train.jsonl}\n";
+
+v1::JobSpec Normalized(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  auto spec = LoadJobSpec(Doc(yaml), overrides);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : v1::JobSpec();
+}
+
+// Every scalar, repeated or map field of the spec, as a dotted path ("training.schedule.type").
+void LeafFields(const pb::Descriptor* d, const std::string& prefix, std::vector<std::string>* out) {
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    const std::string path = prefix + f->name();
+    if (f->type() == pb::FieldDescriptor::TYPE_MESSAGE && !f->is_map() && !f->is_repeated()) {
+      LeafFields(f->message_type(), path + ".", out);
+    } else {
+      out->push_back(path);
+    }
+  }
+}
+
+// A valid value different from what the minimal spec normalizes to, for each field the trainer
+// reads. A new field in spec.proto needs an entry here or in FieldsTheTrainerIgnores(), so the test
+// fails until someone decided what eft-train does with it.
+const std::map<std::string, std::string>& ChangedValues() {
+  static const auto* kValues = new std::map<std::string, std::string>{
+      {"name", "other-name"},
+      {"model", "/models/other"},
+      {"data.train", "/data/other.jsonl"},
+      {"data.format", "messages"},
+      {"data.chat_template", "/templates/chat.jinja"},
+      {"data.max_seq_len", "128"},
+      {"data.packing", "false"},
+      {"data.loss_on", "all"},
+      {"data.train_on_eos", "false"},
+      {"data.on_bad_line", "skip"},
+      {"data.truncation", "drop"},
+      {"data.cache_dir", "/cache"},
+      {"training.epochs", "3"},
+      {"training.global_batch_size", "8"},
+      {"training.micro_batch_size", "2"},
+      {"training.lr", "0.0003"},
+      {"training.schedule.type", "linear"},
+      {"training.schedule.warmup_ratio", "0.1"},
+      {"training.schedule.min_lr", "0.000001"},
+      {"training.weight_decay", "0.01"},
+      {"training.max_grad_norm", "0.5"},
+      {"training.precision", "fp32"},
+      {"training.activation_checkpointing", "none"},
+      {"training.seed", "7"},
+      {"training.device", "cpu"},
+      {"training.max_steps", "10"},
+      {"checkpoint.dir", "/checkpoints/run"},
+      {"checkpoint.every_steps", "50"},
+      {"checkpoint.full_every_steps", "100"},
+      {"checkpoint.keep_last", "5"},
+  };
+  return *kValues;
+}
+
+TEST(TrainConfigTest, EverySpecFieldReachesTheTrainerOrIsDeclaredTheControllers) {
+  std::vector<std::string> fields;
+  LeafFields(v1::JobSpec::descriptor(), "", &fields);
+  const auto& ignored = FieldsTheTrainerIgnores();
+  const auto baseline = TrainConfigFromJobSpec(Normalized(kMinimal));
+  ASSERT_TRUE(baseline.ok()) << baseline.status();
+
+  for (const std::string& field : fields) {
+    const bool is_ignored = std::find(ignored.begin(), ignored.end(), field) != ignored.end();
+    auto changed = ChangedValues().find(field);
+    if (is_ignored) {
+      EXPECT_EQ(changed, ChangedValues().end()) << field << " is both read and ignored";
+      continue;
+    }
+    ASSERT_NE(changed, ChangedValues().end())
+        << "spec.proto has " << field << " but eft-train neither reads it (TrainConfigFromJobSpec) nor lists "
+        << "it in FieldsTheTrainerIgnores(); decide, then add it to ChangedValues() here";
+    auto config = TrainConfigFromJobSpec(Normalized(kMinimal, {field + "=" + changed->second}));
+    ASSERT_TRUE(config.ok()) << field << ": " << config.status();
+    EXPECT_FALSE(*config == *baseline) << "setting " << field << "=" << changed->second
+                                       << " did not change the trainer's configuration";
+  }
+  // And the other way: nothing listed that the schema does not have.
+  for (const std::string& name : ignored) {
+    EXPECT_NE(std::find(fields.begin(), fields.end(), name), fields.end()) << name << " is not a spec field";
+  }
+  for (const auto& [name, value] : ChangedValues()) {
+    EXPECT_NE(std::find(fields.begin(), fields.end(), name), fields.end()) << name << " is not a spec field";
+  }
+}
+
+TEST(TrainConfigTest, DefaultsAreTheSchemasDefaults) {
+  auto c = TrainConfigFromJobSpec(Normalized(kMinimal));
+  ASSERT_TRUE(c.ok()) << c.status();
+  // The values spec.proto documents, filled in by NormalizeJobSpec and nowhere else.
+  EXPECT_EQ(c->data_format, "auto");
+  EXPECT_EQ(c->chat_template, "auto");
+  EXPECT_EQ(c->max_seq_len, 4096);
+  EXPECT_TRUE(c->packing);
+  EXPECT_EQ(c->loss_on, "assistant");
+  EXPECT_TRUE(c->train_on_eos);
+  EXPECT_EQ(c->on_bad_line, "error");
+  EXPECT_EQ(c->truncation, "truncate");
+  EXPECT_EQ(c->epochs, 1);
+  EXPECT_EQ(c->global_batch_size, 32);
+  EXPECT_EQ(c->micro_batch_size, 1);
+  EXPECT_DOUBLE_EQ(c->schedule.lr, 1e-5);
+  EXPECT_EQ(c->schedule.type, "cosine");
+  EXPECT_DOUBLE_EQ(c->max_grad_norm, 1.0);
+  EXPECT_EQ(c->precision, "bf16");
+  EXPECT_TRUE(c->activation_checkpointing);
+  EXPECT_EQ(c->device, "auto");
+  EXPECT_EQ(c->seed, 42u);
+  EXPECT_EQ(c->max_steps, 0);
+  EXPECT_EQ(c->checkpoint_dir, "");  // by hand: no checkpoints unless asked for
+  EXPECT_EQ(c->checkpoint_every_steps, 200);
+  EXPECT_EQ(c->checkpoint_full_every_steps, 0);
+  EXPECT_EQ(c->keep_last, 3);
+}
+
+TEST(TrainConfigTest, ExplicitZerosThatMeanSomethingAreKept) {
+  auto c = TrainConfigFromJobSpec(Normalized(
+      std::string(kMinimal) + "training: {max_grad_norm: 0, seed: 0, lr: 0.001}\ncheckpoint: {every_steps: 0}\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_grad_norm, 0.0);  // clipping off, not the default 1.0
+  EXPECT_EQ(c->seed, 0u);
+  EXPECT_EQ(c->checkpoint_every_steps, 0);
+}
+
+// The trainer no longer has a reader of its own: what the controller refuses, eft-train refuses with
+// the same words (it used to accept unknown keys silently).
+TEST(TrainConfigTest, TheControllersErrorsAreTheTrainers) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"training.learning_rate=1e-4", "spec.training.learning_rate: unknown field (did you mean lr?)"},
+      {"training.device=tpu", "spec.training.device (\"tpu\") must be one of auto, cpu, cuda"},
+      {"training.max_steps=-1", "spec.training.max_steps (-1) must be >= 0"},
+      {"data.max_seq_len=8", "spec.data.max_seq_len (8) must be >= 16"},
+      {"training.lr=\"fast\"", "spec.training.lr: expected a number, got string \"fast\""},
+  };
+  for (const auto& [override, message] : cases) {
+    auto from_trainer = LoadJobSpec(Doc(kMinimal), {override});
+    ASSERT_FALSE(from_trainer.ok()) << override;
+    EXPECT_EQ(from_trainer.status().message(), message) << override;
+    // The controller's path: parse, then normalize.
+    json doc = Doc(kMinimal);
+    ASSERT_TRUE(ApplyOverride(override, &doc).ok());
+    Status controller;
+    auto parsed = spec::JobSpecFromJson(doc);
+    if (!parsed.ok()) {
+      controller = parsed.status();
+    } else {
+      controller = spec::NormalizeJobSpec(&*parsed);
+    }
+    EXPECT_EQ(controller.message(), from_trainer.status().message()) << override;
+  }
+}
+
+TEST(TrainConfigTest, RequiredFieldsAreNamed) {
+  auto no_model = LoadJobSpec(Doc("name: t\ndata: {train: /d.jsonl}\n"), {});
+  ASSERT_FALSE(no_model.ok());
+  EXPECT_NE(no_model.status().message().find("spec.model is required"), std::string::npos) << no_model.status();
+  auto no_data = LoadJobSpec(Doc("name: t\nmodel: /m\n"), {});
+  ASSERT_FALSE(no_data.ok());
+  EXPECT_NE(no_data.status().message().find("spec.data.train is required"), std::string::npos) << no_data.status();
+}
+
+TEST(TrainConfigTest, ASpecWithItsOwnCommandIsNotTheTrainers) {
+  auto spec = LoadJobSpec(Doc("name: t\ncommand: [python, train.py]\n"), {});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto config = TrainConfigFromJobSpec(*spec);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(config.status().message().find("spec.command is set (python ...)"), std::string::npos)
+      << config.status();
+}
+
+// EFT_JOB_SPEC is the controller's normalized spec printed by JobSpecToJson: reading it back gives
+// the same run as the file it came from.
+TEST(TrainConfigTest, TheWorkersSpecReadsBackToTheSameRun) {
+  v1::JobSpec spec = Normalized(std::string(kMinimal) +
+                                "training: {lr: 0.002, seed: 9, max_steps: 4, schedule: {type: linear}}\n"
+                                "checkpoint: {dir: /ckpt, every_steps: 0}\n");
+  const std::string handed_to_ranks = spec::JobSpecToJson(spec).dump();
+  auto again = LoadJobSpec(Doc(handed_to_ranks), {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto a = TrainConfigFromJobSpec(spec), b = TrainConfigFromJobSpec(*again);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(*a == *b);
+  EXPECT_EQ(b->checkpoint_every_steps, 0);
+  EXPECT_EQ(b->max_steps, 4);
+}
+
+TEST(ApplyOverrideTest, SetsNestedPathsWithYamlValues) {
+  json doc = Doc(kMinimal);
+  ASSERT_TRUE(ApplyOverride("training.lr=1e-4", &doc).ok());
+  ASSERT_TRUE(ApplyOverride("training.schedule.type=linear", &doc).ok());
+  ASSERT_TRUE(ApplyOverride("data.packing=false", &doc).ok());
+  ASSERT_TRUE(ApplyOverride("data.train=/other.jsonl", &doc).ok());  // replaces a value
+  ASSERT_TRUE(ApplyOverride("env={A: b}", &doc).ok());               // a flow mapping
+  EXPECT_DOUBLE_EQ(doc["training"]["lr"].get<double>(), 1e-4);
+  EXPECT_EQ(doc["training"]["schedule"]["type"], "linear");
+  EXPECT_EQ(doc["data"]["packing"], false);
+  EXPECT_EQ(doc["data"]["train"], "/other.jsonl");
+  EXPECT_EQ(doc["env"]["A"], "b");
+}
+
+TEST(ApplyOverrideTest, MalformedAssignmentsAreErrors) {
+  json doc = Doc(kMinimal);
+  for (const char* bad : {"training.lr", "=3", "training..lr=1", "training.lr=[1"}) {
+    Status s = ApplyOverride(bad, &doc);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find(std::string("--set ") + bad), std::string::npos) << s;
+  }
+  // A path through a value that is not a mapping says so instead of replacing the value.
+  Status through_scalar = ApplyOverride("model.path=/x", &doc);
+  EXPECT_EQ(through_scalar.message(), "--set model.path=/x: model is not a mapping in the job spec");
+  EXPECT_EQ(doc["model"], "/models/tiny");
+}
+
+}  // namespace
+}  // namespace eft::trainer
