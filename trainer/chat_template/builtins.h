@@ -4,15 +4,14 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "trainer/chat_template/value.h"
 
 namespace eft::trainer::jinja {
-
-bool IsKnownFilter(const std::string& name);
-bool IsKnownTest(const std::string& name);
 
 // Filters that take another filter or test by name (map, select...) call back through these.
 struct Callbacks {
@@ -20,6 +19,30 @@ struct Callbacks {
   std::function<Result<bool>(const std::string& test, const Value& input, CallArgs& args)> test;
 };
 
+// Each filter and test is one entry of a table sorted by name (builtin_filters.cc, builtin_tests.cc).
+// The tables are the only lists of what templates may use: the compile-time name check
+// (IsKnown*), the dispatch (Apply*) and the unit tests all read them, so adding a filter or test is
+// adding its entry. A handler gets the name the template used, so one handler serves aliases
+// (length/count, eq/==) and names itself in its errors.
+using FilterFn = Result<Value> (*)(const std::string& name, const Value& input, CallArgs& args,
+                                   const Callbacks& callbacks);
+using TestFn = Result<bool> (*)(const std::string& name, const Value& input, CallArgs& args);
+struct FilterEntry {
+  std::string_view name;
+  FilterFn apply;
+};
+struct TestEntry {
+  std::string_view name;
+  TestFn apply;
+};
+std::span<const FilterEntry> Filters();
+std::span<const TestEntry> Tests();
+
+bool IsKnownFilter(const std::string& name);
+bool IsKnownTest(const std::string& name);
+
+// Errors "no filter named 'x'" / "no test named 'x'" for a name not in the table (templates reach
+// that through map('x') or select('x'); a literal `| x` is refused when the template compiles).
 Result<Value> ApplyFilter(const std::string& name, const Value& input, CallArgs& args, const Callbacks& callbacks);
 Result<bool> ApplyTest(const std::string& name, const Value& input, CallArgs& args);
 

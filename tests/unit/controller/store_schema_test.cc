@@ -1,0 +1,101 @@
+// The database file: what Open creates (schema, WAL mode), migrations of older files, and files it
+// must refuse (newer schema, garbage, damage) without touching them or crashing.
+#include "tests/unit/controller/store_test_fixture.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+namespace eft::controller {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST_F(StoreTest, OpenCreatesDatabaseWithSchemaInWalMode) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  EXPECT_TRUE(fs::exists(path_));
+  EXPECT_EQ(store->schema_version(), Store::kSchemaVersion);
+  EXPECT_EQ(store->path(), path_);
+  // A second, independent connection sees what is in the file.
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), std::to_string(Store::kSchemaVersion));
+  EXPECT_EQ(RawQuery(path_, "PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(RawQuery(path_, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema WHERE type = "
+                            "'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
+            "attempts,checkpoints,counters,events,jobs,nodes");
+}
+
+// Migration 2 (jobs.owner) on a database written by a version-1 controller: old jobs load, unowned.
+TEST_F(StoreTest, Version1JobsGainAnEmptyOwner) {
+  fs::create_directories(fs::path(path_).parent_path());
+  RawQuery(path_,
+           "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL DEFAULT '', spec TEXT "
+           "NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', create_ms INTEGER NOT NULL DEFAULT 0, "
+           "start_ms INTEGER NOT NULL DEFAULT 0, end_ms INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT "
+           "0, restarts INTEGER NOT NULL DEFAULT 0, not_before_ms INTEGER NOT NULL DEFAULT 0)");
+  RawQuery(path_, "INSERT INTO jobs (spec, state) VALUES ('{\"name\": \"old\"}', 'JOB_STATE_QUEUED')");
+  RawQuery(path_, "PRAGMA user_version = 1");
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->schema_version(), Store::kSchemaVersion);
+  auto jobs = store->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ(jobs->front().spec.name(), "old");
+  EXPECT_EQ(jobs->front().owner, "");
+  JobRecord job = MakeJob();
+  ASSERT_TRUE(store->InsertJob(&job).ok());
+  EXPECT_EQ(store->LoadJobs()->back().owner, "alice");
+}
+
+TEST_F(StoreTest, NewerSchemaIsRefused) {
+  fs::create_directories(fs::path(path_).parent_path());
+  RawQuery(path_, "PRAGMA user_version = 99");
+  auto store = Store::Open(path_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+  const std::string& message = store.status().message();
+  EXPECT_NE(message.find("version 99 is newer than this controller supports (" + std::to_string(Store::kSchemaVersion) + ")"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find(path_), std::string::npos) << message;
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "99");
+}
+
+TEST_F(StoreTest, GarbageFileIsRefusedUntouched) {
+  fs::create_directories(fs::path(path_).parent_path());
+  const std::string garbage(8192, 'x');
+  std::ofstream(path_, std::ios::binary) << garbage;
+  auto store = Store::Open(path_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kDataLoss) << store.status();
+  EXPECT_NE(store.status().message().find(path_), std::string::npos) << store.status();
+  std::ifstream in(path_, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), garbage);
+}
+
+TEST_F(StoreTest, DamagedFileIsAnErrorNotACrash) {
+  // Cut in half, and a page in the middle overwritten (bit rot, a bad copy).
+  for (bool truncate : {true, false}) {
+    fs::remove_all(fs::path(path_).parent_path());
+    auto store = OpenStore();
+    for (int i = 0; i < 200; ++i) AddJob(store.get());
+    store.reset();  // checkpoints the WAL into the main file and removes it
+    ASSERT_FALSE(fs::exists(path_ + "-wal"));
+    const uintmax_t size = fs::file_size(path_);
+    if (truncate) {
+      fs::resize_file(path_, size / 2);
+    } else {
+      std::fstream file(path_, std::ios::in | std::ios::out | std::ios::binary);
+      file.seekp(static_cast<std::streamoff>(size / 2 / 4096 * 4096));
+      file << std::string(4096, '\xA5');
+    }
+    auto reopened = Store::Open(path_);
+    ASSERT_FALSE(reopened.ok()) << truncate;
+    EXPECT_EQ(reopened.status().code(), StatusCode::kDataLoss) << reopened.status();
+    EXPECT_NE(reopened.status().message().find("restore it from a backup"), std::string::npos) << reopened.status();
+  }
+}
+
+}  // namespace
+}  // namespace eft::controller
