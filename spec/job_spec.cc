@@ -472,7 +472,7 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   EFT_RETURN_IF_ERROR(CheckChoice("spec.data.format", data->mutable_format(), "auto",
                                   {"auto", "messages", "prompt_completion", "text", "alpaca", "pretokenized"}));
   if (data->chat_template().empty()) data->set_chat_template("auto");
-  if (data->max_seq_len() == 0) data->set_max_seq_len(4096);
+  if (!data->has_max_seq_len()) data->set_max_seq_len(4096);
   EFT_RETURN_IF_ERROR(CheckRange("spec.data.max_seq_len", data->max_seq_len(), 16, 1048576));
   if (!data->has_packing()) data->set_packing(true);
   EFT_RETURN_IF_ERROR(CheckChoice("spec.data.loss_on", data->mutable_loss_on(), "assistant",
@@ -484,24 +484,24 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
 
   v1::ResourceSpec* res = spec->mutable_resources();
   v1::NodeRange* nodes = res->mutable_nodes();
-  if (nodes->min() == 0) nodes->set_min(1);
+  if (!nodes->has_min()) nodes->set_min(1);
   EFT_RETURN_IF_ERROR(CheckRange("spec.resources.nodes.min", nodes->min(), 1, 10000));
-  if (nodes->max() == 0) nodes->set_max(nodes->min());
+  if (!nodes->has_max()) nodes->set_max(nodes->min());
   if (nodes->max() < nodes->min()) {
     return Invalid("spec.resources.nodes.max (" + std::to_string(nodes->max()) +
                    ") must be >= spec.resources.nodes.min (" + std::to_string(nodes->min()) + ")");
   }
   EFT_RETURN_IF_ERROR(CheckRange("spec.resources.nodes.max", nodes->max(), 1, 10000));
-  if (res->gpus_per_node() == 0) res->set_gpus_per_node(1);
+  if (!res->has_gpus_per_node()) res->set_gpus_per_node(1);
   EFT_RETURN_IF_ERROR(CheckRange("spec.resources.gpus_per_node", res->gpus_per_node(), 1, 64));
 
   v1::TrainingSpec* t = spec->mutable_training();
-  if (t->epochs() == 0) t->set_epochs(1);
+  if (!t->has_epochs()) t->set_epochs(1);
   EFT_RETURN_IF_ERROR(CheckRange("spec.training.epochs", t->epochs(), 1, std::numeric_limits<int32_t>::max()));
-  if (t->global_batch_size() == 0) t->set_global_batch_size(32);
+  if (!t->has_global_batch_size()) t->set_global_batch_size(32);
   EFT_RETURN_IF_ERROR(CheckRange("spec.training.global_batch_size", t->global_batch_size(), 1,
                                  std::numeric_limits<int32_t>::max()));
-  if (t->micro_batch_size() == 0) t->set_micro_batch_size(1);
+  if (!t->has_micro_batch_size()) t->set_micro_batch_size(1);
   EFT_RETURN_IF_ERROR(CheckRange("spec.training.micro_batch_size", t->micro_batch_size(), 1,
                                  std::numeric_limits<int32_t>::max()));
   if (t->micro_batch_size() > t->global_batch_size()) {
@@ -540,7 +540,7 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
                                  std::numeric_limits<int32_t>::max()));
   EFT_RETURN_IF_ERROR(CheckRange("spec.checkpoint.full_every_steps", ckpt->full_every_steps(), 0,
                                  std::numeric_limits<int32_t>::max()));
-  if (ckpt->keep_last() == 0) ckpt->set_keep_last(3);
+  if (!ckpt->has_keep_last()) ckpt->set_keep_last(3);
   EFT_RETURN_IF_ERROR(CheckRange("spec.checkpoint.keep_last", ckpt->keep_last(), 1,
                                  std::numeric_limits<int32_t>::max()));
 

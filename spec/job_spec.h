@@ -30,8 +30,9 @@ Result<v1::JobSpec> ParseJobSpec(const std::string& text);
 // Checks every field and fills in the documented defaults (see spec.proto), except checkpoint.dir,
 // whose default depends on the job id the controller assigns. Idempotent. Reports only the first
 // error, in the order spec.proto declares the fields (nested messages depth-first, env names
-// sorted), so the same bad spec always gets the same message. A zero in a field without presence
-// means "unset" and gets the default; `optional` fields keep an explicit 0.
+// sorted), so the same bad spec always gets the same message. An unset field (a string: an empty
+// one) gets its default; an explicit 0 is kept where 0 is allowed and refused where it is not (never
+// silently replaced by a default).
 Status NormalizeJobSpec(v1::JobSpec* spec);
 
 // The spec as JSON with snake_case field names (as YAML files write them).

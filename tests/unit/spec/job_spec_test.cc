@@ -195,6 +195,35 @@ data: {packing: false}
   EXPECT_TRUE(Equal(*back, spec));
 }
 
+// An explicit 0 used to become the default silently (gpus_per_node: 0 ran with 1 rank per node).
+// Now it is either a value the field allows or an error saying the minimum.
+TEST(JobSpecTest, AnExplicitZeroIsNeverReplacedByTheDefault) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"resources: {gpus_per_node: 0}", "spec.resources.gpus_per_node (0) must be >= 1"},
+      {"resources: {nodes: {min: 0}}", "spec.resources.nodes.min (0) must be >= 1"},
+      {"resources: {nodes: {max: 0}}", "spec.resources.nodes.max (0) must be >= spec.resources.nodes.min (1)"},
+      {"data: {max_seq_len: 0}", "spec.data.max_seq_len (0) must be >= 16"},
+      {"training: {epochs: 0}", "spec.training.epochs (0) must be >= 1"},
+      {"training: {global_batch_size: 0}", "spec.training.global_batch_size (0) must be >= 1"},
+      {"training: {micro_batch_size: 0}", "spec.training.micro_batch_size (0) must be >= 1"},
+      {"checkpoint: {keep_last: 0}", "spec.checkpoint.keep_last (0) must be >= 1"},
+  };
+  for (const auto& [yaml, message] : cases) {
+    auto spec = ParseJobSpec("name: a\ncommand: [x]\n" + yaml + "\n");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    Status s = NormalizeJobSpec(&*spec);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << yaml;
+    EXPECT_EQ(s.message(), message) << yaml;
+  }
+  // Zeros that mean something are kept as they are, and shown in the normalized spec.
+  v1::JobSpec kept = MustNormalize(
+      "name: a\ncommand: [x]\ntraining: {weight_decay: 0, max_steps: 0}\ncheckpoint: {full_every_steps: 0}\n");
+  json shown = JobSpecToJson(kept);
+  EXPECT_EQ(shown["training"]["max_steps"], 0);
+  EXPECT_EQ(shown["checkpoint"]["full_every_steps"], 0);
+  EXPECT_EQ(shown["resources"]["gpus_per_node"], 1);  // left out: the default, stated
+}
+
 TEST(JobSpecTest, NormalizeIsIdempotent) {
   v1::JobSpec once = MustNormalize(kArchitectureExample);
   v1::JobSpec twice = once;
