@@ -63,6 +63,15 @@ class FieldReader {
   Status status_;
 };
 
+// At most `max` (> 3) bytes with "..." marking the cut, never splitting a UTF-8 sequence
+// (continuation bytes are 10xxxxxx).
+std::string TruncateUtf8(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t end = max - 3;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return s.substr(0, end) + "...";
+}
+
 }  // namespace
 
 ExitClass ClassifyExit(int exit_code, int signal) {
@@ -71,6 +80,7 @@ ExitClass ClassifyExit(int exit_code, int signal) {
     case ToInt(ExitCode::kSuccess): return ExitClass::kSuccess;
     case ToInt(ExitCode::kBadInput): return ExitClass::kBadInput;
     case ToInt(ExitCode::kStoppedOnRequest): return ExitClass::kStopped;
+    case ToInt(ExitCode::kRendezvousPortBusy): return ExitClass::kPortBusy;
     default: return ExitClass::kFailed;
   }
 }
@@ -80,6 +90,7 @@ const char* ExitClassName(ExitClass c) {
     case ExitClass::kSuccess: return "success";
     case ExitClass::kBadInput: return "bad_input";
     case ExitClass::kStopped: return "stopped";
+    case ExitClass::kPortBusy: return "port_busy";
     case ExitClass::kFailed: return "failed";
     case ExitClass::kSignal: return "signal";
   }
@@ -91,6 +102,7 @@ const char* ExitCodeMeaning(int exit_code) {
     case ToInt(ExitCode::kSuccess): return "finished";
     case ToInt(ExitCode::kBadInput): return "bad configuration or input";
     case ToInt(ExitCode::kStoppedOnRequest): return "stopped after saving a checkpoint";
+    case ToInt(ExitCode::kRendezvousPortBusy): return "rendezvous port busy";
     default: return "failed";
   }
 }
@@ -113,6 +125,8 @@ std::string EventTypeName(const Event& event) {
                         [](const ResumedEvent&) { return std::string("resumed"); },
                         [](const FinishedEvent&) { return std::string("finished"); },
                         [](const MemoryEvent&) { return std::string("memory"); },
+                        [](const ErrorEvent&) { return std::string("error"); },
+                        [](const NoValidCheckpointEvent&) { return std::string("no_valid_checkpoint"); },
                         [](const UnknownEvent& e) { return e.type; },
                     },
                     event);
@@ -152,6 +166,10 @@ std::string EncodeEvent(const Event& event) {
                                {"persistent_bytes", e.persistent_bytes},
                                {"peak_rss_bytes", e.peak_rss_bytes}});
                  },
+                 [&](const ErrorEvent& e) {
+                   doc.update({{"message", TruncateUtf8(e.message, kMaxErrorMessageBytes)}, {"exit_code", e.exit_code}});
+                 },
+                 [&](const NoValidCheckpointEvent& e) { doc.update({{"dir", e.dir}, {"skipped", e.skipped}}); },
                  [&](const UnknownEvent&) {},
              },
              event);
@@ -213,6 +231,17 @@ Result<Event> DecodeEvent(std::string_view line) {
     r.Number("rank", &e.rank);
     r.Number("persistent_bytes", &e.persistent_bytes);
     r.Number("peak_rss_bytes", &e.peak_rss_bytes);
+    out = e;
+  } else if (type == "error") {
+    ErrorEvent e;
+    r.String("message", &e.message, /*required=*/true);
+    r.Number("exit_code", &e.exit_code);
+    e.message = TruncateUtf8(e.message, kMaxErrorMessageBytes);
+    out = e;
+  } else if (type == "no_valid_checkpoint") {
+    NoValidCheckpointEvent e;
+    r.String("dir", &e.dir);
+    r.Number("skipped", &e.skipped);
     out = e;
   } else {
     out = UnknownEvent{type};

@@ -30,16 +30,20 @@ enum class ExitCode : int {
   kFailure = 1,            // anything retryable: a peer died, an I/O error, a crash
   kBadInput = 2,           // the configuration or the input is wrong: retrying cannot help
   kStoppedOnRequest = 75,  // SIGTERM: saved a checkpoint (when there was anything to save) and stopped
+  // Rank 0 could not listen on MASTER_PORT because another program holds it. Nothing is wrong with
+  // the job: the controller retries at once on another port, without counting a restart.
+  kRendezvousPortBusy = 76,
 };
 
 constexpr int ToInt(ExitCode code) { return static_cast<int>(code); }
 
 // How a rank ended, as the small fixed set metrics and the controller's policy use.
-enum class ExitClass { kSuccess, kBadInput, kStopped, kFailed, kSignal };
+enum class ExitClass { kSuccess, kBadInput, kStopped, kPortBusy, kFailed, kSignal };
 
 // `signal` != 0 means the rank was killed by that signal (its exit code is then meaningless).
 ExitClass ClassifyExit(int exit_code, int signal);
-// "success", "bad_input", "stopped", "failed", "signal": label values of the worker's metrics.
+// "success", "bad_input", "stopped", "port_busy", "failed", "signal": label values of the worker's
+// metrics.
 const char* ExitClassName(ExitClass c);
 // For messages: "bad configuration or input", "stopped after saving a checkpoint", ...
 const char* ExitCodeMeaning(int exit_code);
@@ -127,19 +131,35 @@ struct MemoryEvent {
   int64_t peak_rss_bytes = 0;
 };
 
+// The rank is about to exit non-zero for this reason (the last error it printed, at most
+// kMaxErrorMessageBytes), so the controller can say why an attempt ended without reading logs.
+struct ErrorEvent {
+  std::string message;
+  int exit_code = 1;
+};
+inline constexpr size_t kMaxErrorMessageBytes = 2000;
+
+// Resuming was asked for and every checkpoint found was unusable: the run starts from scratch
+// (or, with checkpoint.require_resume, fails).
+struct NoValidCheckpointEvent {
+  std::string dir;
+  int64_t skipped = 0;  // checkpoints found and refused (each with a warning in the log)
+};
+
 // A well-formed event of a type this build does not know (a newer rank): passed over, not an error.
 struct UnknownEvent {
   std::string type;
 };
 
 using Event = std::variant<StepEvent, CheckpointEvent, CheckpointDeletedEvent, ResumedEvent, FinishedEvent,
-                           MemoryEvent, UnknownEvent>;
+                           MemoryEvent, ErrorEvent, NoValidCheckpointEvent, UnknownEvent>;
 
 // The "event" value of each type: "step", "checkpoint", "checkpoint_deleted", "resumed", "finished",
-// "memory" (an UnknownEvent's own type).
+// "memory", "error", "no_valid_checkpoint" (an UnknownEvent's own type).
 std::string EventTypeName(const Event& event);
 
-// One line of JSON, without the newline. Optional fields that are "not reported" are left out.
+// One line of JSON, without the newline. Optional fields that are "not reported" are left out; an
+// ErrorEvent's message is cut to kMaxErrorMessageBytes (at a UTF-8 boundary).
 std::string EncodeEvent(const Event& event);
 
 // Parses one line. Errors (INVALID_ARGUMENT) for text that is not a JSON object with a string

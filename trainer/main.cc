@@ -9,6 +9,8 @@
 // Without --config the job spec comes from EFT_JOB_SPEC (set by eft-worker). Exit codes are the rank
 // protocol's (common/rank_protocol.h, docs/architecture.md): 0 done, 2 bad configuration or input,
 // 75 stopped on request after saving, 1 anything else.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +27,7 @@
 #include "trainer/model/model_config.h"
 #include "trainer/chat_template/chat_template.h"
 #include "trainer/tokenizer/tokenize_command.h"
+#include "trainer/train/events.h"
 #include "trainer/train/launch.h"
 #include "trainer/train/prepare.h"
 #include "trainer/train/trainer.h"
@@ -37,15 +40,25 @@ using namespace eft::trainer;
 constexpr int kExitFailure = rank::ToInt(rank::ExitCode::kFailure);
 constexpr int kExitConfig = rank::ToInt(rank::ExitCode::kBadInput);
 constexpr int kExitStopped = rank::ToInt(rank::ExitCode::kStoppedOnRequest);
+constexpr int kExitPortBusy = rank::ToInt(rank::ExitCode::kRendezvousPortBusy);
 
-// First SIGTERM/SIGINT: finish the step, save, exit 75. A second one: die at once.
+// Before the first step (loading, tokenizing, rendezvous, resuming) there is nothing to save, and
+// those phases may block for minutes: a stop ends the process at once with 75. From the first step
+// on, the first SIGTERM/SIGINT finishes the step, saves and exits 75; a second one kills at once.
 void OnStopSignal(int sig) {
+  if (Trainer::NothingToSaveYet()) {
+    static const char kMessage[] = "eft-train: stopped on request before the first step (nothing to save)\n";
+    (void)!::write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+    ::_exit(kExitStopped);
+  }
   Trainer::RequestStop();
   std::signal(sig, SIG_DFL);
 }
 
 int ExitFor(const Status& s) {
   switch (s.code()) {
+    case StatusCode::kAlreadyExists:  // only the rendezvous port (CreateCommunicator)
+      return kExitPortBusy;
     case StatusCode::kInvalidArgument:
     case StatusCode::kNotFound:
     case StatusCode::kFailedPrecondition:
@@ -56,9 +69,19 @@ int ExitFor(const Status& s) {
   }
 }
 
+// Tells the worker (and so the controller, which puts it in the attempt's end reason) why this
+// rank is about to exit, when there is an events pipe.
+void ReportFatalError(const std::string& message, int exit_code) {
+  auto env = RankEnvFromEnvironment();
+  if (!env.ok() || env->events_fd < 0) return;
+  EventWriter(env->events_fd).Emit(rank::ErrorEvent{message, exit_code});
+}
+
 int Fail(const Status& s) {
   std::fprintf(stderr, "eft-train: %s\n", s.message().c_str());
-  return ExitFor(s);
+  const int code = ExitFor(s);
+  ReportFatalError(s.message(), code);
+  return code;
 }
 
 struct InitModelArgs {
@@ -147,6 +170,7 @@ int Train(const std::string& config_path, const std::vector<std::string>& overri
   } catch (const std::exception& e) {
     // A collective failing because a peer died lands here: retryable, not a configuration error.
     std::fprintf(stderr, "eft-train: rank %d failed: %s\n", env->rank, e.what());
+    ReportFatalError(e.what(), kExitFailure);
     return kExitFailure;
   }
   return 0;

@@ -264,6 +264,50 @@ TEST_F(CheckpointTest, AnIncompatibleResumeIsRefusedWithTheReason) {
   EXPECT_NE(other.output.find("training.global_batch_size: checkpoint 8, now 4"), std::string::npos) << other.output;
 }
 
+// Every checkpoint of the run is damaged: losing all progress is said in one line and an event,
+// and with checkpoint.require_resume the retry fails instead of training from step 0 again.
+TEST_F(CheckpointTest, WhenNoCheckpointIsUsableTheRetrySaysSoOrFails) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  TrainRun("killed", 2, Spec(3, 0, ckpt), 0, "", "EFT_DEBUG_KILL_AT_STEP=7");
+  auto dirs = trainer::ListCheckpointDirs(ckpt);
+  ASSERT_EQ(dirs.size(), 2u);  // step-6, step-3
+  for (const auto& d : dirs) {
+    for (const auto& f : fs::directory_iterator(d.path)) {
+      if (f.path().filename().string().rfind("rank-", 0) == 0) fs::resize_file(f.path(), 10);
+    }
+  }
+  Run retry = TrainRun("retry", 2, Spec(3, 0, ckpt), 0, "", "EFT_ATTEMPT=2");
+  ASSERT_EQ(retry.exit_code, 0) << retry.output;
+  EXPECT_EQ(retry.losses.size(), 12u) << "started from scratch";
+  EXPECT_NE(retry.output.find("no valid checkpoint in " + ckpt + ": starting from scratch, 2 checkpoints skipped"),
+            std::string::npos)
+      << retry.output;
+  int none_events = 0;
+  for (const auto& e : retry.events) {
+    if (e["event"] != "no_valid_checkpoint") continue;
+    ++none_events;
+    EXPECT_EQ(e["dir"], ckpt);
+    EXPECT_EQ(e["skipped"], 2);
+  }
+  EXPECT_EQ(none_events, 1);
+
+  // The same damage with require_resume: exit 2 naming the reason, nothing trained.
+  fs::remove_all(ckpt);
+  TrainRun("killed2", 2, Spec(3, 0, ckpt), 0, "", "EFT_DEBUG_KILL_AT_STEP=7");
+  for (const auto& d : trainer::ListCheckpointDirs(ckpt)) {
+    for (const auto& f : fs::directory_iterator(d.path)) {
+      if (f.path().filename().string().rfind("rank-", 0) == 0) fs::resize_file(f.path(), 10);
+    }
+  }
+  Run strict = TrainRun("strict", 2, Spec(3, 0, ckpt), 0, "--set checkpoint.require_resume=true", "EFT_ATTEMPT=2");
+  EXPECT_EQ(strict.exit_code, 2) << strict.output;
+  EXPECT_TRUE(strict.losses.empty());
+  EXPECT_NE(strict.output.find("no valid checkpoint in " + ckpt + " (2 skipped, see the warnings above) and "
+                               "checkpoint.require_resume is set: not starting from scratch"),
+            std::string::npos)
+      << strict.output;
+}
+
 TEST_F(CheckpointTest, SigtermSavesAndExits75) {
   const std::string ckpt = (dir_ / "ckpt").string();
   epochs_ = 1000;  // long enough to be stopped

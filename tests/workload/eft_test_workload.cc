@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/listen_port.h"
 #include "common/rank_protocol.h"
 
 namespace fs = std::filesystem;
@@ -46,7 +47,7 @@ using eft::rank::ExitCode;
 using eft::rank::ToInt;
 namespace rank_env = eft::rank::env;
 constexpr int kExitFailure = ToInt(ExitCode::kFailure), kExitConfig = ToInt(ExitCode::kBadInput),
-              kExitStopped = ToInt(ExitCode::kStoppedOnRequest);
+              kExitStopped = ToInt(ExitCode::kStoppedOnRequest), kExitPortBusy = ToInt(ExitCode::kRendezvousPortBusy);
 
 // Thrown for bad flags, environment or resume input: the job can never succeed, so exit 2 (no retry).
 struct ConfigError : std::runtime_error {
@@ -266,6 +267,19 @@ int run(const Config& c) {
   sigemptyset(&term);
   sigaddset(&term, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &term, nullptr);
+  // A port another program holds is not this job's failure: say so with the protocol's own exit
+  // code, and the controller retries on another port without counting a restart.
+  if (c.rank == 0 && c.world > 1) {
+    eft::Status port = eft::CheckPortFreeToListen(c.master_port);
+    if (port.code() == eft::StatusCode::kAlreadyExists) {
+      std::fprintf(stderr, "eft-test-workload: rendezvous port %d (MASTER_PORT) is in use by another program\n",
+                   c.master_port);
+      emit(c, eft::rank::ErrorEvent{"rendezvous port " + std::to_string(c.master_port) +
+                                        " (MASTER_PORT) is in use by another program",
+                                    kExitPortBusy});
+      return kExitPortBusy;
+    }
+  }
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(c.master_port);
   so.isServer = c.rank == 0;

@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/io/safetensors.h"
+#include "trainer/train/debug_hooks.h"
 
 namespace eft::trainer {
 namespace {
@@ -183,6 +184,7 @@ Status Checkpointer::SaveFull(const TrainerState& state) {
     s = WriteStateFile(tmp, state);
     files.push_back(kStateFile);
   }
+  StallIfAsked("save");
   // Everyone learns whether the writer succeeded before it commits, so no rank goes on believing a
   // checkpoint exists that does not.
   at::Tensor failed = at::tensor({s.ok() ? 0.0 : 1.0}, at::kDouble);
@@ -209,7 +211,21 @@ Result<std::optional<TrainerState>> Checkpointer::Resume(const std::string& resu
   Status resolve_status;
   int64_t* slots = choice.data_ptr<int64_t>();
   if (comm_->rank() == 0) {
-    auto resolved = ResolveResume(resume_from, policy_.root);
+    std::vector<std::string> skipped;
+    auto resolved = ResolveResume(resume_from, policy_.root, &skipped);
+    if (resolved.ok() && resolved->empty() && !skipped.empty()) {
+      // Every checkpoint there was is unusable: all progress is lost. Say it once, plainly.
+      const std::string dir = policy_.root.empty() ? resume_from : policy_.root;
+      if (policy_.require_resume) {
+        resolved = Status::FailedPrecondition("no valid checkpoint in " + dir + " (" + std::to_string(skipped.size()) +
+                                              " skipped, see the warnings above) and checkpoint.require_resume is "
+                                              "set: not starting from scratch");
+      } else {
+        EFT_LOG(WARNING) << "no valid checkpoint in " << dir << ": starting from scratch, " << skipped.size()
+                         << " checkpoint" << (skipped.size() == 1 ? "" : "s") << " skipped";
+        events_->Emit(rank::NoValidCheckpointEvent{dir, static_cast<int64_t>(skipped.size())});
+      }
+    }
     if (!resolved.ok()) {
       resolve_status = resolved.status();
       slots[0] = static_cast<int64_t>(resolve_status.code());

@@ -33,6 +33,7 @@ struct CheckpointPolicy {
   int64_t full_every_steps = 0;  // full; 0: only at the end
   int keep_last = 3;
   std::string tokenizer_dir;   // copied into full checkpoints
+  bool require_resume = false; // checkpoint.require_resume: all found checkpoints unusable -> fail
 };
 
 class Checkpointer {

@@ -1,5 +1,9 @@
 #include "trainer/parallel/communicator.h"
 
+#include <cstring>
+
+#include "common/listen_port.h"
+
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "trainer/parallel/rendezvous.h"
@@ -111,6 +115,11 @@ c10::intrusive_ptr<c10d::Store> ConnectStore(const RendezvousOptions& o) {
 }
 
 Status RendezvousFailed(const RendezvousOptions& o, const std::exception& e) {
+  // Rank 0 checked the port just before; another program may still have taken it in between.
+  if (o.rank == 0 && std::strstr(e.what(), "Address already in use") != nullptr) {
+    return Status::AlreadyExists("rendezvous port " + std::to_string(o.master_port) +
+                                 " (MASTER_PORT) is in use by another program on this node: " + e.what());
+  }
   return Status::Unavailable("rendezvous at " + o.master_addr + ":" + std::to_string(o.master_port) + " as rank " +
                              std::to_string(o.rank) + " of " + std::to_string(o.world) + " failed: " + e.what());
 }
@@ -149,6 +158,14 @@ Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const RendezvousOpt
 #endif
 
 Result<std::unique_ptr<Communicator>> CreateCommunicator(const RendezvousOptions& o, c10::Device device) {
+  if (o.world > 1 && o.rank == 0) {
+    // Checked here rather than left to the store's bind: its error is a generic runtime_error.
+    Status port = CheckPortFreeToListen(o.master_port);
+    if (port.code() == StatusCode::kAlreadyExists) {
+      return Status::AlreadyExists("rendezvous port " + std::to_string(o.master_port) +
+                                   " (MASTER_PORT) is in use by another program on this node");
+    }
+  }
   if (device.is_cpu() || o.world == 1) return CreateCpuCommunicator(o);
   if (o.rank < 0 || o.rank >= o.world) {
     return Status::InvalidArgument("rank " + std::to_string(o.rank) + " is not in [0, " + std::to_string(o.world) + ")");

@@ -55,7 +55,8 @@ Result<std::unique_ptr<Communicator>> CreateCpuCommunicator(const RendezvousOpti
 Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const RendezvousOptions& options, c10::Device device);
 
 // The communicator for ranks computing on `device`: world size 1 needs none; GPUs talk over NCCL,
-// CPUs over Gloo.
+// CPUs over Gloo. ALREADY_EXISTS when this is rank 0 and another program holds MASTER_PORT (the rank
+// then exits rank::ExitCode::kRendezvousPortBusy and the controller retries on another port).
 Result<std::unique_ptr<Communicator>> CreateCommunicator(const RendezvousOptions& options, c10::Device device);
 
 }  // namespace eft::trainer

@@ -81,8 +81,8 @@ Result<RankEnv> RankEnvFromEnvironment(const std::map<std::string, std::string>*
       env[rank::env::kMasterAddr] = FirstSlurmHost(get("SLURM_JOB_NODELIST"));
     }
   } else {
+    // Alone, but maybe still under a launcher that reads events or hands a checkpoint.
     r.source = "single process";
-    return r;
   }
   if (r.world > 1) {
     if (get(rank::env::kMasterAddr).empty()) return Status::InvalidArgument("MASTER_ADDR is not set (needed for world size > 1)");

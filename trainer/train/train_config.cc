@@ -57,6 +57,7 @@ Result<TrainConfig> TrainConfigFromJobSpec(const v1::JobSpec& s) {
   c.checkpoint_every_steps = k.every_steps();
   c.checkpoint_full_every_steps = k.full_every_steps();
   c.keep_last = k.keep_last();
+  c.require_resume = k.require_resume();
   return c;
 }
 

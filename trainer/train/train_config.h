@@ -47,6 +47,7 @@ struct TrainConfig {
   int64_t checkpoint_every_steps = 200;     // sharded checkpoints; 0: never
   int64_t checkpoint_full_every_steps = 0;  // full (HF + optimizer) checkpoints; 0: only at the end
   int keep_last = 3;
+  bool require_resume = false;  // a resume that finds only unusable checkpoints fails
 
   // Command line only.
   std::string output_dir;  // also write the final model as a plain Hugging Face directory here

@@ -18,6 +18,7 @@
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/data/packing.h"
+#include "trainer/train/debug_hooks.h"
 #include "trainer/train/training_data.h"
 #include "trainer/optim/clip.h"
 #include "trainer/optim/schedule.h"
@@ -32,6 +33,11 @@ double Now() {
 }
 
 std::atomic<bool> g_stop_requested{false};
+// Until the first step starts a stop request ends the process at once: loading, tokenizing, the
+// rendezvous and resuming have nothing to save, and may block for minutes (a peer that never
+// arrives). Lock-free, so the signal handler may read it.
+std::atomic<bool> g_nothing_to_save{true};
+static_assert(std::atomic<bool>::is_always_lock_free);
 
 // LibTorch's intra-op pool and OpenBLAS's own pool each default to every core; together they
 // oversubscribe the CPU and spin against each other (measured on 2 cores: 5x slower). Keep OpenBLAS
@@ -62,6 +68,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   EFT_ASSIGN_OR_RETURN(ModelConfig model_config, ModelConfig::FromHfDir(c.model));
   EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDir::Open(c.model));
   EFT_ASSIGN_OR_RETURN(LoadedText text, LoadTextPipeline(c));
+  StallIfAsked("tokenize");
   EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareTrainingData(c, model_config.vocab_size, text.pipeline()));
   t->dataset_ = std::move(data.documents);
   if (t->dataset_.size() == 0) {
@@ -101,6 +108,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   rv.world = t->env_.world;
   rv.master_addr = t->env_.master_addr;
   rv.master_port = t->env_.master_port;
+  if (rv.world > 1) {
+    EFT_LOG(INFO) << "rendezvous of " << rv.world << " ranks at " << rv.master_addr << ":" << rv.master_port;
+  }
   EFT_ASSIGN_OR_RETURN(t->comm_, CreateCommunicator(rv, t->device_));
 
   ShardingOptions sharding;
@@ -108,6 +118,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   sharding.activation_checkpointing = c.activation_checkpointing;
   sharding.device = t->device_;
   t->model_ = std::make_unique<ShardedLlama>(model_config, t->comm_.get(), sharding);
+  StallIfAsked("load");
   EFT_RETURN_IF_ERROR(t->model_->InitFrom([&](const ParamSpec& spec) -> Result<at::Tensor> {
     return weights->Load(spec.name, at::kFloat);
   }).WithContext("loading " + c.model));
@@ -126,6 +137,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   policy.full_every_steps = c.checkpoint_full_every_steps;
   policy.keep_last = c.keep_last;
   policy.tokenizer_dir = c.model;
+  policy.require_resume = c.require_resume;
   t->checkpointer_ = std::make_unique<Checkpointer>(policy, t->comm_.get(), t->model_.get(), t->optimizer_.get(),
                                                     &t->events_);
   t->compat_ = CompatibilityRecord(c, model_config, t->dataset_.stats().examples, t->dataset_.stats().tokens);
@@ -245,6 +257,8 @@ void Trainer::Report(const StepResult& r) {
 
 void Trainer::RequestStop() { g_stop_requested = true; }
 
+bool Trainer::NothingToSaveYet() { return g_nothing_to_save.load(); }
+
 TrainerState Trainer::State() const {
   TrainerState s;
   s.step = step_;
@@ -260,6 +274,8 @@ TrainerState Trainer::State() const {
 }
 
 Status Trainer::Run() {
+  // From here a stop is answered at the next step boundary, with a checkpoint.
+  g_nothing_to_save = false;
   started_at_ = Now();
   const int64_t first_step = step_;
   const CheckpointPolicy& policy = checkpointer_->policy();

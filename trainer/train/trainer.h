@@ -43,6 +43,9 @@ class Trainer {
   Status Run();
   // Asks every rank to stop after the current step (async-signal-safe: call it from a handler).
   static void RequestStop();
+  // True until Run() starts its first step: a stop request may then end the process at once
+  // (async-signal-safe).
+  static bool NothingToSaveYet();
   // One optimizer step. Collective.
   Result<StepResult> Step();
 

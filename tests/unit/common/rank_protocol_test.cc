@@ -13,9 +13,11 @@ TEST(RankProtocolTest, ExitCodesAndClasses) {
   EXPECT_EQ(ToInt(ExitCode::kFailure), 1);
   EXPECT_EQ(ToInt(ExitCode::kBadInput), 2);
   EXPECT_EQ(ToInt(ExitCode::kStoppedOnRequest), 75);  // EX_TEMPFAIL: try again later
+  EXPECT_EQ(ToInt(ExitCode::kRendezvousPortBusy), 76);
   EXPECT_STREQ(ExitClassName(ClassifyExit(0, 0)), "success");
   EXPECT_STREQ(ExitClassName(ClassifyExit(2, 0)), "bad_input");
   EXPECT_STREQ(ExitClassName(ClassifyExit(75, 0)), "stopped");
+  EXPECT_STREQ(ExitClassName(ClassifyExit(76, 0)), "port_busy");
   EXPECT_STREQ(ExitClassName(ClassifyExit(1, 0)), "failed");
   EXPECT_STREQ(ExitClassName(ClassifyExit(137, 0)), "failed");
   EXPECT_STREQ(ExitClassName(ClassifyExit(0, 9)), "signal");  // a signal wins over the code
@@ -79,6 +81,12 @@ TEST(RankProtocolTest, EveryEventRoundTrips) {
   EXPECT_DOUBLE_EQ(r.load_seconds, 1.5);
 
   EXPECT_EQ(RoundTrip<FinishedEvent>(FinishedEvent{77}).step, 77);
+  auto err = RoundTrip<ErrorEvent>(ErrorEvent{"model_type 'gpt2' is not supported", 2});
+  EXPECT_EQ(err.message, "model_type 'gpt2' is not supported");
+  EXPECT_EQ(err.exit_code, 2);
+  auto none = RoundTrip<NoValidCheckpointEvent>(NoValidCheckpointEvent{"/ckpt", 3});
+  EXPECT_EQ(none.dir, "/ckpt");
+  EXPECT_EQ(none.skipped, 3);
   auto m = RoundTrip<MemoryEvent>(MemoryEvent{1, 1000, 2000});
   EXPECT_EQ(m.rank, 1);
   EXPECT_EQ(m.persistent_bytes, 1000);
@@ -99,6 +107,26 @@ TEST(RankProtocolTest, TheWireFormatIsTheDocumentedOne) {
   auto decoded = DecodeEvent(ckpt);
   ASSERT_TRUE(decoded.ok());
   EXPECT_LT(std::get<CheckpointEvent>(*decoded).seconds, 0);  // still "not reported"
+}
+
+// A fatal error can be anything a rank printed: its size on the wire is bounded, and the cut never
+// splits a UTF-8 character (the controller stores the message as text).
+TEST(RankProtocolTest, ErrorMessagesAreBoundedAtACharacterBoundary) {
+  std::string huge(kMaxErrorMessageBytes - 4, 'x');
+  huge += "\xc3\xa9\xc3\xa9\xc3\xa9";  // "ééé" across the limit
+  std::string line = EncodeEvent(ErrorEvent{huge, 1});
+  auto back = DecodeEvent(line);
+  ASSERT_TRUE(back.ok()) << back.status();
+  const std::string& message = std::get<ErrorEvent>(*back).message;
+  EXPECT_LE(message.size(), kMaxErrorMessageBytes);
+  EXPECT_EQ(message.substr(message.size() - 3), "...");
+  EXPECT_EQ(message.find("\xc3..."), std::string::npos) << "a UTF-8 sequence was split";
+  // Decoding bounds what a foreign program sent, too.
+  std::string sent = R"({"event":"error","message":")" + std::string(10000, 'y') + R"("})";
+  auto bounded = DecodeEvent(sent);
+  ASSERT_TRUE(bounded.ok());
+  EXPECT_LE(std::get<ErrorEvent>(*bounded).message.size(), kMaxErrorMessageBytes);
+  EXPECT_EQ(std::get<ErrorEvent>(*bounded).exit_code, 1);  // not given: a failure
 }
 
 TEST(RankProtocolTest, DecodingIsLenientAboutExtrasAndStrictAboutWhatMatters) {
@@ -124,6 +152,7 @@ TEST(RankProtocolTest, DecodingIsLenientAboutExtrasAndStrictAboutWhatMatters) {
       {R"({"event":"checkpoint","step":3,"path":""})", "checkpoint event: \"path\" is empty"},
       {R"({"event":"checkpoint_deleted"})", "checkpoint_deleted event: \"path\" is missing"},
       {R"({"event":"resumed","step":null})", "resumed event: \"step\" is missing"},
+      {R"({"event":"error"})", "error event: \"message\" is missing"},
   };
   for (const auto& [line, message] : bad) {
     auto r = DecodeEvent(line);

@@ -25,6 +25,17 @@ TEST(RankEnvTest, NoVariablesIsASingleProcess) {
   EXPECT_EQ(r->events_fd, -1);
 }
 
+TEST(RankEnvTest, ASingleProcessStillReadsEftsVariables) {
+  Env env = {{names::kResumeFrom, "auto"}, {names::kEventsFd, "5"}, {names::kAttempt, "2"}};
+  auto r = RankEnvFromEnvironment(&env);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->source, "single process");
+  EXPECT_EQ(r->world, 1);
+  EXPECT_EQ(r->resume_from, "auto");
+  EXPECT_EQ(r->events_fd, 5);
+  EXPECT_EQ(r->attempt, 2);
+}
+
 TEST(RankEnvTest, WhatTheWorkerSetsIsRead) {
   Env env = {{names::kRank, "3"},          {names::kWorldSize, "4"},      {names::kLocalRank, "1"},
              {names::kLocalWorldSize, "2"}, {names::kMasterAddr, "10.1.2.3"}, {names::kMasterPort, "29611"},

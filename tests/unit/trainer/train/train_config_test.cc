@@ -85,6 +85,7 @@ const std::map<std::string, std::string>& ChangedValues() {
       {"checkpoint.every_steps", "50"},
       {"checkpoint.full_every_steps", "100"},
       {"checkpoint.keep_last", "5"},
+      {"checkpoint.require_resume", "true"},
   };
   return *kValues;
 }

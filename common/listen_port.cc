@@ -1,0 +1,56 @@
+#include "common/listen_port.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace eft {
+namespace {
+
+// Binds `addr` as a listening server would (SO_REUSEADDR, so sockets of an earlier attempt still in
+// TIME_WAIT do not count as busy). Returns 0 or the errno of the bind; EAFNOSUPPORT when the host
+// has no such address family.
+int TryBind(int family, const sockaddr* addr, socklen_t len) {
+  int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  int err = 0;
+  if (::bind(fd, addr, len) != 0) {
+    err = errno;
+  } else if (::listen(fd, 1) != 0) {
+    err = errno;
+  }
+  ::close(fd);
+  return err;
+}
+
+}  // namespace
+
+Status CheckPortFreeToListen(int port) {
+  if (port < 1 || port > 65535) return Status::InvalidArgument("port " + std::to_string(port) + " is out of range");
+  sockaddr_in v4{};
+  v4.sin_family = AF_INET;
+  v4.sin_addr.s_addr = htonl(INADDR_ANY);
+  v4.sin_port = htons(static_cast<uint16_t>(port));
+  sockaddr_in6 v6{};
+  v6.sin6_family = AF_INET6;
+  v6.sin6_addr = in6addr_any;
+  v6.sin6_port = htons(static_cast<uint16_t>(port));
+  for (int err : {TryBind(AF_INET, reinterpret_cast<const sockaddr*>(&v4), sizeof(v4)),
+                  TryBind(AF_INET6, reinterpret_cast<const sockaddr*>(&v6), sizeof(v6))}) {
+    if (err == 0 || err == EAFNOSUPPORT || err == EADDRNOTAVAIL) continue;
+    if (err == EADDRINUSE) {
+      return Status::AlreadyExists("port " + std::to_string(port) + " is in use by another program on this host");
+    }
+    return Status::Internal("cannot listen on port " + std::to_string(port) + ": " + std::strerror(err));
+  }
+  return Status::Ok();
+}
+
+}  // namespace eft

@@ -1,0 +1,12 @@
+// Test hooks that hold a rank inside one phase of its life, so tests can stop it (SIGTERM) right
+// there and check that it answers in bounded time: EFT_DEBUG_STALL=tokenize,load,... names the
+// phases, EFT_DEBUG_STALL_SECONDS how long each stall lasts (default 30). Unset: no effect. The
+// phases: "tokenize" (data preparation), "load" (model weights), "save" (writing the final full
+// checkpoint, after its files are written and before it is committed).
+#pragma once
+
+namespace eft::trainer {
+
+void StallIfAsked(const char* phase);
+
+}  // namespace eft::trainer
