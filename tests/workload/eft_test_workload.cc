@@ -362,6 +362,17 @@ int run(const Config& c) {
   return 0;
 }
 
+// The error event of the rank protocol, from wherever the failure happened (the configuration may
+// not have been parsed: EFT_EVENTS_FD is read again here).
+void report_fatal(const std::string& message, int code) {
+  Config c;
+  const char* fd = std::getenv(rank_env::kEventsFd);
+  if (fd == nullptr || *fd == '\0') return;
+  c.events_fd = std::atoi(fd);
+  if (fcntl(c.events_fd, F_GETFD) < 0) return;
+  emit(c, eft::rank::ErrorEvent{message, code});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -384,10 +395,12 @@ int main(int argc, char** argv) {
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "eft-test-workload: configuration error: %s\n", e.what());
     code = kExitConfig;
+    report_fatal(std::string("configuration error: ") + e.what(), code);
   } catch (const std::exception& e) {
     // Typically a peer rank died mid-collective or the rendezvous timed out: a retryable failure.
     std::fprintf(stderr, "eft-test-workload: failed: %s\n", e.what());
     code = kExitFailure;
+    report_fatal(std::string("failed: ") + e.what(), code);
   }
   // _exit: after a failed collective Gloo's threads may still hold the dead connection, and running
   // static destructors under them can hang; nothing left needs unwinding.
