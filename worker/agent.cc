@@ -168,10 +168,22 @@ void WorkerAgent::WakeHeartbeat() {
   wake_cv_.notify_all();
 }
 
-std::vector<v1::RankStatus> WorkerAgent::SnapshotRanks() {
+std::vector<v1::RankStatus> WorkerAgent::SnapshotRanks(std::vector<Key>* ended) {
   std::vector<v1::RankStatus> out;
-  for (const auto& [k, r] : ranks_) out.push_back(r.status);
+  for (const auto& [k, r] : ranks_) {
+    out.push_back(r.status);
+    if (r.status.state() == v1::RANK_STATE_EXITED || r.status.state() == v1::RANK_STATE_FAILED_TO_START) {
+      ended->push_back(k);
+    }
+  }
   return out;
+}
+
+void WorkerAgent::MarkEndsReported(const std::vector<Key>& ended) {
+  for (const Key& k : ended) {
+    auto it = ranks_.find(k);
+    if (it != ranks_.end()) it->second.end_reported = true;
+  }
 }
 
 void WorkerAgent::HeartbeatLoop() {
@@ -193,9 +205,10 @@ bool WorkerAgent::RegisterOnce() {
   req.set_slots(config_.slots);
   req.set_version(config_.version);
   req.set_incarnation(incarnation_);
+  std::vector<Key> ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& s : SnapshotRanks()) *req.add_ranks() = std::move(s);
+    for (auto& s : SnapshotRanks(&ended)) *req.add_ranks() = std::move(s);
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + config_.rpc_timeout);
@@ -222,6 +235,7 @@ bool WorkerAgent::RegisterOnce() {
                 << incarnation_ << "), " << resp.desired_size() << " ranks desired";
   {
     std::lock_guard<std::mutex> lock(mu_);
+    MarkEndsReported(ended);
     registered_ = true;
     if (resp.heartbeat_interval_ms() > 0) interval_ = std::chrono::milliseconds(resp.heartbeat_interval_ms());
   }
@@ -235,10 +249,11 @@ bool WorkerAgent::HeartbeatOnce() {
   v1::HeartbeatRequest req;
   req.set_node_name(config_.name);
   req.set_incarnation(incarnation_);
+  std::vector<Key> ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
     req.set_shutting_down(draining_);
-    for (auto& s : SnapshotRanks()) *req.add_ranks() = std::move(s);
+    for (auto& s : SnapshotRanks(&ended)) *req.add_ranks() = std::move(s);
     size_t n = 0;
     for (const auto& e : pending_events_) {
       if (++n > 1000) break;  // the rest rides the next heartbeat
@@ -273,6 +288,8 @@ bool WorkerAgent::HeartbeatOnce() {
     registered_ = false;
     return true;
   }
+  // A controller that does not know this worker (above) took nothing from the request.
+  MarkEndsReported(ended);
   boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs()]() mutable {
     Reconcile(std::move(desired), specs);
   });
@@ -293,8 +310,8 @@ void WorkerAgent::Reconcile(google::protobuf::RepeatedPtrField<v1::RankAssignmen
   ReconcilePlan plan;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::map<Key, v1::RankState> known;
-    for (const auto& [key, r] : ranks_) known[key] = r.status.state();
+    std::map<Key, KnownRank> known;
+    for (const auto& [key, r] : ranks_) known[key] = {r.status.state(), r.end_reported};
     plan = PlanReconcile(desired, known, have_spec, draining_);
     for (const Key& key : plan.stop) {
       LocalRank& r = ranks_.at(key);

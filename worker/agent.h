@@ -92,6 +92,7 @@ class WorkerAgent {
     v1::RankAssignment assignment;
     v1::RankStatus status;
     ProcessSupervisor::Id id = 0;
+    bool end_reported = false;  // see KnownRank
   };
 
   void HeartbeatLoop();
@@ -103,7 +104,10 @@ class WorkerAgent {
   void OnExit(ProcessSupervisor::Id id, ProcessExit exit);
   void OnEventLine(ProcessSupervisor::Id id, const std::string& line);
   void WakeHeartbeat();
-  std::vector<v1::RankStatus> SnapshotRanks();
+  // Under mu_. `ended`: the keys of the ranks listed in their final state.
+  std::vector<v1::RankStatus> SnapshotRanks(std::vector<Key>* ended);
+  // Under mu_: a report listing `ended` was answered.
+  void MarkEndsReported(const std::vector<Key>& ended);
   std::string LogPath(const v1::RankKey& key) const;
 
   WorkerConfig config_;

@@ -3,7 +3,7 @@
 namespace eft::worker {
 
 ReconcilePlan PlanReconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired,
-                            const std::map<RankId, v1::RankState>& known, const std::set<AttemptId>& specs,
+                            const std::map<RankId, KnownRank>& known, const std::set<AttemptId>& specs,
                             bool draining) {
   ReconcilePlan plan;
   std::map<RankId, const v1::RankAssignment*> want;
@@ -13,12 +13,12 @@ ReconcilePlan PlanReconcile(const google::protobuf::RepeatedPtrField<v1::RankAss
 
   std::set<AttemptId> needed;  // attempts with a desired rank or a rank the worker keeps
   for (const auto& [id, a] : want) needed.insert(AttemptIdOf(id));
-  for (const auto& [id, state] : known) {
+  for (const auto& [id, rank] : known) {
     if (want.count(id)) continue;
-    if (state == v1::RANK_STATE_RUNNING) {
+    if (rank.state == v1::RANK_STATE_RUNNING) {
       plan.stop.push_back(id);
       needed.insert(AttemptIdOf(id));
-    } else if (state == v1::RANK_STATE_STOPPING) {
+    } else if (rank.state == v1::RANK_STATE_STOPPING || !rank.end_reported) {
       needed.insert(AttemptIdOf(id));
     } else {
       plan.forget.push_back(id);

@@ -7,9 +7,10 @@
 //  - A desired rank the worker knows is left as it is, whatever its state: a rank that exited is
 //    never restarted in place (the controller restarts a job as a new attempt).
 //  - A running rank that is not desired is stopped; a stopping one is left to finish.
-//  - A rank that exited (or failed to start) and is not desired is forgotten: it has been reported.
+//  - A rank that exited (or failed to start) and is not desired is forgotten once the controller
+//    has acknowledged a report of how it ended; until then it stays, so that the next report has it.
 //  - Draining (the worker is shutting down): nothing starts, every running rank is stopped and
-//    every exited rank forgotten, desired or not.
+//    every exited rank forgotten (once reported), desired or not.
 //  - An attempt's spec is forgotten once no desired rank and no rank the worker still knows
 //    (after the plan) belongs to that attempt.
 #pragma once
@@ -34,6 +35,14 @@ inline RankId RankIdOf(const v1::RankKey& k) { return {k.job_id(), k.attempt(), 
 inline AttemptId AttemptIdOf(const v1::RankKey& k) { return {k.job_id(), k.attempt()}; }
 inline AttemptId AttemptIdOf(const RankId& r) { return {std::get<0>(r), std::get<1>(r)}; }
 
+// What the worker knows of one of its ranks.
+struct KnownRank {
+  v1::RankState state = v1::RANK_STATE_UNSPECIFIED;
+  // A Register or Heartbeat that listed the rank in its final state (exited or failed to start) was
+  // answered.
+  bool end_reported = false;
+};
+
 struct ReconcilePlan {
   std::vector<v1::RankAssignment> start;  // in key order
   std::vector<RankId> stop;               // running ranks to stop
@@ -42,10 +51,10 @@ struct ReconcilePlan {
   std::vector<AttemptId> forget_specs;    // cached specs no rank needs any more
 };
 
-// `known`: every rank the worker has in its table, with its state. `specs`: the attempts whose spec
+// `known`: every rank the worker has in its table. `specs`: the attempts whose spec
 // the worker has (cached or just received). A key desired twice counts once (the last one).
 ReconcilePlan PlanReconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired,
-                            const std::map<RankId, v1::RankState>& known, const std::set<AttemptId>& specs,
+                            const std::map<RankId, KnownRank>& known, const std::set<AttemptId>& specs,
                             bool draining);
 
 }  // namespace eft::worker

@@ -29,6 +29,12 @@ std::vector<RankId> StartedKeys(const ReconcilePlan& plan) {
   return out;
 }
 
+const KnownRank kRunning{v1::RANK_STATE_RUNNING};
+const KnownRank kStopping{v1::RANK_STATE_STOPPING};
+const KnownRank kExited{v1::RANK_STATE_EXITED, /*end_reported=*/true};
+const KnownRank kFailedToStart{v1::RANK_STATE_FAILED_TO_START, /*end_reported=*/true};
+const KnownRank kExitedUnreported{v1::RANK_STATE_EXITED, /*end_reported=*/false};
+
 const RankId kA0{"a", 1, 0};
 const RankId kA1{"a", 1, 1};
 const RankId kB0{"b", 2, 0};
@@ -46,9 +52,9 @@ TEST(PlanReconcileTest, StartsDesiredRanksItDoesNotKnow) {
 }
 
 TEST(PlanReconcileTest, KeepsDesiredRanksInWhateverStateTheyAre) {
-  std::map<RankId, v1::RankState> known = {{kA0, v1::RANK_STATE_RUNNING},
-                                           {kA1, v1::RANK_STATE_EXITED},
-                                           {kB0, v1::RANK_STATE_FAILED_TO_START}};
+  std::map<RankId, KnownRank> known = {{kA0, kRunning},
+                                           {kA1, kExited},
+                                           {kB0, kFailedToStart}};
   ReconcilePlan plan = PlanReconcile(DesiredOf({Assignment("a", 1, 0), Assignment("a", 1, 1), Assignment("b", 2, 0)}),
                                      known, {kA, kB}, false);
   // An exited or failed rank is not started again under the same key: the controller restarts a
@@ -60,7 +66,7 @@ TEST(PlanReconcileTest, KeepsDesiredRanksInWhateverStateTheyAre) {
 }
 
 TEST(PlanReconcileTest, StopsRunningRanksNoLongerDesired) {
-  std::map<RankId, v1::RankState> known = {{kA0, v1::RANK_STATE_RUNNING}, {kB0, v1::RANK_STATE_RUNNING}};
+  std::map<RankId, KnownRank> known = {{kA0, kRunning}, {kB0, kRunning}};
   ReconcilePlan plan = PlanReconcile(DesiredOf({Assignment("b", 2, 0)}), known, {kA, kB}, false);
   EXPECT_EQ(plan.stop, (std::vector<RankId>{kA0}));
   EXPECT_TRUE(plan.start.empty());
@@ -70,7 +76,7 @@ TEST(PlanReconcileTest, StopsRunningRanksNoLongerDesired) {
 }
 
 TEST(PlanReconcileTest, LeavesStoppingRanksAlone) {
-  std::map<RankId, v1::RankState> known = {{kA0, v1::RANK_STATE_STOPPING}};
+  std::map<RankId, KnownRank> known = {{kA0, kStopping}};
   ReconcilePlan plan = PlanReconcile({}, known, {kA}, false);
   EXPECT_TRUE(plan.stop.empty());
   EXPECT_TRUE(plan.forget.empty());
@@ -78,19 +84,30 @@ TEST(PlanReconcileTest, LeavesStoppingRanksAlone) {
 }
 
 TEST(PlanReconcileTest, ForgetsExitedRanksNoLongerDesiredAndTheirSpec) {
-  std::map<RankId, v1::RankState> known = {{kA0, v1::RANK_STATE_EXITED},
-                                           {kA1, v1::RANK_STATE_FAILED_TO_START},
-                                           {kB0, v1::RANK_STATE_EXITED}};
+  std::map<RankId, KnownRank> known = {{kA0, kExited},
+                                           {kA1, kFailedToStart},
+                                           {kB0, kExited}};
   ReconcilePlan plan = PlanReconcile(DesiredOf({Assignment("b", 2, 0)}), known, {kA, kB}, false);
   EXPECT_EQ(plan.forget, (std::vector<RankId>{kA0, kA1}));
   EXPECT_TRUE(plan.stop.empty());
   EXPECT_EQ(plan.forget_specs, (std::vector<AttemptId>{kA}));
 }
 
+TEST(PlanReconcileTest, KeepsAnExitedRankUntilTheControllerHasSeenHowItEnded) {
+  // It exited after the request that the reply being reconciled answers was sent: forgetting it now
+  // would mean the controller never learns its exit.
+  std::map<RankId, KnownRank> known = {{kA0, kExitedUnreported}, {kA1, kExited}};
+  ReconcilePlan plan = PlanReconcile({}, known, {kA}, false);
+  EXPECT_EQ(plan.forget, (std::vector<RankId>{kA1}));
+  EXPECT_TRUE(plan.forget_specs.empty());
+  plan = PlanReconcile({}, known, {kA}, true);
+  EXPECT_EQ(plan.forget, (std::vector<RankId>{kA1}));
+}
+
 TEST(PlanReconcileTest, DrainingStartsNothingAndStopsEverything) {
-  std::map<RankId, v1::RankState> known = {{kA0, v1::RANK_STATE_RUNNING},
-                                           {kA1, v1::RANK_STATE_EXITED},
-                                           {kB0, v1::RANK_STATE_STOPPING}};
+  std::map<RankId, KnownRank> known = {{kA0, kRunning},
+                                           {kA1, kExited},
+                                           {kB0, kStopping}};
   ReconcilePlan plan = PlanReconcile(
       DesiredOf({Assignment("a", 1, 0), Assignment("a", 1, 1), Assignment("a", 1, 2), Assignment("b", 2, 0)}), known,
       {kA, kB}, true);
@@ -106,7 +123,7 @@ TEST(PlanReconcileTest, DoesNotStartARankWhoseAttemptSpecIsUnknown) {
   EXPECT_EQ(StartedKeys(plan), (std::vector<RankId>{kB0}));
   EXPECT_EQ(plan.awaiting_spec, (std::vector<RankId>{kA0}));
   // Once the next reply brings it, the rank starts.
-  plan = PlanReconcile(DesiredOf({Assignment("a", 1, 0), Assignment("b", 2, 0)}), {{kB0, v1::RANK_STATE_RUNNING}},
+  plan = PlanReconcile(DesiredOf({Assignment("a", 1, 0), Assignment("b", 2, 0)}), {{kB0, kRunning}},
                        {kA, kB}, false);
   EXPECT_EQ(StartedKeys(plan), (std::vector<RankId>{kA0}));
   EXPECT_TRUE(plan.awaiting_spec.empty());
