@@ -6,10 +6,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <random>
+#include <set>
 
-#include "common/clock.h"
 #include "common/logging.h"
+#include "common/rank_protocol.h"
+#include "worker/rank_env.h"
 
 namespace eft::worker {
 
@@ -33,30 +36,42 @@ std::string Describe(const v1::RankKey& k) {
   return "job " + k.job_id() + " attempt " + std::to_string(k.attempt()) + " rank " + std::to_string(k.rank());
 }
 
-}  // namespace
-
-const char* RankExitClass(int exit_code, int signal) {
-  if (signal != 0) return "signal";
-  switch (exit_code) {
-    case 0: return "success";
-    case 2: return "bad_input";
-    case 75: return "stopped";
-    default: return "failed";
+// Fallback until the controller sends AttemptSpec (and RankAssignment.resume_from); delete it once
+// it does. Meanwhile the controller puts the job spec and the resume point into RankAssignment.env:
+// a rank whose attempt spec is neither in the reply nor cached takes EFT_JOB_SPEC from its env, and
+// an empty resume_from takes EFT_RESUME_FROM.
+void AdoptSpecFromEnvUntilControllerSendsAttemptSpec(google::protobuf::RepeatedPtrField<v1::RankAssignment>* desired,
+                                                    std::map<AttemptId, std::string>* specs) {
+  for (auto& a : *desired) {
+    auto spec = a.env().find(rank::env::kJobSpec);
+    if (spec != a.env().end()) specs->emplace(AttemptIdOf(a.key()), spec->second);
+    auto resume = a.env().find(rank::env::kResumeFrom);
+    if (a.resume_from().empty() && resume != a.env().end()) a.set_resume_from(resume->second);
   }
 }
 
-WorkerAgent::WorkerAgent(WorkerConfig config)
+}  // namespace
+
+const char* RankExitClass(int exit_code, int signal) {
+  return rank::ExitClassName(rank::ClassifyExit(exit_code, signal));
+}
+
+WorkerAgent::WorkerAgent(WorkerConfig config, AgentDeps deps)
     : config_(std::move(config)),
       endpoint_([this] {
         ControllerEndpoint e = config_.endpoint;
         e.address = config_.controller;
         return e;
       }()),
+      deps_(std::move(deps)),
       incarnation_(RandomIncarnation()),
-      stub_(NewAgentStub(endpoint_)),
       ledger_(config_.work_dir + "/ranks.ledger"),
       work_(boost::asio::make_work_guard(io_)),
-      interval_(config_.heartbeat_interval) {}
+      interval_(config_.heartbeat_interval) {
+  if (!deps_.new_stub) deps_.new_stub = [endpoint = endpoint_] { return NewAgentStub(endpoint); };
+  if (deps_.clock == nullptr) deps_.clock = RealClock::Get();
+  stub_ = deps_.new_stub();
+}
 
 WorkerAgent::~WorkerAgent() { Shutdown(std::chrono::milliseconds(0)); }
 
@@ -90,7 +105,7 @@ void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
     draining_ = true;
   }
   // Stop every rank as if the controller no longer wanted it, then keep reporting until they are gone.
-  boost::asio::post(io_, [this] { Reconcile({}); });
+  boost::asio::post(io_, [this] { Reconcile({}, {}); });
   auto until = std::chrono::steady_clock::now() + deadline;
   while (std::chrono::steady_clock::now() < until) {
     {
@@ -154,10 +169,22 @@ void WorkerAgent::WakeHeartbeat() {
   wake_cv_.notify_all();
 }
 
-std::vector<v1::RankStatus> WorkerAgent::SnapshotRanks() {
+std::vector<v1::RankStatus> WorkerAgent::SnapshotRanks(std::vector<Key>* ended) {
   std::vector<v1::RankStatus> out;
-  for (const auto& [k, r] : ranks_) out.push_back(r.status);
+  for (const auto& [k, r] : ranks_) {
+    out.push_back(r.status);
+    if (r.status.state() == v1::RANK_STATE_EXITED || r.status.state() == v1::RANK_STATE_FAILED_TO_START) {
+      ended->push_back(k);
+    }
+  }
   return out;
+}
+
+void WorkerAgent::MarkEndsReported(const std::vector<Key>& ended) {
+  for (const Key& k : ended) {
+    auto it = ranks_.find(k);
+    if (it != ranks_.end()) it->second.end_reported = true;
+  }
 }
 
 void WorkerAgent::HeartbeatLoop() {
@@ -179,9 +206,10 @@ bool WorkerAgent::RegisterOnce() {
   req.set_slots(config_.slots);
   req.set_version(config_.version);
   req.set_incarnation(incarnation_);
+  std::vector<Key> ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& s : SnapshotRanks()) *req.add_ranks() = std::move(s);
+    for (auto& s : SnapshotRanks(&ended)) *req.add_ranks() = std::move(s);
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + config_.rpc_timeout);
@@ -199,7 +227,7 @@ bool WorkerAgent::RegisterOnce() {
     }
     controller_reachable_ = false;
     ++heartbeat_failures_;
-    stub_ = NewAgentStub(endpoint_);
+    stub_ = deps_.new_stub();
     return false;
   }
   controller_reachable_ = true;
@@ -208,10 +236,13 @@ bool WorkerAgent::RegisterOnce() {
                 << incarnation_ << "), " << resp.desired_size() << " ranks desired";
   {
     std::lock_guard<std::mutex> lock(mu_);
+    MarkEndsReported(ended);
     registered_ = true;
     if (resp.heartbeat_interval_ms() > 0) interval_ = std::chrono::milliseconds(resp.heartbeat_interval_ms());
   }
-  boost::asio::post(io_, [this, desired = resp.desired()] { Reconcile(desired); });
+  boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs()]() mutable {
+    Reconcile(std::move(desired), specs);
+  });
   return true;
 }
 
@@ -219,10 +250,11 @@ bool WorkerAgent::HeartbeatOnce() {
   v1::HeartbeatRequest req;
   req.set_node_name(config_.name);
   req.set_incarnation(incarnation_);
+  std::vector<Key> ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
     req.set_shutting_down(draining_);
-    for (auto& s : SnapshotRanks()) *req.add_ranks() = std::move(s);
+    for (auto& s : SnapshotRanks(&ended)) *req.add_ranks() = std::move(s);
     size_t n = 0;
     for (const auto& e : pending_events_) {
       if (++n > 1000) break;  // the rest rides the next heartbeat
@@ -241,7 +273,7 @@ bool WorkerAgent::HeartbeatOnce() {
     }
     controller_reachable_ = false;
     ++heartbeat_failures_;
-    stub_ = NewAgentStub(endpoint_);
+    stub_ = deps_.new_stub();
     return false;
   }
   if (!controller_reachable_) EFT_LOG(INFO) << "controller " << config_.controller << " reachable again";
@@ -257,51 +289,52 @@ bool WorkerAgent::HeartbeatOnce() {
     registered_ = false;
     return true;
   }
-  boost::asio::post(io_, [this, desired = resp.desired()] { Reconcile(desired); });
+  // A controller that does not know this worker (above) took nothing from the request.
+  MarkEndsReported(ended);
+  boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs()]() mutable {
+    Reconcile(std::move(desired), specs);
+  });
   return true;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Reconciliation (io thread)
 
-void WorkerAgent::Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired) {
+void WorkerAgent::Reconcile(google::protobuf::RepeatedPtrField<v1::RankAssignment> desired,
+                            const AttemptSpecs& specs) {
   if (!supervisor_) return;
+  for (const auto& spec : specs) specs_[{spec.job_id(), spec.attempt()}] = spec.spec_json();
+  AdoptSpecFromEnvUntilControllerSendsAttemptSpec(&desired, &specs_);  // until the controller sends AttemptSpec
+  std::set<AttemptId> have_spec;
+  for (const auto& [attempt, json] : specs_) have_spec.insert(attempt);
   bool changed = false;
-  std::map<Key, const v1::RankAssignment*> want;
-  for (const auto& a : desired) want[KeyOf(a.key())] = &a;
-  std::vector<v1::RankAssignment> to_start;
+  ReconcilePlan plan;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = ranks_.begin(); it != ranks_.end();) {
-      LocalRank& r = it->second;
-      if (want.count(it->first) && !draining_) {
-        ++it;
-        continue;
-      }
-      if (r.status.state() == v1::RANK_STATE_RUNNING) {
-        auto grace = std::chrono::milliseconds(static_cast<long long>(r.assignment.stop_grace_seconds() * 1000));
-        EFT_LOG(INFO) << "stopping " << Describe(r.status.key()) << " (pid " << r.status.pid() << ", grace "
-                      << grace.count() << " ms): no longer desired";
-        supervisor_->Stop(r.id, grace);
-        r.status.set_state(v1::RANK_STATE_STOPPING);
-        changed = true;
-        ++it;
-      } else if (r.status.state() == v1::RANK_STATE_STOPPING) {
-        ++it;
-      } else {
-        // Exited and no longer wanted: the controller has what it needs.
-        by_id_.erase(r.id);
-        it = ranks_.erase(it);
-      }
+    std::map<Key, KnownRank> known;
+    for (const auto& [key, r] : ranks_) known[key] = {r.status.state(), r.end_reported};
+    plan = PlanReconcile(desired, known, have_spec, draining_);
+    for (const Key& key : plan.stop) {
+      LocalRank& r = ranks_.at(key);
+      auto grace = std::chrono::milliseconds(static_cast<long long>(r.assignment.stop_grace_seconds() * 1000));
+      EFT_LOG(INFO) << "stopping " << Describe(r.status.key()) << " (pid " << r.status.pid() << ", grace "
+                    << grace.count() << " ms): no longer desired";
+      supervisor_->Stop(r.id, grace);
+      r.status.set_state(v1::RANK_STATE_STOPPING);
+      changed = true;
     }
-    if (!draining_) {
-      for (const auto& [key, a] : want) {
-        if (!ranks_.count(key)) to_start.push_back(*a);
-      }
+    for (const Key& key : plan.forget) {
+      by_id_.erase(ranks_.at(key).id);
+      ranks_.erase(key);
     }
   }
-  for (const auto& a : to_start) {
-    StartRank(a);
+  for (const auto& [job, attempt, rank] : plan.awaiting_spec) {
+    EFT_LOG(INFO) << "job " << job << " attempt " << attempt << " rank " << rank
+                  << " waits for its attempt's spec (it comes with the next reply)";
+  }
+  for (const auto& attempt : plan.forget_specs) specs_.erase(attempt);
+  for (const auto& a : plan.start) {
+    StartRank(a, specs_.at(AttemptIdOf(a.key())));
     changed = true;
   }
   if (changed) WakeHeartbeat();
@@ -312,38 +345,20 @@ std::string WorkerAgent::LogPath(const v1::RankKey& k) const {
          std::to_string(k.rank()) + ".log";
 }
 
-void WorkerAgent::StartRank(const v1::RankAssignment& a) {
+void WorkerAgent::StartRank(const v1::RankAssignment& a, const std::string& spec_json) {
   LaunchSpec spec;
   spec.argv.assign(a.command().begin(), a.command().end());
   spec.log_path = LogPath(a.key());
-  for (const auto& [k, v] : a.env()) spec.env[k] = v;
-  spec.env["RANK"] = std::to_string(a.key().rank());
-  spec.env["LOCAL_RANK"] = std::to_string(a.local_rank());
-  spec.env["WORLD_SIZE"] = std::to_string(a.world_size());
-  spec.env["LOCAL_WORLD_SIZE"] = std::to_string(a.local_world_size());
-  spec.env["GROUP_RANK"] = std::to_string(a.local_world_size() ? a.key().rank() / a.local_world_size() : 0);
-  spec.env["ROLE_RANK"] = spec.env["RANK"];
-  spec.env["MASTER_ADDR"] = a.master_addr();
-  spec.env["MASTER_PORT"] = std::to_string(a.master_port());
-  spec.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(a.key().attempt() - 1);
-  spec.env["TORCHELASTIC_RUN_ID"] = a.key().job_id();
-  spec.env["EFT_JOB_ID"] = a.key().job_id();
-  spec.env["EFT_ATTEMPT"] = std::to_string(a.key().attempt());
-  spec.env["EFT_NODE_NAME"] = config_.name;
-  // One GPU per rank; on a CPU node no GPU at all, so frameworks do not grab a device by accident.
-  spec.env["CUDA_VISIBLE_DEVICES"] =
-      a.slot() >= 0 && a.slot() < static_cast<int>(config_.gpu_ids.size()) ? config_.gpu_ids[a.slot()] : "";
-  // eft-train next to this eft-worker wins over another one on PATH.
-  const char* path = std::getenv("PATH");
-  std::string own = OwnDirectory();
-  if (!own.empty()) spec.env["PATH"] = own + ":" + (path ? path : "/usr/bin:/bin");
+  NodeFacts node{config_.name, config_.gpu_ids, OwnDirectory(), std::nullopt};
+  if (const char* path = std::getenv("PATH")) node.path = path;
+  spec.env = BuildRankEnv(a, spec_json, node);
 
   LocalRank r;
   r.assignment = a;
   *r.status.mutable_key() = a.key();
   r.status.set_slot(a.slot());
-  r.status.set_start_time_ms(RealClock::Get()->WallMillis());
-  Key key = KeyOf(a.key());
+  r.status.set_start_time_ms(deps_.clock->WallMillis());
+  Key key = RankIdOf(a.key());
   ProcessSupervisor::Id id;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -355,7 +370,7 @@ void WorkerAgent::StartRank(const v1::RankAssignment& a) {
     EFT_LOG(ERROR) << "cannot start " << Describe(a.key()) << ": " << pid.status();
     r.status.set_state(v1::RANK_STATE_FAILED_TO_START);
     r.status.set_message(pid.status().message());
-    r.status.set_end_time_ms(RealClock::Get()->WallMillis());
+    r.status.set_end_time_ms(deps_.clock->WallMillis());
   } else {
     r.status.set_state(v1::RANK_STATE_RUNNING);
     r.status.set_pid(*pid);
@@ -386,7 +401,7 @@ void WorkerAgent::OnExit(ProcessSupervisor::Id id, ProcessExit exit) {
     r.status.set_state(v1::RANK_STATE_EXITED);
     r.status.set_exit_code(exit.exit_code);
     r.status.set_signal(exit.signal);
-    r.status.set_end_time_ms(RealClock::Get()->WallMillis());
+    r.status.set_end_time_ms(deps_.clock->WallMillis());
     key = r.status.key();
     ++rank_exits_[RankExitClass(exit.exit_code, exit.signal)];
     Status s = ledger_.Forget(r.status.pid());
@@ -408,7 +423,7 @@ void WorkerAgent::OnEventLine(ProcessSupervisor::Id id, const std::string& line)
   v1::RankEvent e;
   *e.mutable_key() = ranks_.at(it->second).status.key();
   e.set_seq(next_seq_++);
-  e.set_time_ms(RealClock::Get()->WallMillis());
+  e.set_time_ms(deps_.clock->WallMillis());
   e.set_json(line);
   pending_events_.push_back(std::move(e));
 }

@@ -1,19 +1,22 @@
 // WorkerAgent: the eft-worker of one node.
 //
 // Registers with the controller, heartbeats every interval (and at once after any local change),
-// and reconciles: starts the desired ranks it does not run, stops (SIGTERM, grace, SIGKILL of the
-// process group) the ranks that are no longer desired, reports every rank's state and relays the
-// events ranks write to EFT_EVENTS_FD until the controller acknowledges them. When the controller
-// is unreachable, ranks keep running and reports wait; everything converges when it answers again.
+// and reconciles (worker/reconcile.h): starts the desired ranks it does not run, with the
+// environment of worker/rank_env.h, stops (SIGTERM, grace, SIGKILL of the process group) the ranks
+// that are no longer desired, reports every rank's state and relays the events ranks write to
+// EFT_EVENTS_FD until the controller acknowledges them. When the controller is unreachable, ranks
+// keep running and reports wait; everything converges when it answers again. docs/architecture.md
+// ("Worker") describes it.
 //
 // Threads: an io thread owns the ProcessSupervisor (rank processes must be forked from a thread that
-// lives as long as they do, because of PR_SET_PDEATHSIG), a heartbeat thread does the RPCs, and the
-// LogShipper has its own. `mu_` guards the rank table and pending events.
+// lives as long as they do, because of PR_SET_PDEATHSIG) and the attempt specs, a heartbeat thread
+// does the RPCs, and the LogShipper has its own. `mu_` guards the rank table and pending events.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,11 +28,13 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <grpcpp/grpcpp.h>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "eft/v1/agent.grpc.pb.h"
 #include "worker/log_shipper.h"
 #include "worker/process_supervisor.h"
 #include "worker/rank_ledger.h"
+#include "worker/reconcile.h"
 #include "worker/worker_config.h"
 
 namespace eft::worker {
@@ -51,14 +56,24 @@ struct WorkerStats {
   uint64_t log_push_failures = 0;
 };
 
-// How a rank ended, as a small fixed set (the exit-code contract of ARCHITECTURE.md): "success"
-// (0), "bad_input" (2), "stopped" (75, saved and stopped on request), "failed" (any other code),
-// "signal" (killed by a signal).
+// How a rank ended: rank::ExitClassName(rank::ClassifyExit(...)) of common/rank_protocol.h,
+// "success", "bad_input", "stopped", "failed" or "signal".
 const char* RankExitClass(int exit_code, int signal);
+
+// What the agent uses of the outside world besides rank processes, so that tests can replace it.
+struct AgentDeps {
+  // A stub on a new channel to the controller, made at construction and again after every failed
+  // Register or Heartbeat (see NewAgentStub for why). Unset: NewAgentStub(config.endpoint).
+  std::function<std::unique_ptr<v1::AgentService::StubInterface>()> new_stub;
+  // Stamps rank start and end times and events. Not owned; unset: RealClock::Get(). Waits (the
+  // heartbeat interval, Shutdown's deadline) block threads and therefore use real time.
+  Clock* clock = nullptr;
+};
 
 class WorkerAgent {
  public:
-  explicit WorkerAgent(WorkerConfig config);
+  explicit WorkerAgent(WorkerConfig config) : WorkerAgent(std::move(config), AgentDeps{}) {}
+  WorkerAgent(WorkerConfig config, AgentDeps deps);
   ~WorkerAgent();
 
   // Kills ranks a previous incarnation left behind and starts the threads.
@@ -71,29 +86,35 @@ class WorkerAgent {
   WorkerStats Stats();
 
  private:
-  using Key = std::tuple<std::string, int, int>;  // job, attempt, rank
+  using Key = RankId;
+  using AttemptSpecs = google::protobuf::RepeatedPtrField<v1::AttemptSpec>;
   struct LocalRank {
     v1::RankAssignment assignment;
     v1::RankStatus status;
     ProcessSupervisor::Id id = 0;
+    bool end_reported = false;  // see KnownRank
   };
 
   void HeartbeatLoop();
   bool RegisterOnce();
   bool HeartbeatOnce();
-  void Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired);  // io thread
-  void StartRank(const v1::RankAssignment& a);                                           // io thread
+  // io thread: `desired` and `specs` of one reply.
+  void Reconcile(google::protobuf::RepeatedPtrField<v1::RankAssignment> desired, const AttemptSpecs& specs);
+  void StartRank(const v1::RankAssignment& a, const std::string& spec_json);  // io thread
   void OnExit(ProcessSupervisor::Id id, ProcessExit exit);
   void OnEventLine(ProcessSupervisor::Id id, const std::string& line);
   void WakeHeartbeat();
-  std::vector<v1::RankStatus> SnapshotRanks();
+  // Under mu_. `ended`: the keys of the ranks listed in their final state.
+  std::vector<v1::RankStatus> SnapshotRanks(std::vector<Key>* ended);
+  // Under mu_: a report listing `ended` was answered.
+  void MarkEndsReported(const std::vector<Key>& ended);
   std::string LogPath(const v1::RankKey& key) const;
-  static Key KeyOf(const v1::RankKey& k) { return {k.job_id(), k.attempt(), k.rank()}; }
 
   WorkerConfig config_;
   ControllerEndpoint endpoint_;  // config_.endpoint with its address
+  AgentDeps deps_;               // both set
   std::string incarnation_;
-  std::unique_ptr<v1::AgentService::Stub> stub_;  // heartbeat thread only
+  std::unique_ptr<v1::AgentService::StubInterface> stub_;  // heartbeat thread only
   RankLedger ledger_;
 
   boost::asio::io_context io_;
@@ -102,6 +123,9 @@ class WorkerAgent {
   std::thread io_thread_;
   std::thread heartbeat_thread_;
   std::unique_ptr<LogShipper> shipper_;
+  // io thread only: the spec of each attempt this node has a rank of, from the AttemptSpecs of
+  // replies (the controller sends each one once; see PlanReconcile for when it is forgotten).
+  std::map<AttemptId, std::string> specs_;
 
   std::mutex mu_;
   std::condition_variable wake_cv_;

@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include "common/rank_protocol.h"
+
 namespace eft::worker {
 
 namespace {
@@ -13,7 +15,9 @@ constexpr v1::RankState kRankStates[] = {v1::RANK_STATE_RUNNING, v1::RANK_STATE_
 
 // Every class is exported from the start (at 0), so rate() and alerts see a series before the
 // first exit of that kind.
-constexpr const char* kExitClasses[] = {"success", "bad_input", "stopped", "failed", "signal"};
+constexpr rank::ExitClass kExitClasses[] = {rank::ExitClass::kSuccess, rank::ExitClass::kBadInput,
+                                           rank::ExitClass::kStopped, rank::ExitClass::kFailed,
+                                           rank::ExitClass::kSignal};
 
 }  // namespace
 
@@ -87,7 +91,8 @@ Status WorkerMetrics::RegisterAll() {
                           {"code_class"}, [this] {
                             WorkerStats s = sources_.stats();
                             Samples out;
-                            for (const char* c : kExitClasses) {
+                            for (rank::ExitClass exit_class : kExitClasses) {
+                              const char* c = rank::ExitClassName(exit_class);
                               auto it = s.rank_exits.find(c);
                               out.push_back({{c}, it == s.rank_exits.end() ? 0.0 : static_cast<double>(it->second)});
                             }

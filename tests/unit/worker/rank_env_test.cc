@@ -1,0 +1,103 @@
+// BuildRankEnv: a RankAssignment, the attempt's spec and node facts -> the rank's environment.
+#include "worker/rank_env.h"
+
+#include <gtest/gtest.h>
+
+#include "common/rank_protocol.h"
+
+namespace eft::worker {
+namespace {
+
+namespace env = rank::env;
+
+v1::RankAssignment Assignment() {
+  v1::RankAssignment a;
+  a.mutable_key()->set_job_id("job-7");
+  a.mutable_key()->set_attempt(3);
+  a.mutable_key()->set_rank(5);
+  a.set_local_rank(1);
+  a.set_world_size(8);
+  a.set_local_world_size(4);
+  a.set_master_addr("node-a");
+  a.set_master_port(29500);
+  a.set_slot(1);
+  a.set_resume_from("/ckpt/step-100");
+  (*a.mutable_env())["HF_HOME"] = "/data/hf";
+  return a;
+}
+
+NodeFacts Node() { return NodeFacts{"node-b", {"GPU-aaa", "GPU-bbb"}, "/opt/eft/bin", std::string("/usr/bin")}; }
+
+TEST(BuildRankEnvTest, SetsTheRankProtocolVariables) {
+  auto e = BuildRankEnv(Assignment(), R"({"name":"job-7"})", Node());
+  EXPECT_EQ(e[env::kRank], "5");
+  EXPECT_EQ(e[env::kLocalRank], "1");
+  EXPECT_EQ(e[env::kWorldSize], "8");
+  EXPECT_EQ(e[env::kLocalWorldSize], "4");
+  EXPECT_EQ(e[env::kGroupRank], "1");  // rank 5 with 4 per node: the second node
+  EXPECT_EQ(e[env::kRoleRank], "5");
+  EXPECT_EQ(e[env::kMasterAddr], "node-a");
+  EXPECT_EQ(e[env::kMasterPort], "29500");
+  EXPECT_EQ(e[env::kRestartCount], "2");  // attempt 3 is the second restart
+  EXPECT_EQ(e[env::kRunId], "job-7");
+  EXPECT_EQ(e[env::kJobId], "job-7");
+  EXPECT_EQ(e[env::kAttempt], "3");
+  EXPECT_EQ(e[env::kNodeName], "node-b");
+  EXPECT_EQ(e[env::kJobSpec], R"({"name":"job-7"})");
+  EXPECT_EQ(e[env::kResumeFrom], "/ckpt/step-100");
+  EXPECT_EQ(e[env::kCudaVisibleDevices], "GPU-bbb");  // slot 1
+  EXPECT_EQ(e["PATH"], "/opt/eft/bin:/usr/bin");
+  EXPECT_EQ(e["HF_HOME"], "/data/hf");
+  EXPECT_EQ(e.count(env::kEventsFd), 0u);  // the supervisor's
+  EXPECT_EQ(e.size(), 18u);
+}
+
+TEST(BuildRankEnvTest, FreshStartHasAnEmptyResumePoint) {
+  v1::RankAssignment a = Assignment();
+  a.clear_resume_from();
+  auto e = BuildRankEnv(a, "{}", Node());
+  ASSERT_EQ(e.count(env::kResumeFrom), 1u);
+  EXPECT_EQ(e[env::kResumeFrom], "");
+}
+
+TEST(BuildRankEnvTest, SpecEnvCannotOverrideWhatTheLauncherSets) {
+  v1::RankAssignment a = Assignment();
+  (*a.mutable_env())[env::kRank] = "0";
+  (*a.mutable_env())[env::kJobSpec] = "stale";
+  (*a.mutable_env())[env::kCudaVisibleDevices] = "0,1";
+  auto e = BuildRankEnv(a, "fresh", Node());
+  EXPECT_EQ(e[env::kRank], "5");
+  EXPECT_EQ(e[env::kJobSpec], "fresh");
+  EXPECT_EQ(e[env::kCudaVisibleDevices], "GPU-bbb");
+}
+
+TEST(BuildRankEnvTest, NoGpuForASlotOutsideTheNodesGpusOrOnACpuNode) {
+  v1::RankAssignment a = Assignment();
+  a.set_slot(2);
+  EXPECT_EQ(BuildRankEnv(a, "{}", Node())[env::kCudaVisibleDevices], "");
+  a.set_slot(-1);
+  EXPECT_EQ(BuildRankEnv(a, "{}", Node())[env::kCudaVisibleDevices], "");
+  NodeFacts cpu = Node();
+  cpu.gpu_ids.clear();
+  a.set_slot(0);
+  auto e = BuildRankEnv(a, "{}", cpu);
+  ASSERT_EQ(e.count(env::kCudaVisibleDevices), 1u);  // set, and empty: no device grabbed by accident
+  EXPECT_EQ(e[env::kCudaVisibleDevices], "");
+}
+
+TEST(BuildRankEnvTest, PathOnlyWhenTheWorkersDirectoryIsKnown) {
+  NodeFacts node = Node();
+  node.path.reset();
+  EXPECT_EQ(BuildRankEnv(Assignment(), "{}", node)["PATH"], "/opt/eft/bin:/usr/bin:/bin");
+  node.program_dir.clear();
+  EXPECT_EQ(BuildRankEnv(Assignment(), "{}", node).count("PATH"), 0u);
+}
+
+TEST(BuildRankEnvTest, GroupRankWithoutALocalWorldSizeIsZero) {
+  v1::RankAssignment a = Assignment();
+  a.set_local_world_size(0);
+  EXPECT_EQ(BuildRankEnv(a, "{}", Node())[env::kGroupRank], "0");
+}
+
+}  // namespace
+}  // namespace eft::worker

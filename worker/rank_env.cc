@@ -1,0 +1,36 @@
+#include "worker/rank_env.h"
+
+#include "common/rank_protocol.h"
+
+namespace eft::worker {
+
+std::map<std::string, std::string> BuildRankEnv(const v1::RankAssignment& a, const std::string& spec_json,
+                                                const NodeFacts& node) {
+  namespace env = rank::env;
+  std::map<std::string, std::string> out(a.env().begin(), a.env().end());
+  const v1::RankKey& k = a.key();
+  out[env::kRank] = std::to_string(k.rank());
+  out[env::kLocalRank] = std::to_string(a.local_rank());
+  out[env::kWorldSize] = std::to_string(a.world_size());
+  out[env::kLocalWorldSize] = std::to_string(a.local_world_size());
+  out[env::kGroupRank] = std::to_string(a.local_world_size() ? k.rank() / a.local_world_size() : 0);
+  out[env::kRoleRank] = out[env::kRank];
+  out[env::kMasterAddr] = a.master_addr();
+  out[env::kMasterPort] = std::to_string(a.master_port());
+  // torchrun counts restarts from 0; eft numbers attempts from 1.
+  out[env::kRestartCount] = std::to_string(k.attempt() - 1);
+  out[env::kRunId] = k.job_id();
+  out[env::kJobId] = k.job_id();
+  out[env::kAttempt] = std::to_string(k.attempt());
+  out[env::kNodeName] = node.name;
+  out[env::kJobSpec] = spec_json;
+  out[env::kResumeFrom] = a.resume_from();
+  // One GPU per rank; on a CPU node (or a slot without a GPU) none at all, so that frameworks do not
+  // grab a device by accident.
+  out[env::kCudaVisibleDevices] =
+      a.slot() >= 0 && a.slot() < static_cast<int>(node.gpu_ids.size()) ? node.gpu_ids[a.slot()] : "";
+  if (!node.program_dir.empty()) out["PATH"] = node.program_dir + ":" + node.path.value_or("/usr/bin:/bin");
+  return out;
+}
+
+}  // namespace eft::worker

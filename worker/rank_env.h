@@ -1,0 +1,32 @@
+// BuildRankEnv: the environment eft-worker adds to its own for a rank, in one place. The names and
+// their meaning are the rank protocol's (common/rank_protocol.h, docs/architecture.md).
+//
+// The job's spec.env entries (RankAssignment.env) come first; everything a launcher sets is written
+// over them, so a job can never change a rank's identity. EFT_EVENTS_FD is not here: the process
+// supervisor sets it, because it alone knows the fd.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "eft/v1/agent.pb.h"
+
+namespace eft::worker {
+
+// What the rank environment needs to know about the node and the worker process.
+struct NodeFacts {
+  std::string name;                  // EFT_NODE_NAME
+  std::vector<std::string> gpu_ids;  // by slot: the rank's CUDA_VISIBLE_DEVICES; empty on a CPU node
+  // eft-worker's own directory, put first on the rank's PATH so that the eft-train installed next to
+  // it wins over another one; empty: PATH is inherited unchanged.
+  std::string program_dir;
+  std::optional<std::string> path;  // the worker's PATH (nullopt: unset)
+};
+
+// `spec_json` is the attempt's AttemptSpec.spec_json (EFT_JOB_SPEC).
+std::map<std::string, std::string> BuildRankEnv(const v1::RankAssignment& assignment, const std::string& spec_json,
+                                                const NodeFacts& node);
+
+}  // namespace eft::worker
