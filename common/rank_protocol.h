@@ -39,6 +39,8 @@ constexpr int ToInt(ExitCode code) { return static_cast<int>(code); }
 
 // How a rank ended, as the small fixed set metrics and the controller's policy use.
 enum class ExitClass { kSuccess, kBadInput, kStopped, kPortBusy, kFailed, kSignal };
+inline constexpr ExitClass kAllExitClasses[] = {ExitClass::kSuccess,  ExitClass::kBadInput, ExitClass::kStopped,
+                                                ExitClass::kPortBusy, ExitClass::kFailed,   ExitClass::kSignal};
 
 // `signal` != 0 means the rank was killed by that signal (its exit code is then meaningless).
 ExitClass ClassifyExit(int exit_code, int signal);

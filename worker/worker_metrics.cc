@@ -15,9 +15,7 @@ constexpr v1::RankState kRankStates[] = {v1::RANK_STATE_RUNNING, v1::RANK_STATE_
 
 // Every class is exported from the start (at 0), so rate() and alerts see a series before the
 // first exit of that kind.
-constexpr rank::ExitClass kExitClasses[] = {rank::ExitClass::kSuccess, rank::ExitClass::kBadInput,
-                                           rank::ExitClass::kStopped, rank::ExitClass::kFailed,
-                                           rank::ExitClass::kSignal};
+
 
 }  // namespace
 
@@ -86,12 +84,12 @@ Status WorkerMetrics::RegisterAll() {
                             return out;
                           }));
   EFT_RETURN_IF_ERROR(Add(kCounter, "eft_worker_rank_exits_total",
-                          "Rank processes that ended, by class: success (0), bad_input (2), stopped (75), failed "
-                          "(other codes), signal.",
+                          "Rank processes that ended, by class: success (0), bad_input (2), stopped (75), "
+                          "port_busy (76), failed (other codes), signal.",
                           {"code_class"}, [this] {
                             WorkerStats s = sources_.stats();
                             Samples out;
-                            for (rank::ExitClass exit_class : kExitClasses) {
+                            for (rank::ExitClass exit_class : rank::kAllExitClasses) {
                               const char* c = rank::ExitClassName(exit_class);
                               auto it = s.rank_exits.find(c);
                               out.push_back({{c}, it == s.rank_exits.end() ? 0.0 : static_cast<double>(it->second)});
