@@ -77,26 +77,22 @@ class RankFailurePathsTest : public TrainerTest {
     }
     return out;
   }
+
+  // Two local ranks held in `phase` (debug_hooks.h) get SIGTERM: they must end at once with 75.
+  void ExpectAStopInPhaseEndsAtOnce(const std::string& phase) {
+    const std::string spec = WriteSpec(8, 2, 1e-3);
+    Stopped s = StopWhenLogged(phase, TrainCommand(spec, 2, "EFT_DEBUG_STALL=" + phase + " EFT_DEBUG_STALL_SECONDS=60"),
+                               "holding in phase " + phase, 2);
+    EXPECT_EQ(s.exit_code, 75) << s.log;
+    EXPECT_LT(s.seconds, std::chrono::duration<double>(kStopBound).count()) << s.log;
+    EXPECT_NE(s.log.find("stopped on request before the first step (nothing to save)"), std::string::npos) << s.log;
+    std::printf("stop in phase %s: exit %d after %.2f s\n", phase.c_str(), s.exit_code, s.seconds);
+  }
 };
 
-TEST_F(RankFailurePathsTest, AStopWhileTokenizingEndsAtOnce) {
-  const std::string spec = WriteSpec(8, 2, 1e-3);
-  Stopped s = StopWhenLogged("tokenize", TrainCommand(spec, 2, "EFT_DEBUG_STALL=tokenize EFT_DEBUG_STALL_SECONDS=60"),
-                             "holding in phase tokenize", 2);
-  EXPECT_EQ(s.exit_code, 75) << s.log;
-  EXPECT_LT(s.seconds, std::chrono::duration<double>(kStopBound).count()) << s.log;
-  EXPECT_NE(s.log.find("stopped on request before the first step (nothing to save)"), std::string::npos) << s.log;
-  std::printf("stop while tokenizing: exit %d after %.2f s\n", s.exit_code, s.seconds);
-}
+TEST_F(RankFailurePathsTest, AStopWhileTokenizingEndsAtOnce) { ExpectAStopInPhaseEndsAtOnce("tokenize"); }
 
-TEST_F(RankFailurePathsTest, AStopWhileLoadingTheModelEndsAtOnce) {
-  const std::string spec = WriteSpec(8, 2, 1e-3);
-  Stopped s = StopWhenLogged("load", TrainCommand(spec, 2, "EFT_DEBUG_STALL=load EFT_DEBUG_STALL_SECONDS=60"),
-                             "holding in phase load", 2);
-  EXPECT_EQ(s.exit_code, 75) << s.log;
-  EXPECT_LT(s.seconds, std::chrono::duration<double>(kStopBound).count()) << s.log;
-  std::printf("stop while loading: exit %d after %.2f s\n", s.exit_code, s.seconds);
-}
+TEST_F(RankFailurePathsTest, AStopWhileLoadingTheModelEndsAtOnce) { ExpectAStopInPhaseEndsAtOnce("load"); }
 
 // Rank 0 of two, alone: it waits at the rendezvous for a peer that never comes (as when a node died
 // before its rank started). Before, it sat there until stop_grace_seconds ran out and SIGKILL.
