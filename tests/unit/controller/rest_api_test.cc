@@ -249,7 +249,7 @@ TEST_F(RestApiTest, ProbesAndMetricsHook) {
 // server has, and that its schemas name exactly the proto fields (by their JSON names).
 TEST(RestDocs, OpenApiMatchesRoutesAndMessages) {
   const char* src = std::getenv("EFT_SOURCE_DIR");
-  std::string root = src ? src : fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path().string();
+  std::string root = src ? src : EFT_SOURCE_DIR_DEFAULT;
   auto doc = LoadYamlOrJsonFile(root + "/docs/openapi.yaml");
   ASSERT_TRUE(doc.ok()) << doc.status();
   EXPECT_EQ((*doc)["openapi"].get<std::string>().substr(0, 2), "3.");
