@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/logging.h"
+#include "common/rank_protocol.h"
 #include "controller/controller.h"
 
 namespace eft::controller {
@@ -165,6 +166,29 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
       p.set_mfu(num("mfu"));
       *p.mutable_time() = google::protobuf::util::TimeUtil::MillisecondsToTimestamp(ev.time_ms());
       Bump(*j);
+    } else if (kind == "error" && ev.key().attempt() == j->rec.attempt) {
+      // Arrives before the exit it explains (the worker reads a rank's events to EOF before
+      // reporting its exit), and goes into the attempt's end reason.
+      auto decoded = rank::DecodeEvent(ev.json());
+      const int r = ev.key().rank();
+      if (decoded.ok() && r >= 0 && r < static_cast<int>(j->ranks.size())) {
+        j->ranks[r].error = std::get<rank::ErrorEvent>(*decoded).message;
+      }
+    } else if (kind == "no_valid_checkpoint") {
+      auto decoded = rank::DecodeEvent(ev.json());
+      if (decoded.ok()) {
+        const auto& none = std::get<rank::NoValidCheckpointEvent>(*decoded);
+        JobChange c{j->rec, {}, {}, {}};
+        c.events.push_back(MakeEvent(*j, "no_valid_checkpoint",
+                                     "no valid checkpoint in " + none.dir + ": starting from scratch, " +
+                                         std::to_string(none.skipped) + " checkpoint" + (none.skipped == 1 ? "" : "s") +
+                                         " skipped (attempt " + std::to_string(ev.key().attempt()) + ")"));
+        Status s = Apply(*j, std::move(c));
+        if (!s.ok()) {
+          EFT_LOG(ERROR) << "job " << j->rec.id << ": could not record a no_valid_checkpoint event: " << s;
+          break;  // not acknowledged: the worker sends it again
+        }
+      }
     } else if (kind == "checkpoint_deleted") {
       // Retention removed it: it must not be listed, nor handed to a later attempt.
       const std::string path = doc.value("path", std::string());

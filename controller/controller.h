@@ -125,6 +125,7 @@ class Controller {
   struct RankView {
     bool seen_running = false;
     bool exited = false;
+    std::string error;  // the rank's error event (its fatal error), for the attempt's end reason
   };
   struct JobEntry {
     JobRecord rec;

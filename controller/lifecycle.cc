@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/rank_protocol.h"
 #include "controller/controller.h"
 
 namespace eft::controller {
@@ -315,17 +316,27 @@ void Controller::OnRankExitLocked(JobEntry& j, int rank, const v1::RankStatus& s
     return;
   }
   std::string who = "rank " + std::to_string(rank);
+  // What the rank said about its failure (its error event), so the reason is in the job, not only
+  // in the log.
+  const std::string said = j.ranks[rank].error.empty() ? "" : ": " + j.ranks[rank].error;
   if (st.signal() != 0) {
     const char* name = strsignal(st.signal());
     (void)EndAttemptLocked(j, who + " was killed by signal " + std::to_string(st.signal()) + " (" +
                                   (name ? name : "?") + ")",
                            Outcome::kRestartCounted);
-  } else if (st.exit_code() == 2) {
-    (void)EndAttemptLocked(j, who + " exited with code 2 (bad configuration or input)", Outcome::kFailed);
-  } else if (st.exit_code() == 75) {
+  } else if (st.exit_code() == rank::ToInt(rank::ExitCode::kBadInput)) {
+    (void)EndAttemptLocked(j, who + " exited with code 2 (bad configuration or input)" + said, Outcome::kFailed);
+  } else if (st.exit_code() == rank::ToInt(rank::ExitCode::kStoppedOnRequest)) {
     (void)EndAttemptLocked(j, who + " stopped after saving a checkpoint (exit 75)", Outcome::kRestart);
+  } else if (st.exit_code() == rank::ToInt(rank::ExitCode::kRendezvousPortBusy)) {
+    // Another program holds MASTER_PORT on rank 0's node: not the job's fault. The next attempt gets
+    // the next port at once, and no restart is spent.
+    (void)EndAttemptLocked(j, who + " exited with code 76 (rendezvous port " + std::to_string(j.current()->master_port) +
+                                  " busy on node " + j.current()->nodes.front() + "; retrying on another port)" + said,
+                           Outcome::kRestart);
   } else {
-    (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(st.exit_code()), Outcome::kRestartCounted);
+    (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(st.exit_code()) + said,
+                           Outcome::kRestartCounted);
   }
 }
 

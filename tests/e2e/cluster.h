@@ -92,6 +92,8 @@ class TestCluster {
   v1::JobSpec WorkloadJob(const std::string& name, int nodes_min, int nodes_max, int steps, int step_ms,
                           int checkpoint_every, const std::vector<std::string>& extra = {});
   std::string ResultPath(const std::string& job_name) const { return dir_ + "/results/" + job_name + ".json"; }
+  // The controller's master_port_base: a fresh controller gives its first attempt this MASTER_PORT.
+  int master_port_base() const { return master_port_base_; }
   // pids of the workload's ranks of one attempt, read from the pid files it writes.
   std::vector<pid_t> RankPids(const std::string& job_name, int attempt);
   // Keeps the directory (for post-mortem) instead of deleting it.

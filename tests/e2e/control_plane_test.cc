@@ -1,7 +1,13 @@
 // End-to-end tests of the control plane: a real eft-controller, three real eft-workers and the
 // real c10d (Gloo) test workload on 127.0.0.1. The workload's result is sum(1..steps) only when
 // every step ran exactly once across attempts, so lost or repeated steps fail these tests.
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <thread>
 
@@ -121,6 +127,49 @@ TEST(ControlPlane, ExitCode2FailsWithoutRetry) {
   ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED) << DescribeJob(job);
   EXPECT_EQ(job.attempts_size(), 1);
   EXPECT_NE(job.reason().find("exited with code 2"), std::string::npos) << job.reason();
+}
+
+// The message a failing rank printed reaches the job's reason (its error event), not only its log.
+TEST(ControlPlane, TheReasonARankFailedIsInTheJob) {
+  TestCluster c;
+  c.StartAll();
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("typo", 1, 1, 10, 20, 5, {"--no-such-flag"}), &job).ok());
+  job = c.WaitForJob(job.id(), IsTerminal, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED) << DescribeJob(job);
+  EXPECT_NE(job.reason().find("exited with code 2 (bad configuration or input): configuration error: --no-such-flag "
+                              "needs a value"),
+            std::string::npos)
+      << job.reason();
+}
+
+// Another program holds the MASTER_PORT the controller picks for the first attempt: rank 0 says so
+// (exit 76), and the controller retries at once on the next port without spending a restart.
+TEST(ControlPlane, ABusyRendezvousPortCostsNoRestart) {
+  TestCluster c;
+  c.StartAll();
+  int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(c.master_port_base()));
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(holder, 1), 0);
+  v1::JobSpec spec = c.WorkloadJob("busy-port", 2, 2, 10, 20, 5);
+  spec.mutable_fault_tolerance()->set_max_restarts(0);  // a counted failure would fail the job
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(spec, &job).ok());
+  job = c.WaitForJob(job.id(), IsTerminal, 90s);
+  ::close(holder);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(job);
+  ASSERT_EQ(job.attempts_size(), 2) << DescribeJob(job);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.attempts(0).end_reason().find("exited with code 76 (rendezvous port " +
+                                              std::to_string(c.master_port_base()) + " busy"),
+            std::string::npos)
+      << DescribeJob(job);
+  EXPECT_EQ(Result(c, "busy-port").value("acc", -1.0), 10.0 * 11 / 2);
 }
 
 TEST(ControlPlane, RepeatedFailuresFailTheJobAfterMaxRestarts) {

@@ -265,6 +265,56 @@ TEST_F(ControllerTest, Exit75RestartsWithoutCounting) {
   EXPECT_EQ(next.desired(0).key().attempt(), 2);
 }
 
+// The rank's error event, sent before its exit, is the rest of the end reason.
+TEST_F(ControllerTest, TheRanksErrorEventIsInTheReason) {
+  std::string id = Submit(Spec("said", 1, 1));
+  Register("n1");
+  auto h = Heartbeat("n1");
+  Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_RUNNING)});
+  Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_EXITED, 2)},
+            {Event(h.desired(0), 1, R"({"event":"error","message":"model_type 'gpt2' is not supported","exit_code":2})")});
+  v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.attempts(0).end_reason(),
+            "rank 0 exited with code 2 (bad configuration or input): model_type 'gpt2' is not supported");
+  EXPECT_NE(job.reason().find("model_type 'gpt2' is not supported"), std::string::npos) << job.reason();
+}
+
+// Exit 76 (rank 0 found MASTER_PORT taken): a new attempt at once, on another port, not counted.
+TEST_F(ControllerTest, ABusyRendezvousPortRetriesOnAnotherPortWithoutCounting) {
+  std::string id = Submit(Spec("port", 1, 1));
+  Register("n1");
+  auto h = Heartbeat("n1");
+  Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_RUNNING)});
+  auto next = Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_EXITED, 76)});
+  v1::Job job = Job(id);
+  EXPECT_EQ(job.restarts(), 0);
+  ASSERT_EQ(next.desired_size(), 1) << job.reason();
+  EXPECT_EQ(next.desired(0).key().attempt(), 2);
+  EXPECT_NE(next.desired(0).master_port(), h.desired(0).master_port());
+  EXPECT_NE(job.attempts(0).end_reason().find("exited with code 76 (rendezvous port " +
+                                              std::to_string(h.desired(0).master_port()) + " busy on node n1"),
+            std::string::npos)
+      << job.attempts(0).end_reason();
+}
+
+// Every checkpoint was unusable and the rank started over: the job says so in its events.
+TEST_F(ControllerTest, ANoValidCheckpointEventIsAJobEvent) {
+  std::string id = Submit(Spec("lost", 1, 1));
+  Register("n1");
+  auto h = Heartbeat("n1");
+  Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_RUNNING)},
+            {Event(h.desired(0), 1, R"({"event":"no_valid_checkpoint","dir":"/ckpt","skipped":2})")});
+  v1::Job job = Job(id);
+  bool found = false;
+  for (const auto& e : job.events()) {
+    if (e.type() != "no_valid_checkpoint") continue;
+    found = true;
+    EXPECT_EQ(e.message(), "no valid checkpoint in /ckpt: starting from scratch, 2 checkpoints skipped (attempt 1)");
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST_F(ControllerTest, RankFailureWaitsForNodesToProveAliveAndNodeLossIsForgiven) {
   for (const char* n : {"n1", "n2", "n3"}) Register(n);
   std::string id = Submit(Spec("e", 2, 3));
