@@ -68,7 +68,7 @@ Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req
   MaybeScheduleLocked();
   v1::RegisterResponse out;
   out.set_heartbeat_interval_ms(static_cast<int32_t>(config_.heartbeat_interval.count()));
-  DesiredForLocked(node, out.mutable_desired());
+  DesiredForLocked(node, out.mutable_desired(), out.mutable_attempt_specs());
   return out;
 }
 
@@ -96,7 +96,7 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
   node.reported.assign(req.ranks().begin(), req.ranks().end());
   ApplyRankReportsLocked(node);
   MaybeScheduleLocked();
-  DesiredForLocked(node, out.mutable_desired());
+  DesiredForLocked(node, out.mutable_desired(), out.mutable_attempt_specs());
   return out;
 }
 
@@ -243,7 +243,8 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
 }
 
 void Controller::DesiredForLocked(const NodeEntry& node,
-                                  google::protobuf::RepeatedPtrField<v1::RankAssignment>* out) const {
+                                  google::protobuf::RepeatedPtrField<v1::RankAssignment>* out,
+                                  google::protobuf::RepeatedPtrField<v1::AttemptSpec>* specs) const {
   auto it = active_on_node_.find(node.rec.name);
   if (it == active_on_node_.end()) return;
   for (const auto& id : it->second) {
@@ -254,6 +255,7 @@ void Controller::DesiredForLocked(const NodeEntry& node,
     if (pos == a.nodes.end()) continue;
     size_t node_index = static_cast<size_t>(pos - a.nodes.begin());
     const v1::JobSpec& spec = j.rec.spec;
+    bool spec_sent = false;
     for (int local = 0; local < a.ranks_per_node; ++local) {
       v1::RankAssignment* r = out->Add();
       r->mutable_key()->set_job_id(id);
@@ -273,12 +275,20 @@ void Controller::DesiredForLocked(const NodeEntry& node,
       } else {
         r->mutable_command()->CopyFrom(spec.command());
       }
-      auto& env = *r->mutable_env();
-      for (const auto& [k, v] : spec.env()) env[k] = v;
-      env["EFT_RESUME_FROM"] = a.resume_from;
-      env["EFT_CHECKPOINT_DIR"] = spec.checkpoint().dir();
-      env["EFT_JOB_SPEC"] = j.spec_json;
+      // The job's own variables only: the worker builds the rank environment from the typed fields.
+      r->mutable_env()->insert(spec.env().begin(), spec.env().end());
+      r->set_resume_from(a.resume_from);
       r->set_stop_grace_seconds(spec.fault_tolerance().stop_grace_seconds());
+      const bool reported = std::any_of(node.reported.begin(), node.reported.end(), [&](const v1::RankStatus& st) {
+        return st.key().job_id() == id && st.key().attempt() == a.number && st.key().rank() == r->key().rank();
+      });
+      if (!reported && !spec_sent) {
+        v1::AttemptSpec* s = specs->Add();
+        s->set_job_id(id);
+        s->set_attempt(a.number);
+        s->set_spec_json(j.spec_json);
+        spec_sent = true;
+      }
     }
   }
 }

@@ -139,7 +139,7 @@ class Controller {
     // LOST shortly after a counted rank failure was most likely its cause (see MarkNodeLostLocked).
     SteadyTime ended_at{};
     bool end_counted = false;
-    std::string spec_json;        // handed to ranks as EFT_JOB_SPEC
+    std::string spec_json;        // the normalized spec, sent once per attempt and node (AttemptSpec)
     uint64_t version = 1;
     // capacity_epoch_ when placement last failed: until capacity changes it would fail again.
     uint64_t unplaceable_epoch = 0;
@@ -212,7 +212,11 @@ class Controller {
   // agents.cc: what workers report, and what they are told.
   void ApplyRankReportsLocked(NodeEntry& node);
   uint64_t ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatRequest& request);
-  void DesiredForLocked(const NodeEntry& node, google::protobuf::RepeatedPtrField<v1::RankAssignment>* out) const;
+  // The ranks `node` should run, and the spec of every attempt that has a desired rank the node's
+  // last report did not list (a listed rank was started: its worker needs the spec no more), so the
+  // spec travels once per attempt and node rather than in every reply.
+  void DesiredForLocked(const NodeEntry& node, google::protobuf::RepeatedPtrField<v1::RankAssignment>* out,
+                        google::protobuf::RepeatedPtrField<v1::AttemptSpec>* specs) const;
 
   ControllerConfig config_;
   Clock* clock_;

@@ -36,20 +36,6 @@ std::string Describe(const v1::RankKey& k) {
   return "job " + k.job_id() + " attempt " + std::to_string(k.attempt()) + " rank " + std::to_string(k.rank());
 }
 
-// Fallback until the controller sends AttemptSpec (and RankAssignment.resume_from); delete it once
-// it does. Meanwhile the controller puts the job spec and the resume point into RankAssignment.env:
-// a rank whose attempt spec is neither in the reply nor cached takes EFT_JOB_SPEC from its env, and
-// an empty resume_from takes EFT_RESUME_FROM.
-void AdoptSpecFromEnvUntilControllerSendsAttemptSpec(google::protobuf::RepeatedPtrField<v1::RankAssignment>* desired,
-                                                    std::map<AttemptId, std::string>* specs) {
-  for (auto& a : *desired) {
-    auto spec = a.env().find(rank::env::kJobSpec);
-    if (spec != a.env().end()) specs->emplace(AttemptIdOf(a.key()), spec->second);
-    auto resume = a.env().find(rank::env::kResumeFrom);
-    if (a.resume_from().empty() && resume != a.env().end()) a.set_resume_from(resume->second);
-  }
-}
-
 }  // namespace
 
 const char* RankExitClass(int exit_code, int signal) {
@@ -304,7 +290,6 @@ void WorkerAgent::Reconcile(google::protobuf::RepeatedPtrField<v1::RankAssignmen
                             const AttemptSpecs& specs) {
   if (!supervisor_) return;
   for (const auto& spec : specs) specs_[{spec.job_id(), spec.attempt()}] = spec.spec_json();
-  AdoptSpecFromEnvUntilControllerSendsAttemptSpec(&desired, &specs_);  // until the controller sends AttemptSpec
   std::set<AttemptId> have_spec;
   for (const auto& [attempt, json] : specs_) have_spec.insert(attempt);
   bool changed = false;

@@ -148,7 +148,7 @@ TEST_F(ControllerTest, QueuedUntilEnoughNodesThenRunsAndSucceeds) {
   EXPECT_EQ(h1.desired(0).key().rank(), 0);
   EXPECT_EQ(h2.desired(0).key().rank(), 1);
   EXPECT_EQ(h2.desired(0).world_size(), 2);
-  EXPECT_EQ(h2.desired(0).env().at("EFT_RESUME_FROM"), "");
+  EXPECT_EQ(h2.desired(0).resume_from(), "");
   EXPECT_EQ(h2.desired(0).command(0), "/bin/true");
 
   Heartbeat("n1", {Rank(h1.desired(0), v1::RANK_STATE_RUNNING)});
@@ -208,7 +208,7 @@ TEST_F(ControllerTest, NodeLossRestartsOnSurvivorsFromNewestCheckpointWithoutCou
   EXPECT_NE(job.attempts(1).master_port(), job.attempts(0).master_port()) << "fresh MASTER_PORT per attempt";
   ASSERT_EQ(h1.desired_size(), 1);
   EXPECT_EQ(h1.desired(0).key().attempt(), 2);
-  EXPECT_EQ(h1.desired(0).env().at("EFT_RESUME_FROM"), "/ck/step-20");
+  EXPECT_EQ(h1.desired(0).resume_from(), "/ck/step-20");
 }
 
 TEST_F(ControllerTest, RankFailureBacksOffAndCountsAndGivesUpAfterMaxRestarts) {
@@ -263,6 +263,36 @@ TEST_F(ControllerTest, Exit75RestartsWithoutCounting) {
   EXPECT_EQ(Job(id).restarts(), 0);
   ASSERT_EQ(next.desired_size(), 1) << Job(id).reason();
   EXPECT_EQ(next.desired(0).key().attempt(), 2);
+}
+
+// The rank protocol's split (docs/architecture.md): typed fields in the assignment, only the job's
+// own variables in env, and the spec once per attempt and node, until the worker lists a rank.
+TEST_F(ControllerTest, TheSpecTravelsOncePerAttemptAndTheEnvIsTheJobsOwn) {
+  v1::JobSpec spec = Spec("once", 1, 1);
+  spec.mutable_resources()->set_gpus_per_node(2);
+  (*spec.mutable_env())["HF_HOME"] = "/cache/hf";
+  std::string id = Submit(spec);
+  Register("n1", 2);
+  auto first = Heartbeat("n1");
+  ASSERT_EQ(first.desired_size(), 2);
+  ASSERT_EQ(first.attempt_specs_size(), 1) << "one spec for the attempt, not one per rank";
+  EXPECT_EQ(first.attempt_specs(0).job_id(), id);
+  EXPECT_EQ(first.attempt_specs(0).attempt(), 1);
+  EXPECT_NE(first.attempt_specs(0).spec_json().find("\"name\":\"once\""), std::string::npos)
+      << first.attempt_specs(0).spec_json();
+  for (const auto& a : first.desired()) {
+    EXPECT_EQ(a.env().size(), 1u);
+    EXPECT_EQ(a.env().at("HF_HOME"), "/cache/hf");
+    EXPECT_EQ(a.resume_from(), "");  // a fresh start
+  }
+  // Not reported yet: the spec comes again (the worker may not have seen the reply).
+  EXPECT_EQ(Heartbeat("n1").attempt_specs_size(), 1);
+  // One rank reported: the other still needs starting, so the spec still comes; both: no more.
+  EXPECT_EQ(Heartbeat("n1", {Rank(first.desired(0), v1::RANK_STATE_RUNNING)}).attempt_specs_size(), 1);
+  auto both = Heartbeat("n1", {Rank(first.desired(0), v1::RANK_STATE_RUNNING),
+                               Rank(first.desired(1), v1::RANK_STATE_RUNNING)});
+  EXPECT_EQ(both.desired_size(), 2);
+  EXPECT_EQ(both.attempt_specs_size(), 0);
 }
 
 // The rank's error event, sent before its exit, is the rest of the end reason.
