@@ -5,12 +5,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
+
+#include "common/file_util.h"
 
 namespace eft {
 namespace {
@@ -178,11 +178,8 @@ Result<json> YamlToJson(const std::string& text) {
 }
 
 Result<json> LoadYamlOrJsonFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot open " + path + ": " + std::strerror(errno));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  auto parsed = YamlToJson(buf.str());
+  EFT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  auto parsed = YamlToJson(text);
   if (!parsed.ok()) return parsed.status().WithContext(path);
   return parsed;
 }

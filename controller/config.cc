@@ -1,37 +1,14 @@
 #include "controller/config.h"
 
-#include <functional>
-#include <map>
 #include <utility>
 #include <vector>
 
-#include "common/yaml_json.h"
+#include <CLI/CLI.hpp>
+
+#include "common/daemon_settings.h"
 
 namespace eft::controller {
 namespace {
-
-using nlohmann::json;
-
-Status ReadMillis(const json& v, const std::string& key, std::chrono::milliseconds* out) {
-  // Durations are written in seconds (floats allowed), as every other duration users type.
-  if (!v.is_number()) return Status::InvalidArgument(key + ": expected a number of seconds");
-  double secs = v.get<double>();
-  if (!(secs > 0)) return Status::InvalidArgument(key + ": must be > 0 seconds");
-  *out = std::chrono::milliseconds(static_cast<long long>(secs * 1000 + 0.5));
-  return Status::Ok();
-}
-
-Status ReadInt(const json& v, const std::string& key, int* out) {
-  if (!v.is_number_integer()) return Status::InvalidArgument(key + ": expected an integer");
-  *out = v.get<int>();
-  return Status::Ok();
-}
-
-Status ReadBool(const json& v, const std::string& key, bool* out) {
-  if (!v.is_boolean()) return Status::InvalidArgument(key + ": expected true or false");
-  *out = v.get<bool>();
-  return Status::Ok();
-}
 
 // "HOST:PORT" -> HOST ("[::1]:80" -> "::1"; ":80" -> ""). No validation beyond that.
 std::string HostOf(const std::string& address) {
@@ -41,50 +18,52 @@ std::string HostOf(const std::string& address) {
   return host;
 }
 
-Status ReadString(const json& v, const std::string& key, std::string* out) {
-  if (!v.is_string()) return Status::InvalidArgument(key + ": expected a string");
-  *out = v.get<std::string>();
-  return Status::Ok();
-}
-
 }  // namespace
 
-Status LoadControllerConfig(const std::string& path, ControllerConfig* c) {
-  EFT_ASSIGN_OR_RETURN(json doc, LoadYamlOrJsonFile(path));
-  if (doc.is_null()) return Status::Ok();
-  if (!doc.is_object()) return Status::InvalidArgument(path + ": expected a mapping of settings");
-  using Reader = std::function<Status(const json&, const std::string&)>;
-  const std::map<std::string, Reader> readers = {
-      {"listen", [&](auto& v, auto& k) { return ReadString(v, k, &c->listen); }},
-      {"db", [&](auto& v, auto& k) { return ReadString(v, k, &c->db_path); }},
-      {"data_dir", [&](auto& v, auto& k) { return ReadString(v, k, &c->data_dir); }},
-      {"heartbeat_interval_s", [&](auto& v, auto& k) { return ReadMillis(v, k, &c->heartbeat_interval); }},
-      {"heartbeat_timeout_s", [&](auto& v, auto& k) { return ReadMillis(v, k, &c->heartbeat_timeout); }},
-      {"tick_interval_s", [&](auto& v, auto& k) { return ReadMillis(v, k, &c->tick_interval); }},
-      {"master_port_base", [&](auto& v, auto& k) { return ReadInt(v, k, &c->master_port_base); }},
-      {"master_port_count", [&](auto& v, auto& k) { return ReadInt(v, k, &c->master_port_count); }},
-      {"restart_backoff_initial_s", [&](auto& v, auto& k) { return ReadMillis(v, k, &c->restart_backoff_initial); }},
-      {"restart_backoff_max_s", [&](auto& v, auto& k) { return ReadMillis(v, k, &c->restart_backoff_max); }},
-      {"stop_report_slack_s", [&](auto& v, auto& k) { return ReadMillis(v, k, &c->stop_report_slack); }},
-      {"trainer_program", [&](auto& v, auto& k) { return ReadString(v, k, &c->trainer_program); }},
-      {"auth_tokens", [&](auto& v, auto& k) { return ReadString(v, k, &c->auth_tokens_file); }},
-      {"join_token_file", [&](auto& v, auto& k) { return ReadString(v, k, &c->join_token_file); }},
-      {"tls_cert", [&](auto& v, auto& k) { return ReadString(v, k, &c->tls_cert); }},
-      {"tls_key", [&](auto& v, auto& k) { return ReadString(v, k, &c->tls_key); }},
-      {"tls_client_ca", [&](auto& v, auto& k) { return ReadString(v, k, &c->tls_client_ca); }},
-      {"insecure_listen_anywhere", [&](auto& v, auto& k) { return ReadBool(v, k, &c->insecure_listen_anywhere); }},
-      {"metrics_without_auth", [&](auto& v, auto& k) { return ReadBool(v, k, &c->metrics_without_auth); }},
+void AddControllerSettings(DaemonSettings* s, ControllerConfig* c) {
+  s->AddString({"listen", "--listen",
+                "gRPC address HOST:PORT (default 0.0.0.0:7070 with authentication, else 127.0.0.1:7070)"},
+               &c->listen);
+  s->AddString({"db", "--db", "SQLite database file (created if missing)"}, &c->db_path);
+  s->AddString({"data_dir", "", ""}, &c->data_dir);
+  s->AddSeconds({"heartbeat_interval_s", "--heartbeat-interval", "seconds between worker heartbeats (default 1)"},
+                &c->heartbeat_interval);
+  s->AddSeconds({"heartbeat_timeout_s", "--heartbeat-timeout",
+                 "seconds without heartbeat before a node is LOST (default 3)"},
+                &c->heartbeat_timeout);
+  s->AddSeconds({"tick_interval_s", "", ""}, &c->tick_interval);
+  s->AddInt({"master_port_base", "", ""}, &c->master_port_base);
+  s->AddInt({"master_port_count", "", ""}, &c->master_port_count);
+  s->AddSeconds({"restart_backoff_initial_s", "", ""}, &c->restart_backoff_initial);
+  s->AddSeconds({"restart_backoff_max_s", "", ""}, &c->restart_backoff_max);
+  s->AddSeconds({"stop_report_slack_s", "", ""}, &c->stop_report_slack);
+  s->AddString({"trainer_program", "", ""}, &c->trainer_program);
+  auto existing_file = [](CLI::Option* flag) {
+    if (flag != nullptr) flag->check(CLI::ExistingFile);
   };
-  for (const auto& [key, value] : doc.items()) {
-    auto it = readers.find(key);
-    if (it == readers.end()) {
-      std::string known;
-      for (const auto& [k, _] : readers) known += (known.empty() ? "" : ", ") + k;
-      return Status::InvalidArgument(path + ": unknown setting '" + key + "' (known: " + known + ")");
-    }
-    EFT_RETURN_IF_ERROR(it->second(value, key).WithContext(path));
-  }
-  return Status::Ok();
+  existing_file(s->AddString({"auth_tokens", "--auth-tokens", "tokens file: users' bearer tokens and roles (docs/auth.md)"},
+                             &c->auth_tokens_file));
+  existing_file(s->AddString(
+      {"join_token_file", "--join-token-file", "file holding the token workers join with (docs/auth.md)"},
+      &c->join_token_file));
+  existing_file(s->AddString(
+      {"tls_cert", "--tls-cert", "PEM certificate (chain): gRPC over TLS, and HTTPS for --http"}, &c->tls_cert));
+  existing_file(s->AddString({"tls_key", "--tls-key", "PEM private key of --tls-cert"}, &c->tls_key));
+  existing_file(s->AddString(
+      {"tls_client_ca", "--tls-client-ca", "PEM CA: also require client certificates signed by it (mTLS)"},
+      &c->tls_client_ca));
+  s->AddBool({"insecure_listen_anywhere", "--insecure-listen-anywhere",
+              "allow non-loopback addresses without authentication (anyone who reaches the port controls the "
+              "cluster)"},
+             &c->insecure_listen_anywhere);
+  s->AddBool({"metrics_without_auth", "--metrics-without-auth", "serve GET /metrics without a token when auth is on"},
+             &c->metrics_without_auth);
+}
+
+Status LoadControllerConfig(const std::string& path, ControllerConfig* c) {
+  DaemonSettings settings(nullptr, "");
+  AddControllerSettings(&settings, c);
+  return settings.ApplyFile(path);
 }
 
 bool IsLoopbackHost(const std::string& host) {

@@ -1,11 +1,16 @@
 // ControllerConfig: every tunable of eft-controller in one place, with its default.
-// Loaded from the optional --config YAML file (keys as the field names below); flags override it.
+// Taken from the optional --config YAML file and the flags the way every eft daemon takes its
+// settings (common/daemon_settings.h): a flag given wins over the file, the file over the default.
 #pragma once
 
 #include <chrono>
 #include <string>
 
 #include "common/status.h"
+
+namespace eft {
+class DaemonSettings;
+}
 
 namespace eft::controller {
 
@@ -57,7 +62,11 @@ Status CheckListenSecurity(const ControllerConfig& config, const std::string& ht
 // 127.0.0.0/8, ::1, localhost (the host part of HOST:PORT).
 bool IsLoopbackHost(const std::string& host);
 
-// Reads a YAML file of overrides onto *config. Unknown keys are errors naming the key.
+// Registers every setting of *config with `settings`: its key in controller.yaml (deploy/config/)
+// and, where it has one, its flag.
+void AddControllerSettings(DaemonSettings* settings, ControllerConfig* config);
+// Reads a YAML file of overrides onto *config (the keys of AddControllerSettings). Unknown keys are
+// errors naming the key.
 Status LoadControllerConfig(const std::string& path, ControllerConfig* config);
 // Fills derived defaults (data_dir) and checks ranges.
 Status FinalizeControllerConfig(ControllerConfig* config);

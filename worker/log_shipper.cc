@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/grpc/credentials.h"
 #include "common/logging.h"
 
 namespace eft::worker {
@@ -20,19 +21,11 @@ std::string KeyText(const v1::RankKey& k) {
 }  // namespace
 
 std::unique_ptr<v1::AgentService::Stub> NewAgentStub(const ControllerEndpoint& controller) {
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (controller.tls) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = controller.tls_ca_pem;
-    ssl.pem_cert_chain = controller.tls_cert_pem;
-    ssl.pem_private_key = controller.tls_key_pem;
-    credentials = grpc::SslCredentials(ssl);
-  }
-  return v1::AgentService::NewStub(grpc::CreateChannel(controller.address, credentials));
+  return v1::AgentService::NewStub(grpc::CreateChannel(controller.address, MakeChannelCredentials(controller.tls)));
 }
 
 void AddJoinToken(const ControllerEndpoint& controller, grpc::ClientContext* ctx) {
-  if (!controller.join_token.empty()) ctx->AddMetadata("authorization", "Bearer " + controller.join_token);
+  AddBearerToken(controller.join_token, ctx);
 }
 
 LogShipper::LogShipper(ControllerEndpoint controller, std::string node_name, std::chrono::milliseconds interval,

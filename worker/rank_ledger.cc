@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file_util.h"
 #include "common/logging.h"
 
 namespace eft::worker {
@@ -23,9 +24,9 @@ constexpr char kHeader[] = "# eft rank ledger v1: <leader pid> <start time in cl
 // process. NOT_FOUND if there is no such process.
 Result<unsigned long long> ProcessStartTime(pid_t pid) {
   std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  std::ifstream in(path);
-  if (!in) return Status::NotFound("no process " + std::to_string(pid));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Result<std::string> read = ReadFileToString(path);
+  if (!read.ok()) return Status::NotFound("no process " + std::to_string(pid));
+  const std::string& stat = *read;
   // Field 2 (comm) is "(name)" and the name may itself hold spaces and parentheses, so the fields
   // that follow start after the LAST ')'.
   size_t close = stat.rfind(')');

@@ -2,11 +2,42 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
+#include <CLI/CLI.hpp>
+
+#include "common/daemon_settings.h"
+#include "common/file_util.h"
+
 namespace eft::worker {
+namespace {
+
+std::string Trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t b = 0;
+  while (b < s.size() && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  return s.substr(b);
+}
+
+Status LoadJoinToken(const std::string& file, ControllerEndpoint* endpoint) {
+  if (file.empty()) {
+    if (const char* env = std::getenv("EFT_JOIN_TOKEN"); env && *env) endpoint->join_token = Trim(env);
+    return Status::Ok();
+  }
+  Result<std::string> text = ReadFileToString(file);
+  if (!text.ok()) return Status::InvalidArgument("--join-token-file " + file + ": cannot read it");
+  std::istringstream lines(*text);  // the first non-empty line, as the controller reads it
+  for (std::string line; std::getline(lines, line) && endpoint->join_token.empty();) {
+    endpoint->join_token = Trim(line);
+  }
+  if (endpoint->join_token.empty()) return Status::InvalidArgument("--join-token-file " + file + ": the file is empty");
+  return Status::Ok();
+}
+
+}  // namespace
 
 std::vector<std::string> DiscoverGpus() {
   std::vector<std::string> ids;
@@ -57,6 +88,46 @@ Status FinalizeWorkerConfig(WorkerConfig* c) {
     c->slots = 1;
   }
   return Status::Ok();
+}
+
+void AddWorkerSettings(DaemonSettings* d, WorkerSettings* s) {
+  WorkerConfig* c = &s->config;
+  d->AddString({"controller", "--controller", "controller gRPC address HOST:PORT", /*required=*/true}, &c->controller);
+  d->AddString({"name", "--name", "node name (default: host name)"}, &c->name);
+  d->AddInt({"slots", "--slots", "rank slots (default: one per visible GPU, else 1)"}, &c->slots);
+  d->AddString({"work_dir", "--work-dir", "rank logs and state (default: /tmp/eft-worker-NAME)"}, &c->work_dir);
+  d->AddString({"address", "--address", "address other nodes reach this one at (MASTER_ADDR; default: host name)"},
+               &c->address);
+  d->AddString({"metrics", "--metrics", "serve Prometheus /metrics and /healthz on HOST:PORT (default: off)"},
+               &c->metrics_address);
+  d->AddString({"nvidia_smi", "--nvidia-smi", "nvidia-smi program for GPU metrics (default: nvidia-smi on PATH)"},
+               &c->nvidia_smi);
+  d->AddChoice({"log_level", "--log-level", "debug|info|warning|error"}, {"debug", "info", "warning", "warn", "error"},
+               &s->log_level);
+  auto existing_file = [](CLI::Option* flag) {
+    if (flag != nullptr) flag->check(CLI::ExistingFile);
+  };
+  existing_file(d->AddString({"join_token_file", "--join-token-file",
+                              "file holding the controller's join token (default: $EFT_JOIN_TOKEN; docs/auth.md)"},
+                             &s->join_token_file));
+  d->AddBool({"tls", "--tls", "connect to the controller with TLS, trusting the system's CAs (see --tls-ca)"}, &s->tls);
+  existing_file(d->AddString(
+      {"tls_ca", "--tls-ca", "PEM CA the controller's certificate is checked against (implies --tls)"}, &s->tls_ca));
+  existing_file(d->AddString(
+      {"tls_cert", "--tls-cert", "PEM client certificate, for a controller that requires one (--tls-client-ca)"},
+      &s->tls_cert));
+  existing_file(d->AddString({"tls_key", "--tls-key", "PEM private key of --tls-cert"}, &s->tls_key));
+}
+
+Result<WorkerConfig> ResolveWorkerConfig(const WorkerSettings& s) {
+  WorkerConfig c = s.config;
+  EFT_RETURN_IF_ERROR(LoadJoinToken(s.join_token_file, &c.endpoint));
+  if (s.tls_cert.empty() != s.tls_key.empty()) return Status::InvalidArgument("--tls-cert and --tls-key go together");
+  Result<ClientTls> tls = LoadClientTls(s.tls, s.tls_ca, s.tls_cert, s.tls_key);
+  if (!tls.ok()) return Status::InvalidArgument("cannot read the TLS files (" + tls.status().message() + ")");
+  c.endpoint.tls = std::move(tls).value();
+  EFT_RETURN_IF_ERROR(FinalizeWorkerConfig(&c));
+  return c;
 }
 
 }  // namespace eft::worker

@@ -5,7 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "common/grpc/credentials.h"
 #include "common/status.h"
+
+namespace eft {
+class DaemonSettings;
+}
 
 namespace eft::worker {
 
@@ -14,10 +19,7 @@ namespace eft::worker {
 struct ControllerEndpoint {
   std::string address;
   std::string join_token;
-  bool tls = false;
-  std::string tls_ca_pem;    // trusted roots; empty: the system's
-  std::string tls_cert_pem;  // client certificate and key, for a controller that requires them
-  std::string tls_key_pem;
+  ClientTls tls;  // disabled: plaintext
 };
 
 struct WorkerConfig {
@@ -48,5 +50,25 @@ std::vector<std::string> DiscoverGpus();
 
 // Fills defaults (name, address, work_dir, slots and gpu_ids) and checks them.
 Status FinalizeWorkerConfig(WorkerConfig* config);
+
+// eft-worker's settings as given on the command line and in --config worker.yaml (deploy/config/;
+// keys are the flags' names): WorkerConfig itself, and the files that become its endpoint.
+struct WorkerSettings {
+  WorkerConfig config;
+  std::string log_level;        // debug|info|warning|error; "": the default (info)
+  std::string join_token_file;  // "": $EFT_JOIN_TOKEN, else none
+  bool tls = false;             // TLS with the system's roots; implied by any of the files below
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+};
+
+// Registers every setting of *settings with `daemon_settings` (key and flag of each).
+void AddWorkerSettings(DaemonSettings* daemon_settings, WorkerSettings* settings);
+
+// The WorkerConfig to run with: the join token (the first non-empty line of the file, as the
+// controller reads it; else $EFT_JOIN_TOKEN) and the TLS files read into `endpoint`, and the
+// defaults filled in (FinalizeWorkerConfig). INVALID_ARGUMENT naming the setting otherwise.
+Result<WorkerConfig> ResolveWorkerConfig(const WorkerSettings& settings);
 
 }  // namespace eft::worker

@@ -17,6 +17,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/grpc/credentials.h"
+
 namespace eft::testing {
 
 namespace fs = std::filesystem;
@@ -55,15 +57,15 @@ TestCluster::TestCluster(ClusterOptions options) : options_(options) {
 }
 
 std::shared_ptr<grpc::ChannelCredentials> TestCluster::credentials() const {
-  if (options_.client_tls_ca.empty()) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = ReadFile(options_.client_tls_ca);
-  return grpc::SslCredentials(ssl);
+  Result<ClientTls> tls = LoadClientTls(false, options_.client_tls_ca);
+  if (tls.ok()) return MakeChannelCredentials(*tls);
+  ADD_FAILURE() << tls.status();
+  ClientTls unreadable_ca;  // TLS with the system's roots: the connection fails, as it should
+  unreadable_ca.enabled = true;
+  return MakeChannelCredentials(unreadable_ca);
 }
 
-void TestCluster::AddToken(grpc::ClientContext* ctx) const {
-  if (!options_.client_token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.client_token);
-}
+void TestCluster::AddToken(grpc::ClientContext* ctx) const { AddBearerToken(options_.client_token, ctx); }
 
 void TestCluster::Connect() {
   channel_ = grpc::CreateChannel(controller_address(), credentials());

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/unit/common/read_file_test_util.h"
+
 extern char** environ;
 
 namespace eft::testing {
@@ -117,12 +119,7 @@ std::string BuildDir() {
 std::string WorkloadBinary() { return BuildDir() + "/tests/workload/eft-test-workload"; }
 std::string TrainerBinary() { return BuildDir() + "/trainer/eft-train"; }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string ReadFile(const std::string& path) { return file_testing::ReadFileOrEmpty(path); }
 
 bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
   auto until = std::chrono::steady_clock::now() + timeout;

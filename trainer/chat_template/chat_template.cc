@@ -1,10 +1,9 @@
 #include "trainer/chat_template/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
+#include "common/file_util.h"
 #include "trainer/chat_template/interpreter.h"
 #include "trainer/chat_template/parser.h"
 
@@ -12,14 +11,6 @@ namespace eft::trainer {
 namespace {
 
 using nlohmann::ordered_json;
-
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 }  // namespace
 
@@ -50,7 +41,7 @@ Result<ModelChatTemplate> ModelChatTemplate::Load(const std::string& model_dir, 
   ordered_json config = ordered_json::object();
   const std::string config_path = (fs::path(model_dir) / "tokenizer_config.json").string();
   if (fs::exists(config_path)) {
-    EFT_ASSIGN_OR_RETURN(std::string text, ReadFile(config_path));
+    EFT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path));
     config = ordered_json::parse(text, nullptr, false);
     if (config.is_discarded() || !config.is_object())
       return Status::InvalidArgument(config_path + " is not a JSON object");
@@ -72,7 +63,7 @@ Result<ModelChatTemplate> ModelChatTemplate::Load(const std::string& model_dir, 
   }
 
   if (!override_file.empty()) {
-    EFT_ASSIGN_OR_RETURN(m.default_source_, ReadFile(override_file));
+    EFT_ASSIGN_OR_RETURN(m.default_source_, ReadFileToString(override_file));
   } else if (config.contains("chat_template") && config["chat_template"].is_string()) {
     m.default_source_ = config["chat_template"].get<std::string>();
   } else if (config.contains("chat_template") && config["chat_template"].is_array()) {
@@ -84,7 +75,7 @@ Result<ModelChatTemplate> ModelChatTemplate::Load(const std::string& model_dir, 
     if (m.default_source_.empty() && m.tool_use_source_.empty())
       return Status::InvalidArgument(config_path + ": chat_template list has neither 'default' nor 'tool_use'");
   } else if (fs::exists(fs::path(model_dir) / "chat_template.jinja")) {
-    EFT_ASSIGN_OR_RETURN(m.default_source_, ReadFile((fs::path(model_dir) / "chat_template.jinja").string()));
+    EFT_ASSIGN_OR_RETURN(m.default_source_, ReadFileToString((fs::path(model_dir) / "chat_template.jinja").string()));
   } else {
     return Status::NotFound(model_dir + " has no chat template (tokenizer_config.json chat_template or "
                                         "chat_template.jinja); set data.chat_template to a Jinja file");
@@ -125,7 +116,7 @@ int RunChatTemplateCommand(const std::string& model_dir, const std::string& mess
   auto tmpl = ModelChatTemplate::Load(model_dir);
   if (!tmpl.ok()) return fail(tmpl.status().message());
   auto read_json = [&](const std::string& path, ordered_json* j) -> Status {
-    EFT_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    EFT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
     *j = ordered_json::parse(text, nullptr, false);
     if (j->is_discarded()) return Status::InvalidArgument(path + " is not valid JSON");
     return Status::Ok();

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "common/crc32c.h"
+#include "common/file_util.h"
 #include "common/logging.h"
 
 namespace eft::trainer {
@@ -22,12 +23,6 @@ using nlohmann::json;
 
 Status Errno(const std::string& what, const std::string& path) {
   return Status::IoError(what + " " + path + ": " + std::strerror(errno));
-}
-
-std::string ReadFile(const std::string& path, bool* ok) {
-  std::ifstream in(path, std::ios::binary);
-  *ok = static_cast<bool>(in);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // Parses "step-123" (not "step-123.tmp", not "step-abc"); -1 otherwise.
@@ -42,9 +37,10 @@ int64_t StepOf(const std::string& name, const std::string& suffix) {
 // Manifest present and every file of the size it says: what retention trusts without reading
 // every byte back (the newest checkpoint was just written and checksummed by this process).
 bool LooksComplete(const std::string& dir) {
-  bool ok = false;
-  json j = json::parse(ReadFile(dir + "/" + kManifestName, &ok), nullptr, false);
-  if (!ok || j.is_discarded()) return false;
+  Result<std::string> text = ReadFileToString(dir + "/" + kManifestName);
+  if (!text.ok()) return false;
+  json j = json::parse(*text, nullptr, false);
+  if (j.is_discarded()) return false;
   auto m = Manifest::FromJson(j);
   if (!m.ok()) return false;
   for (const auto& f : m->files) {
@@ -169,10 +165,9 @@ Result<Manifest> WriteSealedManifest(const std::string& dir, int64_t step, const
 }
 
 Result<Manifest> ReadManifest(const std::string& dir) {
-  bool ok = false;
-  std::string text = ReadFile(dir + "/" + kManifestName, &ok);
-  if (!ok) return Status::NotFound(dir + ": no " + std::string(kManifestName) + " manifest (incomplete checkpoint)");
-  json j = json::parse(text, nullptr, false);
+  Result<std::string> text = ReadFileToString(dir + "/" + kManifestName);
+  if (!text.ok()) return Status::NotFound(dir + ": no " + std::string(kManifestName) + " manifest (incomplete checkpoint)");
+  json j = json::parse(*text, nullptr, false);
   if (j.is_discarded()) return Status::DataLoss(dir + "/" + kManifestName + ": not JSON (truncated?)");
   auto m = Manifest::FromJson(j);
   if (!m.ok()) return m.status().WithContext(dir + "/" + kManifestName);

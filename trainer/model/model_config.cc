@@ -1,10 +1,10 @@
 #include "trainer/model/model_config.h"
 
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
+
+#include "common/file_util.h"
 
 namespace eft::trainer {
 namespace {
@@ -236,11 +236,9 @@ Result<ModelConfig> ModelConfig::FromHfJson(const json& j) {
 
 Result<ModelConfig> ModelConfig::FromHfDir(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) return Status::NotFound("cannot open " + path + " (is '" + dir + "' a Hugging Face model directory?)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  Result<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return Status::NotFound("cannot open " + path + " (is '" + dir + "' a Hugging Face model directory?)");
+  json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::InvalidArgument(path + ": not valid JSON");
   auto r = FromHfJson(j);
   if (!r.ok()) return r.status().WithContext(path);

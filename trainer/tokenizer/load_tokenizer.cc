@@ -1,11 +1,10 @@
 // LoadTokenizer: which file of a model directory is the tokenizer, and the BOS/EOS names of its
 // tokenizer_config.json.
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "common/file_util.h"
 #include "trainer/tokenizer/tokenizer.h"
 
 namespace eft::trainer {
@@ -16,15 +15,6 @@ namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return Status::IoError("error reading " + path);
-  return s.str();
-}
 
 // "eos_token": "</s>" or {"content": "</s>", ...}.
 std::optional<std::string> TokenName(const json& config, const char* key) {
@@ -50,7 +40,7 @@ Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir) {
   json config = json::object();
   fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   if (fs::exists(config_path)) {
-    EFT_ASSIGN_OR_RETURN(std::string text, ReadFile(config_path.string()));
+    EFT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path.string()));
     config = json::parse(text, nullptr, false);
     if (config.is_discarded() || !config.is_object())
       return Status::InvalidArgument(config_path.string() + " is not a JSON object");
@@ -58,7 +48,7 @@ Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir) {
   std::unique_ptr<Tokenizer> t;
   fs::path json_path = fs::path(dir) / "tokenizer.json", model_path = fs::path(dir) / "tokenizer.model";
   if (fs::exists(json_path)) {
-    EFT_ASSIGN_OR_RETURN(std::string text, ReadFile(json_path.string()));
+    EFT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(json_path.string()));
     auto made = TokenizerFromJson(text);
     if (!made.ok()) return Status::InvalidArgument(json_path.string() + ": " + made.status().message());
     t = std::move(*made);

@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "tests/unit/common/read_file_test_util.h"
+
 namespace eft::worker::testing {
 
 inline std::string MakeTempDir() {
@@ -20,12 +22,7 @@ inline std::string MakeTempDir() {
   return made != nullptr ? std::string(made) : std::string();
 }
 
-inline std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+inline std::string ReadWholeFile(const std::string& path) { return file_testing::ReadFileOrEmpty(path); }
 
 inline void WriteWholeFile(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

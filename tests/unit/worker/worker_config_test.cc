@@ -1,6 +1,10 @@
 #include "worker/worker_config.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -71,6 +75,39 @@ TEST_F(WorkerConfigTest, DefaultsAndBadNames) {
   WorkerConfig bad;
   bad.name = "node 1/../x";
   EXPECT_FALSE(FinalizeWorkerConfig(&bad).ok());
+}
+
+// The files behind the endpoint: the join token's first non-empty line, the TLS pairing rule and
+// unreadable PEM files, each refused with a message naming the setting.
+TEST_F(WorkerConfigTest, ResolveReadsTheJoinTokenAndTlsFiles) {
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  std::string dir = (std::filesystem::temp_directory_path() / ("eft-worker-settings-" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/join") << "\n  s3cret-token  \nsecond line\n";
+  std::ofstream(dir + "/empty") << "\n   \n";
+  std::ofstream(dir + "/ca.pem") << "PEM";
+
+  WorkerSettings s;
+  s.config.name = "n1";
+  s.join_token_file = dir + "/join";
+  s.tls_ca = dir + "/ca.pem";
+  auto c = ResolveWorkerConfig(s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->endpoint.join_token, "s3cret-token");
+  EXPECT_TRUE(c->endpoint.tls.enabled) << "--tls-ca implies TLS";
+  EXPECT_EQ(c->endpoint.tls.root_certs_pem, "PEM");
+  EXPECT_EQ(c->slots, 1) << "finalized";
+
+  s.join_token_file = dir + "/empty";
+  EXPECT_EQ(ResolveWorkerConfig(s).status().message(), "--join-token-file " + dir + "/empty: the file is empty");
+  s.join_token_file = "";
+  s.tls_cert = dir + "/ca.pem";
+  EXPECT_EQ(ResolveWorkerConfig(s).status().message(), "--tls-cert and --tls-key go together");
+  s.tls_cert = "";
+  s.tls_ca = dir + "/gone.pem";
+  EXPECT_EQ(ResolveWorkerConfig(s).status().message(),
+            "cannot read the TLS files (cannot read " + dir + "/gone.pem: No such file or directory)");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

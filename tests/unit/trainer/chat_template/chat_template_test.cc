@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/unit/common/read_file_test_util.h"
 #include "tests/unit/trainer/npm_fixtures.h"
 #include "trainer/chat_template/chat_template.h"
 
@@ -26,12 +27,7 @@ std::string SourceDir() {
   return s ? s : EFT_SOURCE_DIR_DEFAULT;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string ReadFile(const std::string& path) { return file_testing::ReadFileOrEmpty(path); }
 
 struct Case {
   std::string name;

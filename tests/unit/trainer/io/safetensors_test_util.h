@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/common/read_file_test_util.h"
 #include "trainer/io/safetensors.h"
 
 namespace eft::trainer::safetensors_testing {
@@ -23,12 +24,7 @@ namespace eft::trainer::safetensors_testing {
 namespace fs = std::filesystem;
 using Tensors = std::vector<std::pair<std::string, at::Tensor>>;
 
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+inline std::string ReadFile(const std::string& path) { return file_testing::ReadFileOrEmpty(path); }
 
 inline void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -9,6 +9,8 @@
 
 #include <sys/wait.h>
 
+#include "tests/unit/common/read_file_test_util.h"
+
 namespace eft::testing {
 
 inline std::string SourceDir() {
@@ -27,12 +29,7 @@ inline void WriteFile(const std::string& path, const std::string& text) {
   out << text;
 }
 
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+inline std::string ReadFile(const std::string& path) { return file_testing::ReadFileOrEmpty(path); }
 
 // Exit code of `sh -c cmd`.
 inline int RunCommand(const std::string& cmd) {
