@@ -2,12 +2,10 @@
 // and the desired set of ranks each worker is told to run.
 #include <algorithm>
 
-#include <google/protobuf/util/time_util.h>
-#include <nlohmann/json.hpp>
-
 #include "common/logging.h"
 #include "common/rank_protocol.h"
 #include "controller/controller.h"
+#include "controller/rank_events.h"
 
 namespace eft::controller {
 
@@ -143,84 +141,59 @@ void Controller::ApplyRankReportsLocked(NodeEntry& node) {
 }
 
 uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatRequest& req) {
+  using Kind = RankEventEffect::Kind;
   for (const auto& ev : req.events()) {
     if (ev.seq() <= node.acked_seq) continue;  // seen before: the ack was lost on the way back
     JobEntry* j = FindJob(ev.key().job_id());
-    nlohmann::json doc = nlohmann::json::parse(ev.json(), nullptr, /*allow_exceptions=*/false);
-    if (j == nullptr || !doc.is_object() || !doc.contains("event") || !doc["event"].is_string()) {
-      EFT_LOG(WARNING) << "node " << node.rec.name << ": ignoring malformed or orphan rank event: " << ev.json();
+    const RankEventEffect effect = j ? InterpretRankEvent(ev, j->rec.attempt) : RankEventEffect{};
+    if (j == nullptr || !effect.problem.empty()) {
+      EFT_LOG(WARNING) << "node " << node.rec.name << ": ignoring " << (j ? "malformed" : "orphan")
+                       << " rank event (" << (j ? effect.problem : "no such job") << "): " << ev.json();
       node.acked_seq = ev.seq();
       continue;
     }
-    const std::string kind = doc["event"];
-    auto num = [&](const char* k) { return doc.contains(k) && doc[k].is_number() ? doc[k].get<double>() : 0.0; };
-    if (kind == "step" && ev.key().attempt() == j->rec.attempt) {
-      v1::TrainingProgress& p = j->progress;
-      p.set_step(static_cast<int64_t>(num("step")));
-      if (doc.contains("total_steps")) p.set_total_steps(static_cast<int64_t>(num("total_steps")));
-      p.set_loss(num("loss"));
-      p.set_lr(num("lr"));
-      p.set_grad_norm(num("grad_norm"));
-      p.set_tokens(static_cast<int64_t>(num("tokens")));
-      p.set_tokens_per_s(num("tokens_per_s"));
-      p.set_mfu(num("mfu"));
-      *p.mutable_time() = google::protobuf::util::TimeUtil::MillisecondsToTimestamp(ev.time_ms());
-      Bump(*j);
-    } else if (kind == "error" && ev.key().attempt() == j->rec.attempt) {
-      // Arrives before the exit it explains (the worker reads a rank's events to EOF before
-      // reporting its exit), and goes into the attempt's end reason.
-      auto decoded = rank::DecodeEvent(ev.json());
-      const int r = ev.key().rank();
-      if (decoded.ok() && r >= 0 && r < static_cast<int>(j->ranks.size())) {
-        j->ranks[r].error = std::get<rank::ErrorEvent>(*decoded).message;
-      }
-    } else if (kind == "no_valid_checkpoint") {
-      auto decoded = rank::DecodeEvent(ev.json());
-      if (decoded.ok()) {
-        const auto& none = std::get<rank::NoValidCheckpointEvent>(*decoded);
-        JobChange c{j->rec, {}, {}, {}};
-        c.events.push_back(MakeEvent(*j, "no_valid_checkpoint",
-                                     "no valid checkpoint in " + none.dir + ": starting from scratch, " +
-                                         std::to_string(none.skipped) + " checkpoint" + (none.skipped == 1 ? "" : "s") +
-                                         " skipped (attempt " + std::to_string(ev.key().attempt()) + ")"));
-        Status s = Apply(*j, std::move(c));
-        if (!s.ok()) {
-          EFT_LOG(ERROR) << "job " << j->rec.id << ": could not record a no_valid_checkpoint event: " << s;
-          break;  // not acknowledged: the worker sends it again
-        }
-      }
-    } else if (kind == "checkpoint_deleted") {
-      // Retention removed it: it must not be listed, nor handed to a later attempt.
-      const std::string path = doc.value("path", std::string());
-      Status s = path.empty() ? Status::Ok() : store_->DeleteCheckpoint(j->rec.id, path);
-      if (!s.ok()) {
-        EFT_LOG(ERROR) << "job " << j->rec.id << ": could not forget deleted checkpoint " << path << ": " << s;
-        break;  // not acknowledged: the worker sends it again
-      }
-      auto gone = std::remove_if(j->checkpoints.begin(), j->checkpoints.end(),
-                                 [&](const CheckpointRecord& k) { return k.path == path; });
-      if (gone != j->checkpoints.end()) {
-        j->checkpoints.erase(gone, j->checkpoints.end());
+    // A store failure leaves the event unacknowledged: the worker sends it again.
+    Status stored = Status::Ok();
+    switch (effect.kind) {
+      case Kind::kIgnore:
+        break;
+      case Kind::kProgress: {
+        const int64_t total = j->progress.total_steps();
+        j->progress = effect.progress;
+        if (j->progress.total_steps() == 0) j->progress.set_total_steps(total);
         Bump(*j);
+        break;
       }
-    } else if (kind == "checkpoint") {
-      CheckpointRecord c;
-      c.job_id = j->rec.id;
-      c.step = static_cast<int64_t>(num("step"));
-      c.kind = doc.value("kind", std::string("sharded"));
-      c.path = doc.value("path", std::string());
-      c.bytes = static_cast<int64_t>(num("bytes"));
-      c.attempt = ev.key().attempt();
-      c.time_ms = ev.time_ms();
-      if (c.path.empty()) {
-        EFT_LOG(WARNING) << "job " << j->rec.id << ": checkpoint event without a path ignored: " << ev.json();
-      } else {
-        Status s = store_->InsertCheckpoint(c);
-        // Not acknowledged: the worker sends it again with the next heartbeat.
-        if (!s.ok()) {
-          EFT_LOG(ERROR) << "job " << j->rec.id << ": could not store checkpoint " << c.path << ": " << s;
-          break;
+      case Kind::kRankError:
+        // Arrives before the exit it explains (the worker reads a rank's events to EOF before
+        // reporting its exit), and goes into the attempt's end reason.
+        if (effect.rank >= 0 && effect.rank < static_cast<int>(j->ranks.size())) {
+          j->ranks[effect.rank].error = effect.message;
         }
+        break;
+      case Kind::kJobEvent: {
+        JobChange c{j->rec, {}, {}, {}};
+        c.events.push_back(MakeEvent(*j, effect.event_type, effect.message));
+        stored = Apply(*j, std::move(c));
+        break;
+      }
+      case Kind::kForgetCheckpoint: {
+        // Retention removed it: it must not be listed, nor handed to a later attempt.
+        const std::string& path = effect.checkpoint.path;
+        stored = store_->DeleteCheckpoint(j->rec.id, path);
+        if (!stored.ok()) break;
+        auto gone = std::remove_if(j->checkpoints.begin(), j->checkpoints.end(),
+                                   [&](const CheckpointRecord& k) { return k.path == path; });
+        if (gone != j->checkpoints.end()) {
+          j->checkpoints.erase(gone, j->checkpoints.end());
+          Bump(*j);
+        }
+        break;
+      }
+      case Kind::kRecordCheckpoint: {
+        const CheckpointRecord& c = effect.checkpoint;
+        stored = store_->InsertCheckpoint(c);
+        if (!stored.ok()) break;
         bool seen = std::any_of(j->checkpoints.begin(), j->checkpoints.end(),
                                 [&](const CheckpointRecord& k) { return k.path == c.path; });
         if (!seen) {
@@ -228,14 +201,16 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
           j->checkpoints.push_back(c);
           Bump(*j);
           if (checkpoint_observer_) {
-            auto seconds = [&](const char* k) {
-              return doc.contains(k) && doc[k].is_number() ? doc[k].get<double>() : -1.0;  // -1: not reported
-            };
-            checkpoint_observer_(CheckpointReport{c.job_id, c.kind, c.step, c.bytes, seconds("seconds"),
-                                                  seconds("stall_seconds")});
+            checkpoint_observer_(
+                CheckpointReport{c.job_id, c.kind, c.step, c.bytes, effect.seconds, effect.stall_seconds});
           }
         }
+        break;
       }
+    }
+    if (!stored.ok()) {
+      EFT_LOG(ERROR) << "job " << j->rec.id << ": could not store what a rank reported (" << ev.json() << "): " << stored;
+      break;
     }
     node.acked_seq = ev.seq();
   }

@@ -1,0 +1,70 @@
+#include "controller/rank_events.h"
+
+#include <type_traits>
+#include <variant>
+
+#include <google/protobuf/util/time_util.h>
+
+#include "common/rank_protocol.h"
+
+namespace eft::controller {
+
+RankEventEffect InterpretRankEvent(const v1::RankEvent& ev, int current_attempt) {
+  RankEventEffect out;
+  auto decoded = rank::DecodeEvent(ev.json());
+  if (!decoded.ok()) {
+    out.problem = decoded.status().message();
+    return out;
+  }
+  const bool current = ev.key().attempt() == current_attempt;
+  std::visit(
+      [&](const auto& e) {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, rank::StepEvent>) {
+          if (!current) return;
+          out.kind = RankEventEffect::Kind::kProgress;
+          v1::TrainingProgress& p = out.progress;
+          p.set_step(e.step);
+          p.set_total_steps(e.total_steps);
+          p.set_loss(e.loss);
+          p.set_lr(e.lr);
+          p.set_grad_norm(e.grad_norm);
+          p.set_tokens(e.tokens);
+          p.set_tokens_per_s(e.tokens_per_s);
+          p.set_mfu(e.mfu);
+          *p.mutable_time() = google::protobuf::util::TimeUtil::MillisecondsToTimestamp(ev.time_ms());
+        } else if constexpr (std::is_same_v<T, rank::CheckpointEvent>) {
+          out.kind = RankEventEffect::Kind::kRecordCheckpoint;
+          CheckpointRecord& c = out.checkpoint;
+          c.job_id = ev.key().job_id();
+          c.step = e.step;
+          c.kind = e.kind.empty() ? "sharded" : e.kind;
+          c.path = e.path;
+          c.bytes = e.bytes;
+          c.attempt = ev.key().attempt();
+          c.time_ms = ev.time_ms();
+          out.seconds = e.seconds;
+          out.stall_seconds = e.stall_seconds;
+        } else if constexpr (std::is_same_v<T, rank::CheckpointDeletedEvent>) {
+          out.kind = RankEventEffect::Kind::kForgetCheckpoint;
+          out.checkpoint.job_id = ev.key().job_id();
+          out.checkpoint.path = e.path;
+        } else if constexpr (std::is_same_v<T, rank::ErrorEvent>) {
+          if (!current) return;
+          out.kind = RankEventEffect::Kind::kRankError;
+          out.rank = ev.key().rank();
+          out.message = e.message;
+        } else if constexpr (std::is_same_v<T, rank::NoValidCheckpointEvent>) {
+          out.kind = RankEventEffect::Kind::kJobEvent;
+          out.event_type = "no_valid_checkpoint";
+          out.message = "no valid checkpoint in " + e.dir + ": starting from scratch, " + std::to_string(e.skipped) +
+                        " checkpoint" + (e.skipped == 1 ? "" : "s") + " skipped (attempt " +
+                        std::to_string(ev.key().attempt()) + ")";
+        }
+        // resumed, finished, memory and unknown types: in the rank's log; nothing to keep here.
+      },
+      *decoded);
+  return out;
+}
+
+}  // namespace eft::controller

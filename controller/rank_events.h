@@ -1,0 +1,40 @@
+// What a rank event (one line of a rank's EFT_EVENTS_FD, relayed by its worker) means to the
+// controller, decided as a pure function of the event and the job's current attempt: no state, no
+// store, no clock. The controller then applies the effect under its lock (agents.cc), so every
+// rule about which events count lives here and is unit-tested on its own.
+#pragma once
+
+#include <string>
+
+#include "controller/records.h"
+#include "eft/v1/agent.pb.h"
+#include "eft/v1/job.pb.h"
+
+namespace eft::controller {
+
+struct RankEventEffect {
+  enum class Kind {
+    kIgnore,            // nothing to do (`problem` says why when the line was malformed)
+    kProgress,          // a step of the current attempt: `progress`
+    kRecordCheckpoint,  // store `checkpoint` (idempotent by path); `seconds`/`stall_seconds` for metrics
+    kForgetCheckpoint,  // retention deleted `checkpoint.path`
+    kRankError,         // the current attempt's rank `rank` is failing because of `message`
+    kJobEvent,          // a job event row: `event_type`, `message`
+  };
+  Kind kind = Kind::kIgnore;
+  std::string problem;  // kIgnore: why the event could not be used ("" for a type the controller skips)
+  v1::TrainingProgress progress;
+  CheckpointRecord checkpoint;
+  double seconds = -1;        // writing the checkpoint; < 0: not reported
+  double stall_seconds = -1;  // the step loop waiting for it; < 0: not reported
+  int rank = -1;
+  std::string event_type;
+  std::string message;
+};
+
+// `current_attempt`: the job's newest attempt. Progress and errors of older attempts are ignored
+// (their ranks are being stopped); checkpoints of any attempt are kept, since every one is a valid
+// place to resume from.
+RankEventEffect InterpretRankEvent(const v1::RankEvent& event, int current_attempt);
+
+}  // namespace eft::controller

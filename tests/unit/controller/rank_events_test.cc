@@ -1,0 +1,101 @@
+// InterpretRankEvent (controller/rank_events.h): what each rank event means to the controller, with
+// no controller around it.
+#include "controller/rank_events.h"
+
+#include <gtest/gtest.h>
+
+#include "common/rank_protocol.h"
+
+namespace eft::controller {
+namespace {
+
+using Kind = RankEventEffect::Kind;
+
+v1::RankEvent Event(int attempt, const std::string& json, int rank = 0) {
+  v1::RankEvent e;
+  e.mutable_key()->set_job_id("7");
+  e.mutable_key()->set_attempt(attempt);
+  e.mutable_key()->set_rank(rank);
+  e.set_seq(1);
+  e.set_time_ms(1700000000123);
+  e.set_json(json);
+  return e;
+}
+
+TEST(RankEventsTest, AStepOfTheCurrentAttemptIsProgress) {
+  rank::StepEvent step{12, 100, 1.5, 3e-4, 0.7, 4096, 800.0, 5.0, 0.3};
+  RankEventEffect e = InterpretRankEvent(Event(2, rank::EncodeEvent(step)), 2);
+  ASSERT_EQ(e.kind, Kind::kProgress);
+  EXPECT_EQ(e.progress.step(), 12);
+  EXPECT_EQ(e.progress.total_steps(), 100);
+  EXPECT_DOUBLE_EQ(e.progress.loss(), 1.5);
+  EXPECT_DOUBLE_EQ(e.progress.lr(), 3e-4);
+  EXPECT_DOUBLE_EQ(e.progress.grad_norm(), 0.7);
+  EXPECT_EQ(e.progress.tokens(), 4096);
+  EXPECT_DOUBLE_EQ(e.progress.tokens_per_s(), 800.0);
+  EXPECT_DOUBLE_EQ(e.progress.mfu(), 0.3);
+  EXPECT_EQ(e.progress.time().seconds(), 1700000000);
+  // The same step from an attempt being stopped says nothing about the job now.
+  EXPECT_EQ(InterpretRankEvent(Event(1, rank::EncodeEvent(step)), 2).kind, Kind::kIgnore);
+}
+
+TEST(RankEventsTest, CheckpointsOfAnyAttemptAreRecorded) {
+  rank::CheckpointEvent ckpt{"full", 40, "/ckpt/step-40", 1234, 2.5, 0.1};
+  RankEventEffect e = InterpretRankEvent(Event(1, rank::EncodeEvent(ckpt)), 3);
+  ASSERT_EQ(e.kind, Kind::kRecordCheckpoint);
+  EXPECT_EQ(e.checkpoint.job_id, "7");
+  EXPECT_EQ(e.checkpoint.kind, "full");
+  EXPECT_EQ(e.checkpoint.step, 40);
+  EXPECT_EQ(e.checkpoint.path, "/ckpt/step-40");
+  EXPECT_EQ(e.checkpoint.bytes, 1234);
+  EXPECT_EQ(e.checkpoint.attempt, 1);
+  EXPECT_EQ(e.checkpoint.time_ms, 1700000000123);
+  EXPECT_DOUBLE_EQ(e.seconds, 2.5);
+  EXPECT_DOUBLE_EQ(e.stall_seconds, 0.1);
+  // Timings a program did not report stay "not reported".
+  RankEventEffect bare = InterpretRankEvent(Event(3, R"({"event":"checkpoint","step":1,"path":"/p"})"), 3);
+  ASSERT_EQ(bare.kind, Kind::kRecordCheckpoint);
+  EXPECT_EQ(bare.checkpoint.kind, "sharded");
+  EXPECT_LT(bare.seconds, 0);
+  EXPECT_LT(bare.stall_seconds, 0);
+
+  RankEventEffect gone =
+      InterpretRankEvent(Event(1, rank::EncodeEvent(rank::CheckpointDeletedEvent{"/ckpt/step-10", "retention"})), 3);
+  ASSERT_EQ(gone.kind, Kind::kForgetCheckpoint);
+  EXPECT_EQ(gone.checkpoint.path, "/ckpt/step-10");
+}
+
+TEST(RankEventsTest, ErrorsOfTheCurrentAttemptBelongToTheirRank) {
+  RankEventEffect e = InterpretRankEvent(Event(2, rank::EncodeEvent(rank::ErrorEvent{"disk full", 1}), 3), 2);
+  ASSERT_EQ(e.kind, Kind::kRankError);
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.message, "disk full");
+  EXPECT_EQ(InterpretRankEvent(Event(1, rank::EncodeEvent(rank::ErrorEvent{"old", 1})), 2).kind, Kind::kIgnore);
+}
+
+TEST(RankEventsTest, LostProgressIsAJobEvent) {
+  RankEventEffect e = InterpretRankEvent(Event(2, rank::EncodeEvent(rank::NoValidCheckpointEvent{"/ckpt", 1})), 2);
+  ASSERT_EQ(e.kind, Kind::kJobEvent);
+  EXPECT_EQ(e.event_type, "no_valid_checkpoint");
+  EXPECT_EQ(e.message, "no valid checkpoint in /ckpt: starting from scratch, 1 checkpoint skipped (attempt 2)");
+}
+
+TEST(RankEventsTest, WhatTheControllerDoesNotKeepIsIgnoredQuietly) {
+  for (const rank::Event& ev : std::vector<rank::Event>{rank::ResumedEvent{3, "sharded", "/p", 1, 0, 0},
+                                                        rank::FinishedEvent{9}, rank::MemoryEvent{0, 1, 2},
+                                                        rank::UnknownEvent{"eval"}}) {
+    RankEventEffect e = InterpretRankEvent(Event(1, rank::EncodeEvent(ev)), 1);
+    EXPECT_EQ(e.kind, Kind::kIgnore) << rank::EncodeEvent(ev);
+    EXPECT_EQ(e.problem, "") << rank::EncodeEvent(ev);
+  }
+}
+
+TEST(RankEventsTest, MalformedLinesSayWhy) {
+  EXPECT_EQ(InterpretRankEvent(Event(1, "not json"), 1).problem, "event: not a JSON object");
+  EXPECT_EQ(InterpretRankEvent(Event(1, R"({"event":"checkpoint","step":4})"), 1).problem,
+            "checkpoint event: \"path\" is missing");
+  EXPECT_EQ(InterpretRankEvent(Event(1, R"({"event":"step"})"), 1).kind, Kind::kIgnore);
+}
+
+}  // namespace
+}  // namespace eft::controller
