@@ -1,6 +1,7 @@
 // Controller: creation, loading, the client-facing API and conversions to the wire messages.
 // The state machine is in lifecycle.cc, the worker-facing side in agents.cc.
 #include "controller/controller.h"
+#include "controller/wire.h"
 
 #include <google/protobuf/util/time_util.h>
 
@@ -11,13 +12,7 @@
 
 namespace eft::controller {
 
-using google::protobuf::util::TimeUtil;
 
-namespace {
-
-google::protobuf::Timestamp Ts(int64_t ms) { return TimeUtil::MillisecondsToTimestamp(ms); }
-
-}  // namespace
 
 bool Controller::JobEntry::active() const {
   return rec.state == v1::JOB_STATE_STARTING || rec.state == v1::JOB_STATE_RUNNING;
@@ -75,7 +70,7 @@ Status Controller::Load() {
     j.spec_json = eft::spec::JobSpecToJson(j.rec.spec).dump();
     if (j.active() && j.current()) {
       // A RUNNING attempt had every rank running: a rank its worker no longer reports is lost.
-      j.ranks.assign(j.current()->world_size, RankView{j.rec.state == v1::JOB_STATE_RUNNING, false});
+      j.ranks.assign(j.current()->world_size, RankView{j.rec.state == v1::JOB_STATE_RUNNING, false, {}});
     }
     if (j.rec.state == v1::JOB_STATE_RECOVERING) j.stop_deadline = now + config_.stop_report_slack;
     std::string id = j.rec.id;
@@ -413,69 +408,17 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
 // Conversions
 
 v1::Job Controller::ToProto(const JobEntry& j, bool full) const {
-  v1::Job out;
-  out.set_id(j.rec.id);
-  *out.mutable_spec() = j.rec.spec;
-  out.set_state(j.rec.state);
-  out.set_reason(j.rec.reason);
-  out.set_owner(j.rec.owner);
-  if (j.rec.create_ms) *out.mutable_create_time() = Ts(j.rec.create_ms);
-  if (j.rec.start_ms) *out.mutable_start_time() = Ts(j.rec.start_ms);
-  if (j.rec.end_ms) *out.mutable_end_time() = Ts(j.rec.end_ms);
-  out.set_attempt(j.rec.attempt);
-  out.set_restarts(j.rec.restarts);
-  if (j.active() && j.current()) out.set_world_size(j.current()->world_size);
-  if (j.progress.step() > 0) *out.mutable_progress() = j.progress;
-  if (!full) return out;
-  for (const auto& a : j.attempts) {
-    v1::Attempt* p = out.add_attempts();
-    p->set_number(a.number);
-    p->set_world_size(a.world_size);
-    for (const auto& n : a.nodes) p->add_nodes(n);
-    p->set_master_addr(a.master_addr);
-    p->set_master_port(a.master_port);
-    p->set_resume_from(a.resume_from);
-    if (a.start_ms) *p->mutable_start_time() = Ts(a.start_ms);
-    if (a.end_ms) *p->mutable_end_time() = Ts(a.end_ms);
-    p->set_end_reason(a.end_reason);
-  }
-  for (const auto& c : j.checkpoints) {
-    v1::Checkpoint* p = out.add_checkpoints();
-    p->set_step(c.step);
-    p->set_kind(c.kind);
-    p->set_path(c.path);
-    p->set_bytes(c.bytes);
-    p->set_attempt(c.attempt);
-    if (c.time_ms) *p->mutable_time() = Ts(c.time_ms);
-  }
-  for (const auto& e : j.events) {
-    v1::JobEvent* p = out.add_events();
-    *p->mutable_time() = Ts(e.time_ms);
-    p->set_type(e.type);
-    p->set_attempt(e.attempt);
-    p->set_message(e.message);
-  }
-  return out;
+  const int32_t world = j.active() && j.current() ? j.current()->world_size : 0;
+  return JobToProto(JobView{j.rec, j.attempts, j.checkpoints, j.events, j.progress, world}, full);
 }
 
 v1::Node Controller::ToProto(const NodeEntry& n) const {
-  v1::Node out;
-  out.set_name(n.rec.name);
-  out.set_address(n.rec.address);
-  out.set_state(n.ready ? v1::NODE_STATE_READY : v1::NODE_STATE_LOST);
-  out.set_drained(n.rec.drained);
-  out.set_slots(n.rec.slots);
-  out.set_state_reason(n.rec.state_reason);
-  out.set_version(n.rec.version);
-  if (n.rec.registered_ms) *out.mutable_registered_time() = Ts(n.rec.registered_ms);
-  if (n.last_heartbeat_ms) *out.mutable_last_heartbeat_time() = Ts(n.last_heartbeat_ms);
   std::set<std::string> jobs;
   if (auto it = active_on_node_.find(n.rec.name); it != active_on_node_.end()) jobs = it->second;
   for (const auto& r : n.reported) {
     if (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING) jobs.insert(r.key().job_id());
   }
-  for (const auto& id : jobs) out.add_jobs(id);
-  return out;
+  return NodeToProto(n.rec, n.ready, n.last_heartbeat_ms, jobs);
 }
 
 }  // namespace eft::controller
