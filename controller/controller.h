@@ -27,6 +27,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "controller/config.h"
+#include "controller/group_commit.h"
 #include "controller/log_store.h"
 #include "controller/records.h"
 #include "controller/scheduler.h"
@@ -169,9 +170,14 @@ class Controller {
 
   Controller(ControllerConfig config, Clock* clock, std::unique_ptr<Store> store);
   Status Load();
-  struct PendingSubmit;
+  struct PendingSubmit {
+    v1::JobSpec spec;  // normalized
+    std::string request_id;
+    std::string owner;
+  };
+  using SubmitBatch = GroupCommit<PendingSubmit, Result<v1::Job>>;
   // Writes a batch of submits in one transaction and answers each of them.
-  void CommitSubmits(const std::vector<PendingSubmit*>& batch);
+  void CommitSubmits(const std::vector<SubmitBatch::Item*>& batch);
 
   // controller.cc: conversions and lookups.
   v1::Job ToProto(const JobEntry& job, bool full) const;
@@ -235,11 +241,8 @@ class Controller {
   uint64_t last_pass_epoch_ = 0;
   int64_t attempts_created_ = 0;  // over all jobs, ever: picks each attempt's MASTER_PORT
 
-  // Group commit of submits (see SubmitJob): one leader writes while the others queue.
-  std::mutex submit_mu_;
-  std::condition_variable submit_cv_;
-  std::vector<PendingSubmit*> submit_queue_;
-  bool submit_leader_ = false;
+  // Submits are written in groups, one transaction for all that arrived meanwhile (group_commit.h).
+  SubmitBatch submits_{[this](const std::vector<SubmitBatch::Item*>& batch) { CommitSubmits(batch); }};
 
   std::function<void(const CheckpointReport&)> checkpoint_observer_;
 
