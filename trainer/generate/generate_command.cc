@@ -106,9 +106,9 @@ int RunGenerate(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
     out.flush();
   };
   auto result = Generate(session, *prompt, options, on_token);
+  if (!result.ok()) return Fail(result.status(), err);
   if (text) out << text->Finish();
   out << "\n" << std::flush;
-  if (!result.ok()) return Fail(result.status(), err);
   if (result->stop == StopReason::kContextFull)
     err << "eft-train: stopped at the model's context length (" << m.model->max_positions() << " positions)\n";
   if (a.stats) gen::PrintStats(*result, err);
