@@ -26,7 +26,7 @@ PROMPT="$(seq -s ' ' 1000 1015)"
 echo "machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), --threads $THREADS; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "logs: $DIR"
 echo
-echo "| dtype | new tokens | prefill (16 tokens) | decode tokens/s | ms/token, first quarter | ms/token, last quarter | wall s |"
+echo "| dtype | new tokens | prefill (16 tokens) | decode tokens/s | median ms/token, first quarter | median ms/token, last quarter | wall s |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 for dtype in $DTYPES; do
   for n in $LENGTHS; do
@@ -40,7 +40,7 @@ import json, sys
 stats = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert stats["new_tokens"] == int(sys.argv[3]), stats
 print(f"| {sys.argv[2]} | {stats['new_tokens']} | {stats['prefill_s']:.2f} s | {stats['decode_tokens_per_s']:.2f} | "
-      f"{stats['ms_per_token_first_quarter']:.0f} | {stats['ms_per_token_last_quarter']:.0f} | "
+      f"{stats['median_ms_per_token_first_quarter']:.0f} | {stats['median_ms_per_token_last_quarter']:.0f} | "
       f"{float(sys.argv[5]) - float(sys.argv[4]):.0f} |")
 PY
   done

@@ -74,21 +74,24 @@ int Fail(const Status& status, std::ostream& err) {
 
 void PrintStats(const GenerateResult& r, std::ostream& err) {
   const auto& t = r.token_seconds;
-  auto ms_per_token = [&](size_t begin, size_t end) {
+  // Medians, not means: one slow step (the first decode step sets up its kernels; another process
+  // taking the cores for a moment) would otherwise hide whether the per-token cost grows.
+  auto median_ms = [&](size_t begin, size_t end) {
     if (end <= begin) return 0.0;
-    return 1000.0 * std::accumulate(t.begin() + static_cast<long>(begin), t.begin() + static_cast<long>(end), 0.0) /
-           static_cast<double>(end - begin);
+    std::vector<double> v(t.begin() + static_cast<long>(begin), t.begin() + static_cast<long>(end));
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+    return 1000.0 * v[v.size() / 2];
   };
   const double decode_s = std::accumulate(t.begin(), t.end(), 0.0);
-  const size_t quarter = std::max<size_t>(1, t.size() / 4);
+  const size_t quarter = std::min(t.size(), std::max<size_t>(1, t.size() / 4));
   nlohmann::json j = {{"prompt_tokens", r.prompt_tokens},
                       {"reused_tokens", r.reused_tokens},
                       {"new_tokens", r.tokens.size()},
                       {"stop", StopReasonName(r.stop)},
                       {"prefill_s", r.prefill_seconds},
                       {"decode_tokens_per_s", decode_s > 0 ? static_cast<double>(t.size()) / decode_s : 0.0},
-                      {"ms_per_token_first_quarter", ms_per_token(0, std::min(quarter, t.size()))},
-                      {"ms_per_token_last_quarter", ms_per_token(t.size() - std::min(quarter, t.size()), t.size())}};
+                      {"median_ms_per_token_first_quarter", median_ms(0, quarter)},
+                      {"median_ms_per_token_last_quarter", median_ms(t.size() - quarter, t.size())}};
   err << j.dump() << std::endl;
 }
 

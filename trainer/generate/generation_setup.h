@@ -33,8 +33,8 @@ int ExitCodeFor(const Status& status);
 int Fail(const Status& status, std::ostream& err);  // prints "eft-train: <message>", returns the code
 
 // One JSON object on a line: prompt/reused/new token counts, stop reason, prefill seconds, decode
-// tokens/s, and ms per token over the first and last quarter of the new tokens (flat when each
-// token costs one position).
+// tokens/s, and the median ms per token over the first and last quarter of the new tokens (flat
+// when each token costs one position).
 void PrintStats(const GenerateResult& result, std::ostream& err);
 
 }  // namespace eft::trainer::gen

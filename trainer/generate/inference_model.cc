@@ -1,5 +1,6 @@
 #include "trainer/generate/inference_model.h"
 
+#include <cmath>
 #include <limits>
 
 #include "trainer/io/safetensors.h"
@@ -70,6 +71,22 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
+// llama.h's Attention (math path) for new queries against cached keys, computed per KV head group
+// instead of repeating each cached key/value for every query head that shares it: q [1, H, n, D],
+// k/v [1, KV, L, D] (views into the cache), mask [1, 1, n, L]. The same products, softmax in fp32
+// and cast back, as MathAttention; what is saved is copying the whole cache H/KV times per token.
+at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
+  const int64_t H = q.size(1), n = q.size(2), D = q.size(3), KV = k.size(1), L = k.size(2), G = H / KV;
+  // Query head h uses KV head h / G, so consecutive heads form a group.
+  at::Tensor qg = q.reshape({KV, G * n, D});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  at::Tensor scores = at::matmul(qg, k[0].transpose(-2, -1)) * scale;  // [KV, G * n, L]
+  scores = (scores.view({KV, G, n, L}) + mask.view({1, 1, n, L})).view({KV, G * n, L});
+  at::Tensor probs = at::softmax(scores, -1, at::promote_types(q.scalar_type(), at::kFloat)).to(q.scalar_type());
+  at::Tensor out = at::matmul(probs, v[0]);  // [KV, G * n, D]
+  return out.view({1, H, n, D}).transpose(1, 2).reshape({1, n, H * D});
+}
+
 }  // namespace
 
 // DecoderLayer of llama.cc with the cache between the projections and attention: the new
@@ -90,7 +107,7 @@ at::Tensor InferenceModel::CachedLayer(int64_t layer, const at::Tensor& hidden, 
   q = internal::ApplyRope(q.transpose(1, 2), ctx);
   k = internal::ApplyRope(k.transpose(1, 2), ctx);
   auto [keys, values] = cache->Append(layer, k, v.transpose(1, 2));
-  at::Tensor h = hidden + at::linear(Attention(q, keys, values, ctx), w.o_proj);
+  at::Tensor h = hidden + at::linear(GroupedAttention(q, keys, values, ctx.additive_mask), w.o_proj);
   x = RmsNorm(h, w.post_norm, c.rms_norm_eps);
   return h + at::linear(at::silu(at::linear(x, w.gate_proj)) * at::linear(x, w.up_proj), w.down_proj);
 }

@@ -1,5 +1,5 @@
 // InferenceModel: a Hugging Face decoder (llama, qwen2, qwen3, mistral) held whole in one process
-// for generation: no FSDP, no autograd. The layer math is llama.h's (RmsNorm, Embed, Attention,
+// for generation: no FSDP, no autograd. The layer math is llama.h's (RmsNorm, Embed, MathAttention's formulas,
 // Logits, the same RoPE tables); what is new is the cached path: a forward of n new tokens runs
 // only those n positions, attending to the keys and values a KvCache holds for the earlier ones.
 #pragma once
