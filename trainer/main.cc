@@ -5,6 +5,7 @@
 //   eft-train tokenize --tokenizer MODEL_DIR [--file F]
 //   eft-train chat-template --tokenizer MODEL_DIR --messages F.json [--add-generation-prompt]
 //   eft-train init-model --arch qwen3 --hidden 256 --layers 4 --heads 4 --kv-heads 2 ... --out DIR
+//   eft-train generate --model DIR --prompt TEXT ...   /   eft-train chat --model DIR (docs/generate.md)
 //
 // Without --config the job spec comes from EFT_JOB_SPEC (set by eft-worker). Exit codes are the rank
 // protocol's (common/rank_protocol.h, docs/architecture.md): 0 done, 2 bad configuration or input,
@@ -26,6 +27,7 @@
 #include "trainer/model/llama.h"
 #include "trainer/model/model_config.h"
 #include "trainer/chat_template/chat_template.h"
+#include "trainer/generate/generate_command.h"
 #include "trainer/tokenizer/tokenize_command.h"
 #include "trainer/train/events.h"
 #include "trainer/train/launch.h"
@@ -244,11 +246,14 @@ int main(int argc, char** argv) {
   init->add_option("--tokenizer", im.tokenizer, "copy tokenizer files from this directory");
   init->add_option("--seed", im.seed, "random seed (default 0)");
 
+  GenerateCommands generate_commands(app);  // generate, chat
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitConfig;
   }
+  if (generate_commands.selected()) return generate_commands.Run(std::cin, std::cout, std::cerr);
   if (*init) return InitModel(im);
   if (*tokenize) return RunTokenizeCommand(tk, std::cin, std::cout, std::cerr);
   if (*chat) return RunChatTemplateCommand(ct_dir, ct_messages, ct_tools, ct_generation, std::cout, std::cerr);
