@@ -57,37 +57,48 @@ Result<ModelChatTemplate> ModelChatTemplate::Load(const std::string& model_dir, 
     ordered_json extra = ordered_json::array();
     for (const auto& t : config["additional_special_tokens"]) {
       if (t.is_string()) extra.push_back(t);
-      if (t.is_object() && t.contains("content")) extra.push_back(t["content"]);
+      if (t.is_object() && t.contains("content") && t["content"].is_string()) extra.push_back(t["content"]);
     }
     m.special_tokens_["additional_special_tokens"] = extra;
   }
 
   if (!override_file.empty()) {
     EFT_ASSIGN_OR_RETURN(m.default_source_, ReadFileToString(override_file));
+    m.source_path_ = override_file;
   } else if (config.contains("chat_template") && config["chat_template"].is_string()) {
     m.default_source_ = config["chat_template"].get<std::string>();
+    m.source_path_ = config_path;
   } else if (config.contains("chat_template") && config["chat_template"].is_array()) {
-    for (const auto& entry : config["chat_template"]) {
-      std::string name = entry.value("name", "");
-      if (name == "default") m.default_source_ = entry.value("template", "");
-      if (name == "tool_use") m.tool_use_source_ = entry.value("template", "");
+    m.source_path_ = config_path;
+    const ordered_json& list = config["chat_template"];
+    for (size_t i = 0; i < list.size(); ++i) {
+      const ordered_json& entry = list[i];
+      auto name = entry.is_object() ? entry.find("name") : entry.end();
+      auto text = entry.is_object() ? entry.find("template") : entry.end();
+      if (name == entry.end() || !name->is_string() || text == entry.end() || !text->is_string()) {
+        return Status::InvalidArgument(config_path + ": chat_template[" + std::to_string(i) +
+                                       "]: expected {\"name\": string, \"template\": string}");
+      }
+      if (*name == "default") m.default_source_ = text->get<std::string>();
+      if (*name == "tool_use") m.tool_use_source_ = text->get<std::string>();
     }
     if (m.default_source_.empty() && m.tool_use_source_.empty())
       return Status::InvalidArgument(config_path + ": chat_template list has neither 'default' nor 'tool_use'");
   } else if (fs::exists(fs::path(model_dir) / "chat_template.jinja")) {
-    EFT_ASSIGN_OR_RETURN(m.default_source_, ReadFileToString((fs::path(model_dir) / "chat_template.jinja").string()));
+    m.source_path_ = (fs::path(model_dir) / "chat_template.jinja").string();
+    EFT_ASSIGN_OR_RETURN(m.default_source_, ReadFileToString(m.source_path_));
   } else {
     return Status::NotFound(model_dir + " has no chat template (tokenizer_config.json chat_template or "
                                         "chat_template.jinja); set data.chat_template to a Jinja file");
   }
   if (!m.default_source_.empty()) {
     auto t = ChatTemplate::Compile(m.default_source_);
-    if (!t.ok()) return t.status();
+    if (!t.ok()) return t.status().WithContext(m.source_path_);
     m.default_ = std::make_shared<ChatTemplate>(std::move(*t));
   }
   if (!m.tool_use_source_.empty()) {
     auto t = ChatTemplate::Compile(m.tool_use_source_);
-    if (!t.ok()) return Status::InvalidArgument("tool_use " + t.status().message());
+    if (!t.ok()) return Status::InvalidArgument(m.source_path_ + ": tool_use " + t.status().message());
     m.tool_use_ = std::make_shared<ChatTemplate>(std::move(*t));
   }
   return m;
@@ -103,7 +114,12 @@ Result<std::string> ModelChatTemplate::Render(const ordered_json& messages, cons
   vars["documents"] = nullptr;
   vars["add_generation_prompt"] = add_generation_prompt;
   for (auto it = extra.begin(); it != extra.end(); ++it) vars[it.key()] = it.value();
-  return t->Render(vars);
+  auto text = t->Render(vars);
+  // raise_exception's message is the data's fault and reads as the template wrote it; any other
+  // failure (a runaway loop, an unsupported construct) is the template file's.
+  if (!text.ok() && text.status().code() != StatusCode::kFailedPrecondition)
+    return text.status().WithContext(source_path_);
+  return text;
 }
 
 int RunChatTemplateCommand(const std::string& model_dir, const std::string& messages_file,

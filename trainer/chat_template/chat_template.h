@@ -50,6 +50,7 @@ class ModelChatTemplate {
 
  private:
   std::string default_source_, tool_use_source_;
+  std::string source_path_;  // the file the template came from, for error messages
   std::shared_ptr<ChatTemplate> default_, tool_use_;
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();
 };

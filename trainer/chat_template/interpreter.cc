@@ -11,6 +11,27 @@ namespace {
 
 Status Err(const std::string& m) { return Status::InvalidArgument(m); }
 
+// Bounds on one render. Jinja has no while loop, but nested loops, macro recursion and string
+// doubling can still run for ages or fill memory from a template that is only a few bytes long;
+// real chat templates stay orders of magnitude below these.
+constexpr int64_t kMaxSteps = 10'000'000;      // statements executed plus loop iterations
+constexpr size_t kMaxText = 128ull << 20;      // any string, the output included
+constexpr size_t kMaxListItems = 1 << 22;      // a list built by `list * n` or `list + list`
+constexpr int kMaxCallDepth = 100;             // nested macro calls (Jinja's own limit is Python's)
+
+Status TooLong() { return Err("text is too long (more than " + std::to_string(kMaxText >> 20) + " MiB)"); }
+
+// Python's integer power with int64 wrap-around, by squaring: a huge exponent is 64 steps, not
+// 10^12 multiplications. Unsigned arithmetic keeps the wrap-around defined.
+int64_t IntPow(int64_t base, int64_t exp) {
+  uint64_t result = 1, b = static_cast<uint64_t>(base);
+  for (uint64_t e = static_cast<uint64_t>(exp); e > 0; e >>= 1) {
+    if (e & 1) result *= b;
+    b *= b;
+  }
+  return static_cast<int64_t>(result);
+}
+
 bool IsRaised(const Status& s) { return s.code() == StatusCode::kFailedPrecondition; }
 
 Status AtLine(const Status& s, int line) {
@@ -102,9 +123,18 @@ class Interpreter {
     return Value::Undefined("'" + name + "'");
   }
 
+  // Counts one unit of work against kMaxSteps.
+  Status Step() {
+    if (++steps_ > kMaxSteps)
+      return Err("the template ran more than " + std::to_string(kMaxSteps) + " steps (an endless loop?)");
+    return Status::Ok();
+  }
+
   Status Exec(const Body& body, std::string* out) {
     for (const StmtPtr& s : body) {
+      EFT_RETURN_IF_ERROR(AtLine(Step(), s->line));
       EFT_RETURN_IF_ERROR(AtLine(ExecOne(*s, out), s->line));
+      if (out->size() > kMaxText) return AtLine(TooLong(), s->line);
       if (flow_ != Flow::kNormal) return Status::Ok();
     }
     return Status::Ok();
@@ -142,6 +172,8 @@ class Interpreter {
         return For(s, out);
       case Stmt::Kind::kSet: {
         EFT_ASSIGN_OR_RETURN(Value v, Eval(*s.expr));
+        // A filter (replace, join...) applied in a loop can double a string each time.
+        if (v.is_string() && v.str().size() > kMaxText) return TooLong();
         if (s.attr_target) {
           Value target = Lookup(s.attr_target->name);
           if (!target.is_namespace())
@@ -176,6 +208,17 @@ class Interpreter {
   }
 
   Result<Value> CallMacro(const Stmt& macro, CallArgs& a) {
+    // Each call recurses through Exec and Eval on the C++ stack.
+    if (call_depth_ >= kMaxCallDepth)
+      return Err("macro '" + macro.text + "' calls nested more than " + std::to_string(kMaxCallDepth) +
+                 " deep (endless recursion?)");
+    ++call_depth_;
+    Result<Value> r = CallMacroBody(macro, a);
+    --call_depth_;
+    return r;
+  }
+
+  Result<Value> CallMacroBody(const Stmt& macro, CallArgs& a) {
     std::unordered_map<std::string, Value> frame;
     if (a.positional.size() > macro.params.size())
       return Err("macro '" + macro.text + "' takes not more than " + std::to_string(macro.params.size()) +
@@ -223,6 +266,7 @@ class Interpreter {
     if (items.empty()) return Exec(s.else_body, out);
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      EFT_RETURN_IF_ERROR(Step());
       frames_.emplace_back();
       Dict loop;
       loop.Set("index", Value::Int(i + 1));
@@ -272,12 +316,21 @@ class Interpreter {
   }
 
   Result<Value> Arithmetic(const std::string& op, const Value& a, const Value& b) {
-    if (op == "~") return Value::String(a.ToString() + b.ToString());
+    if (op == "~") {
+      std::string l = a.ToString(), r = b.ToString();
+      if (l.size() + r.size() > kMaxText) return TooLong();
+      return Value::String(l + r);
+    }
     if (a.is_undefined()) return UndefinedError(a);
     if (b.is_undefined()) return UndefinedError(b);
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value::String(a.str() + b.str());
+      if (a.is_string() && b.is_string()) {
+        if (a.str().size() + b.str().size() > kMaxText) return TooLong();
+        return Value::String(a.str() + b.str());
+      }
       if (a.is_list() && b.is_list()) {
+        if (a.list().size() + b.list().size() > kMaxListItems)
+          return Err("list concatenation makes more than " + std::to_string(kMaxListItems) + " items");
         List items = a.list();
         items.insert(items.end(), b.list().begin(), b.list().end());
         return Value::MakeList(std::move(items), a.is_tuple());
@@ -287,6 +340,13 @@ class Interpreter {
       const Value* seq = a.is_string() || a.is_list() ? &a : b.is_string() || b.is_list() ? &b : nullptr;
       const Value* count = seq == &a ? &b : &a;
       if (seq && (count->is_int() || count->is_bool())) {
+        // Checked before building: 'x' * 10**12 must not try.
+        const uint64_t times = count->integer() > 0 ? static_cast<uint64_t>(count->integer()) : 0;
+        const uint64_t unit = seq->is_string() ? seq->str().size() : seq->list().size();
+        const uint64_t limit = seq->is_string() ? kMaxText : kMaxListItems;
+        if (unit > 0 && times > limit / unit) {
+          return seq->is_string() ? TooLong() : Err("list repetition makes more than " + std::to_string(limit) + " items");
+        }
         if (seq->is_string()) {
           std::string out;
           for (int64_t i = 0; i < count->integer(); ++i) out += seq->str();
@@ -312,6 +372,10 @@ class Interpreter {
     if (op == "//" || op == "%") {
       if (y == 0) return Err(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
       if (ints) {
+        // INT64_MIN // -1 traps in C++; Python's answer (2^63) wraps to INT64_MIN here.
+        if (b.integer() == -1) {
+          return Value::Int(op == "//" ? static_cast<int64_t>(0 - static_cast<uint64_t>(a.integer())) : 0);
+        }
         int64_t q = a.integer() / b.integer(), r = a.integer() % b.integer();
         if (r != 0 && ((r < 0) != (b.integer() < 0))) {
           --q;
@@ -323,11 +387,7 @@ class Interpreter {
       return op == "//" ? Value::Float(q) : Value::Float(x - q * y);
     }
     if (op == "**") {
-      if (ints && b.integer() >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < b.integer(); ++i) r *= a.integer();
-        return Value::Int(r);
-      }
+      if (ints && b.integer() >= 0) return Value::Int(IntPow(a.integer(), b.integer()));
       return Value::Float(std::pow(x, y));
     }
     return Err("unknown operator " + op);
@@ -453,6 +513,8 @@ class Interpreter {
   std::vector<std::unordered_map<std::string, Value>> frames_;
   Flow flow_ = Flow::kNormal;
   Callbacks callbacks_;
+  int64_t steps_ = 0;
+  int call_depth_ = 0;
 };
 
 Status CheckExpr(const Expr* e) {

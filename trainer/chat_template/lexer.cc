@@ -83,17 +83,25 @@ class Lexer {
     tokens_.push_back(std::move(t));
   }
 
+  // Tokens come in source order, so the scan resumes where the last one stopped: rescanning from
+  // the start for every token made a long template (hostile or not) quadratic to lex.
   void Position(size_t offset, int* line, int* column) const {
-    *line = 1;
-    size_t line_start = 0;
-    for (size_t i = 0; i < offset && i < s_.size(); ++i) {
-      if (s_[i] == '\n') {
-        ++*line;
-        line_start = i + 1;
+    if (offset < scanned_) {
+      scanned_ = 0;
+      scanned_line_ = 1;
+      scanned_line_start_ = 0;
+    }
+    for (; scanned_ < offset && scanned_ < s_.size(); ++scanned_) {
+      if (s_[scanned_] == '\n') {
+        ++scanned_line_;
+        scanned_line_start_ = scanned_ + 1;
       }
     }
-    *column = static_cast<int>(offset - line_start) + 1;
+    *line = scanned_line_;
+    *column = static_cast<int>(offset - scanned_line_start_) + 1;
   }
+  mutable size_t scanned_ = 0, scanned_line_start_ = 0;
+  mutable int scanned_line_ = 1;
 
   Status Error(size_t offset, const std::string& what) const {
     int line = 0, column = 0;

@@ -7,17 +7,53 @@
 namespace eft::trainer::jinja {
 namespace {
 
+// The parser, the interpreter and the tree's destructor all recurse once per level of nesting, so
+// a hostile template ("((((...", 100000 nested {% if %}, "1+1+...+1") would overflow the stack.
+// Real chat templates nest a handful of levels and their longest tag is a few dozen tokens.
+constexpr int kMaxNesting = 100;      // nested blocks plus nested parentheses, signs and `not`
+constexpr size_t kMaxTagTokens = 2000;  // tokens in one {{ ... }} or {% ... %}: bounds a tree's depth
+
 class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
 
   Result<Body> Template() {
+    EFT_RETURN_IF_ERROR(CheckTagLengths());
     std::string end;
     EFT_ASSIGN_OR_RETURN(Body body, ParseBody({}, &end));
     return body;
   }
 
  private:
+  // One level of recursion; the guard undoes it on every return path.
+  class Nest {
+   public:
+    explicit Nest(int* depth) : depth_(depth) { ++*depth_; }
+    ~Nest() { --*depth_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    int* depth_;
+  };
+  Status CheckNesting() const {
+    if (depth_ <= kMaxNesting) return Status::Ok();
+    return ErrorAt(Peek(), "nested more than " + std::to_string(kMaxNesting) + " levels deep");
+  }
+
+  Status CheckTagLengths() const {
+    size_t open = 0;
+    for (size_t i = 0; i < t_.size(); ++i) {
+      const TokenKind k = t_[i].kind;
+      if (k == TokenKind::kVarBegin || k == TokenKind::kBlockBegin) open = i;
+      if ((k == TokenKind::kVarEnd || k == TokenKind::kBlockEnd) && i - open > kMaxTagTokens) {
+        return ErrorAt(t_[open], "a tag of " + std::to_string(i - open) + " tokens (more than " +
+                                     std::to_string(kMaxTagTokens) + ")");
+      }
+    }
+    return Status::Ok();
+  }
+
   const Token& Peek(size_t ahead = 0) const { return t_[std::min(pos_ + ahead, t_.size() - 1)]; }
   const Token& Next() { return t_[std::min(pos_++, t_.size() - 1)]; }
   bool IsOp(const char* op, size_t ahead = 0) const {
@@ -64,6 +100,8 @@ class Parser {
   // Statements until one of `end_tags` opens a block ({% endfor %}, {% else %}...); the tag name
   // is consumed and returned in *end, the rest of that tag is left to the caller.
   Result<Body> ParseBody(const std::vector<std::string>& end_tags, std::string* end) {
+    Nest nest(&depth_);
+    EFT_RETURN_IF_ERROR(CheckNesting());
     Body body;
     while (true) {
       const Token& t = Peek();
@@ -257,6 +295,8 @@ class Parser {
   }
 
   Result<ExprPtr> Expression() {
+    Nest nest(&depth_);
+    EFT_RETURN_IF_ERROR(CheckNesting());
     const Token& at = Peek();
     EFT_ASSIGN_OR_RETURN(ExprPtr value, Or());
     while (IsName("if")) {
@@ -302,6 +342,8 @@ class Parser {
   }
 
   Result<ExprPtr> Not() {
+    Nest nest(&depth_);
+    EFT_RETURN_IF_ERROR(CheckNesting());
     if (IsName("not")) {
       const Token& at = Next();
       auto e = Make<Expr>(Expr::Kind::kUnary, at);
@@ -386,6 +428,8 @@ class Parser {
 
   // As Jinja: the operand of a sign takes no filters, the signed value does (-3|abs is 3).
   Result<ExprPtr> Unary(bool with_filter = true) {
+    Nest nest(&depth_);
+    EFT_RETURN_IF_ERROR(CheckNesting());
     if (IsOp("-") || IsOp("+")) {
       const Token& at = Next();
       auto e = Make<Expr>(Expr::Kind::kUnary, at);
@@ -604,6 +648,7 @@ class Parser {
 
   std::vector<Token> t_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

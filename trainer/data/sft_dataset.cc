@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "trainer/data/jsonl_line.h"
+
 namespace eft::trainer {
 namespace {
 
@@ -31,8 +33,13 @@ int64_t Trained(const Example& ex) {
 // One line to an example; errors without the file:line prefix.
 Result<Example> LineToExample(const std::string& line, DataFormat* format, const TextEncoder& encoder,
                               const RenderChat& render, const SftDataOptions& options) {
-  ojson j = ojson::parse(line, nullptr, false);
-  if (j.is_discarded()) return Status::InvalidArgument("not valid JSON");
+  EFT_RETURN_IF_ERROR(CheckJsonlLine(line));
+  ojson j;
+  try {
+    j = ojson::parse(line);
+  } catch (const ojson::exception&) {  // parse_error, or out_of_range for a number like 1e999
+    return Status::InvalidArgument("not valid JSON");
+  }
   if (*format == DataFormat::kAuto) {
     EFT_ASSIGN_OR_RETURN(*format, DetectFormat(j));
   }
@@ -85,13 +92,14 @@ Result<TokenDataset> BuildSftDataset(const std::vector<std::string>& files, cons
     DataFormat format = options.format;
     std::string line;
     int64_t line_no = 0;
-    while (std::getline(in, line)) {
+    bool too_long = false;
+    while (ReadBoundedLine(in, &line, &too_long)) {
       ++line_no;
       done_bytes += static_cast<int64_t>(line.size()) + 1;
       if (progress && line_no % 1024 == 0) progress(done_bytes, total_bytes);
-      if (IsBlank(line)) continue;
+      if (!too_long && IsBlank(line)) continue;
       ++st.lines;
-      Result<Example> ex = LineToExample(line, &format, encoder, render, options);
+      Result<Example> ex = too_long ? Result<Example>(LineTooLong()) : LineToExample(line, &format, encoder, render, options);
       if (!ex.ok()) {
         const std::string where = path + ":" + std::to_string(line_no) + ": " + ex.status().message();
         if (!options.skip_bad_lines) return Status(ex.status().code(), where);

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/data/jsonl_line.h"
+
 namespace eft::trainer {
 namespace {
 
@@ -45,6 +47,7 @@ Status CheckRange(int64_t id, int64_t vocab_size, const std::string& where, cons
 
 // Parses one non-blank line into `ex`; `where` is "path:line: ".
 Status ParseLine(const std::string& line, const std::string& where, int64_t vocab_size, Example* ex) {
+  if (Status s = CheckJsonlLine(line); !s.ok()) return s.WithContext(where.substr(0, where.size() - 2));
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
@@ -56,6 +59,8 @@ Status ParseLine(const std::string& line, const std::string& where, int64_t voca
     }
     return Status::InvalidArgument(where + "not valid JSON at byte " + std::to_string(e.byte) + " (" + detail +
                                    "); each line must be one object like {\"input_ids\": [...]}");
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number like 1e999 escaped before
+    return Status::InvalidArgument(where + "not valid JSON (" + e.what() + ")");
   }
   return ParsePretokenizedObject(j, where, vocab_size, ex);
 }
@@ -170,9 +175,11 @@ Result<TokenDataset> TokenDataset::LoadPretokenized(const std::string& path, con
   std::string line;
   int64_t line_no = 0;
   std::vector<int32_t> ids, labels;
+  bool too_long = false;
   // One line at a time: training files can be many GB, and only the parsed ids need to stay.
-  while (std::getline(in, line)) {
+  while (ReadBoundedLine(in, &line, &too_long)) {
     ++line_no;
+    if (too_long) return LineTooLong().WithContext(path + ":" + std::to_string(line_no));
     if (IsBlank(line)) continue;
     const std::string where = path + ":" + std::to_string(line_no) + ": ";
     Example ex;

@@ -13,6 +13,17 @@ using json = nlohmann::json;
 
 constexpr const char* kSupportedTypes = "llama, qwen2, qwen3, mistral";
 
+// Upper bounds far above any real model (Llama 3.1 405B: hidden 16384, intermediate 53248, 126
+// layers, 128 heads; the largest vocabularies ~256k; contexts up to ~10M). A config.json beyond
+// them is corrupt or hostile, and must be refused here: the trainer allocates the model from these
+// numbers before it reads a weight, and their products must not overflow int64.
+constexpr int64_t kMaxWidth = int64_t{1} << 20;          // hidden, intermediate, head_dim
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHeads = 16384;
+constexpr int64_t kMaxPositions = int64_t{1} << 30;
+constexpr int64_t kMaxParameters = int64_t{1} << 42;     // ~4.4T, 10x the largest dense model
+
 Status FieldError(const std::string& field, const std::string& problem) {
   return Status::InvalidArgument("config.json: field '" + field + "' " + problem);
 }
@@ -20,8 +31,9 @@ Status FieldError(const std::string& field, const std::string& problem) {
 // Absent and null both mean "use the default": HF writes explicit nulls for many optional fields.
 bool Present(const json& j, const std::string& key) { return j.contains(key) && !j.at(key).is_null(); }
 
-// A positive integer.
-Result<int64_t> GetInt(const json& j, const std::string& key, std::optional<int64_t> fallback) {
+// A positive integer, at most `max`.
+Result<int64_t> GetInt(const json& j, const std::string& key, std::optional<int64_t> fallback,
+                       int64_t max = INT64_MAX) {
   if (!Present(j, key)) {
     if (fallback) return *fallback;
     return FieldError(key, "is required");
@@ -36,6 +48,10 @@ Result<int64_t> GetInt(const json& j, const std::string& key, std::optional<int6
     return FieldError(key, "must be an integer, got " + v.dump());
   }
   if (x <= 0) return FieldError(key, "must be > 0, got " + v.dump());
+  if (x > max) {
+    return FieldError(key, "is " + std::to_string(x) + ", more than any model has (the limit is " + std::to_string(max) +
+                               "): is config.json corrupt?");
+  }
   return x;
 }
 
@@ -128,6 +144,14 @@ Status ParseRope(const json& j, ModelConfig* c) {
   return Status::Ok();
 }
 
+// NumParameters without int64 overflow, for the plausibility check.
+double ApproxParameters(const ModelConfig& c) {
+  const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
+  const double q = static_cast<double>(c.num_attention_heads) * d, kv = static_cast<double>(c.num_key_value_heads) * d;
+  const double layer = 2 * h + h * q + 2 * h * kv + q * h + 3 * h * static_cast<double>(c.intermediate_size);
+  return static_cast<double>(c.vocab_size) * h * 2 + static_cast<double>(c.num_hidden_layers) * layer;
+}
+
 // Features HF supports that we do not implement. Each refusal names the field and how to fix it.
 Status CheckUnsupported(const json& j, const ModelConfig& c) {
   std::string act = "silu";
@@ -184,20 +208,20 @@ Result<ModelConfig> ModelConfig::FromHfJson(const json& j) {
                       "\"" + c.model_type + "\" is not supported (supported: " + kSupportedTypes + ")");
   }
 
-  EFT_ASSIGN_OR_RETURN(c.vocab_size, GetInt(j, "vocab_size", std::nullopt));
-  EFT_ASSIGN_OR_RETURN(c.hidden_size, GetInt(j, "hidden_size", std::nullopt));
-  EFT_ASSIGN_OR_RETURN(c.intermediate_size, GetInt(j, "intermediate_size", std::nullopt));
-  EFT_ASSIGN_OR_RETURN(c.num_hidden_layers, GetInt(j, "num_hidden_layers", std::nullopt));
-  EFT_ASSIGN_OR_RETURN(c.num_attention_heads, GetInt(j, "num_attention_heads", std::nullopt));
-  EFT_ASSIGN_OR_RETURN(c.num_key_value_heads, GetInt(j, "num_key_value_heads", c.num_attention_heads));
-  EFT_ASSIGN_OR_RETURN(c.max_position_embeddings, GetInt(j, "max_position_embeddings", std::nullopt));
+  EFT_ASSIGN_OR_RETURN(c.vocab_size, GetInt(j, "vocab_size", std::nullopt, kMaxVocab));
+  EFT_ASSIGN_OR_RETURN(c.hidden_size, GetInt(j, "hidden_size", std::nullopt, kMaxWidth));
+  EFT_ASSIGN_OR_RETURN(c.intermediate_size, GetInt(j, "intermediate_size", std::nullopt, kMaxWidth));
+  EFT_ASSIGN_OR_RETURN(c.num_hidden_layers, GetInt(j, "num_hidden_layers", std::nullopt, kMaxLayers));
+  EFT_ASSIGN_OR_RETURN(c.num_attention_heads, GetInt(j, "num_attention_heads", std::nullopt, kMaxHeads));
+  EFT_ASSIGN_OR_RETURN(c.num_key_value_heads, GetInt(j, "num_key_value_heads", c.num_attention_heads, kMaxHeads));
+  EFT_ASSIGN_OR_RETURN(c.max_position_embeddings, GetInt(j, "max_position_embeddings", std::nullopt, kMaxPositions));
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return FieldError("num_key_value_heads", "(" + std::to_string(c.num_key_value_heads) +
                                                  ") must divide num_attention_heads (" +
                                                  std::to_string(c.num_attention_heads) + ")");
   }
   if (Present(j, "head_dim")) {
-    EFT_ASSIGN_OR_RETURN(c.head_dim, GetInt(j, "head_dim", std::nullopt));
+    EFT_ASSIGN_OR_RETURN(c.head_dim, GetInt(j, "head_dim", std::nullopt, kMaxWidth));
     // transformers' Qwen2 attention always uses hidden_size / heads and ignores head_dim.
     if (c.model_type == "qwen2" && c.head_dim * c.num_attention_heads != c.hidden_size)
       return FieldError("head_dim", "must equal hidden_size / num_attention_heads for qwen2");
@@ -207,6 +231,14 @@ Result<ModelConfig> ModelConfig::FromHfJson(const json& j) {
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   if (c.head_dim % 2 != 0) return FieldError("head_dim", "must be even (RoPE rotates pairs), got " + std::to_string(c.head_dim));
+  // Counted in floating point: fields within their bounds can still multiply past int64.
+  if (const double params = ApproxParameters(c); params > static_cast<double>(kMaxParameters)) {
+    char count[32];
+    std::snprintf(count, sizeof(count), "%.3g", params);
+    return Status::InvalidArgument(std::string("config.json: these sizes make ") + count +
+                                   " parameters, more than any model has (the limit is " +
+                                   std::to_string(kMaxParameters) + "): is config.json corrupt?");
+  }
 
   EFT_ASSIGN_OR_RETURN(c.rms_norm_eps, GetDouble(j, "rms_norm_eps", 1e-6));
   if (c.rms_norm_eps <= 0) return FieldError("rms_norm_eps", "must be > 0");

@@ -17,6 +17,10 @@ constexpr size_t kCacheCapacity = 1 << 18;
 constexpr size_t kScanLimit = 48;  // words longer than this merge with a heap
 
 Status Bad(const std::string& what) { return Status::InvalidArgument("tokenizer.json: model: " + what); }
+// "tokenizer.json: model.vocab: ...": the path of the offending field.
+Status BadField(const std::string& field, const std::string& what) {
+  return Status::InvalidArgument("tokenizer.json: model." + field + ": " + what);
+}
 
 uint64_t Mix(uint64_t k) {
   k ^= k >> 33;
@@ -67,8 +71,8 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, bool byt
   }
   const json& vocab = model.value("vocab", json());
   const json& merges = model.value("merges", json());
-  if (!vocab.is_object()) return Bad("vocab is not an object");
-  if (!merges.is_array()) return Bad("merges is not a list");
+  if (!vocab.is_object()) return BadField("vocab", "expected a mapping of token -> id, got " + std::string(vocab.type_name()));
+  if (!merges.is_array()) return BadField("merges", "expected a list, got " + std::string(merges.type_name()));
 
   std::unique_ptr<BpeModel> m(new BpeModel());
   m->byte_level_ = byte_level;
@@ -78,11 +82,21 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, bool byt
   std::fill(std::begin(m->byte_ids_), std::end(m->byte_ids_), -1);
   std::fill(std::begin(m->fallback_ids_), std::end(m->fallback_ids_), -1);
 
+  // The id -> token table is sized by the largest id: one far past the vocabulary's size (or past
+  // int32, which used to wrap) would allocate gigabytes for a few entries. Real vocabularies are
+  // dense; gaps up to kMaxIdGap are tolerated.
+  constexpr int64_t kMaxIdGap = 1 << 20;
+  const int64_t id_limit = static_cast<int64_t>(vocab.size()) + kMaxIdGap;
   int32_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0)
-      return Bad("vocab entry " + it.key() + " has no valid id");
-    max_id = std::max<int32_t>(max_id, it.value().get<int32_t>());
+      return BadField("vocab", "entry " + it.key() + " has no valid id (a non-negative integer)");
+    const int64_t id = it.value().get<int64_t>();
+    if (id >= id_limit) {
+      return BadField("vocab", "id " + std::to_string(id) + " (of " + it.key() + ") is far past the vocabulary's " +
+                 std::to_string(vocab.size()) + " entries");
+    }
+    max_id = std::max(max_id, static_cast<int32_t>(id));
   }
   m->spelled_.assign(static_cast<size_t>(max_id + 1), std::string());
   m->lookup_.reserve(vocab.size());
@@ -131,7 +145,8 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, bool byt
       left = merge[0].get<std::string>();
       right = merge[1].get<std::string>();
     } else {
-      return Bad("merge #" + std::to_string(rank) + " is neither \"a b\" nor [a, b]");
+      return BadField("merges[" + std::to_string(rank) + "]", "expected \"a b\" or [a, b], got " +
+                 std::string(merge.type_name()));
     }
     auto l = m->spelled_lookup_.find(left), r = m->spelled_lookup_.find(right),
          joined = m->spelled_lookup_.find(left + right);

@@ -1,6 +1,7 @@
 // tokenizer.json: added tokens -> normalizer -> pre-tokenizer -> BPE -> post-processor, the
 // pipeline of Hugging Face's tokenizers library (see tokenizer.h).
 #include <algorithm>
+#include <climits>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -46,8 +47,13 @@ Status CollectTemplate(const json& spec, Template* out, bool* found) {
       std::string name = piece["SpecialToken"].value("id", std::string());
       if (!special.contains(name))
         return Status::InvalidArgument("tokenizer.json: TemplateProcessing names undefined special token " + name);
-      for (const json& id : special[name].value("ids", json::array()))
+      for (const json& id : special[name].value("ids", json::array())) {
+        // get<int32_t> of a float or an out-of-range number is undefined behaviour.
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+          return Status::InvalidArgument("tokenizer.json: post_processor: special token " + name + " has id " +
+                                         id.dump() + ", not a token id");
         (seen_sequence ? out->after : out->before).push_back(id.get<int32_t>());
+      }
     } else {
       return Status::InvalidArgument("tokenizer.json: TemplateProcessing piece " + piece.dump());
     }
@@ -59,18 +65,64 @@ class HfTokenizer : public Tokenizer {
  public:
   Status Init(const json& doc) {
     kind_ = "tokenizer.json";
-    EFT_ASSIGN_OR_RETURN(normalizer_, MakeNormalizer(doc.value("normalizer", json())));
-    EFT_ASSIGN_OR_RETURN(pre_tokenizer_, MakePreTokenizer(doc.value("pre_tokenizer", json())));
-    EFT_ASSIGN_OR_RETURN(decoder_, MakeDecoder(doc.value("decoder", json())));
+    EFT_RETURN_IF_ERROR(Part("normalizer", [&] { return Assign(MakeNormalizer(Field(doc, "normalizer")), &normalizer_); }));
+    EFT_RETURN_IF_ERROR(
+        Part("pre_tokenizer", [&] { return Assign(MakePreTokenizer(Field(doc, "pre_tokenizer")), &pre_tokenizer_); }));
+    EFT_RETURN_IF_ERROR(Part("decoder", [&] { return Assign(MakeDecoder(Field(doc, "decoder")), &decoder_); }));
     bool byte_level = pre_tokenizer_ && pre_tokenizer_->byte_level();
-    EFT_ASSIGN_OR_RETURN(model_, BpeModel::FromJson(doc.value("model", json()), byte_level));
+    EFT_RETURN_IF_ERROR(Part("model", [&] { return Assign(BpeModel::FromJson(Field(doc, "model"), byte_level), &model_); }));
     bool found = false;
-    EFT_RETURN_IF_ERROR(CollectTemplate(doc.value("post_processor", json()), &template_, &found));
+    EFT_RETURN_IF_ERROR(
+        Part("post_processor", [&] { return CollectTemplate(Field(doc, "post_processor"), &template_, &found); }));
+    EFT_RETURN_IF_ERROR(Part("added_tokens", [&] { return InitAddedTokens(Field(doc, "added_tokens")); }));
+    for (const auto* ids : {&template_.before, &template_.after}) {
+      for (int32_t id : *ids) {
+        if (id >= vocab_size_)
+          return Status::InvalidArgument("tokenizer.json: post_processor: id " + std::to_string(id) +
+                                         " is not in the vocabulary (" + std::to_string(vocab_size_) + " ids)");
+      }
+    }
+    return Status::Ok();
+  }
 
+  // Runs one part's constructor. Its own checks name what they expect; anything they miss that
+  // nlohmann refuses (value() of a number as a string, deep inside) is still an error naming the
+  // part, never an exception escaping to the caller.
+  template <typename F>
+  static Status Part(const char* name, F make) {
+    try {
+      return make();
+    } catch (const json::exception& e) {
+      return Status::InvalidArgument(std::string("tokenizer.json: ") + name + ": a field has the wrong type (" +
+                                     e.what() + ")");
+    }
+  }
+
+  template <typename T>
+  static Status Assign(Result<T> made, T* out) {
+    if (!made.ok()) return made.status();
+    *out = std::move(made).value();
+    return Status::Ok();
+  }
+
+  // doc[key] by reference (no copy of a large vocabulary), null when absent.
+  static const json& Field(const json& doc, const char* key) {
+    static const json kNull;
+    auto it = doc.find(key);
+    return it == doc.end() ? kNull : *it;
+  }
+
+  Status InitAddedTokens(const json& added) {
     std::vector<AddedToken> raw, normalized;
     vocab_size_ = model_->vocab_size();
     int32_t max_added = -1;
-    for (const json& a : doc.value("added_tokens", json::array())) {
+    if (added.is_null()) return Status::Ok();
+    if (!added.is_array()) return Status::InvalidArgument("tokenizer.json: added_tokens: expected a list");
+    for (size_t i = 0; i < added.size(); ++i) {
+      const json& a = added[i];
+      if (!a.is_object() || !a.contains("content") || !a["content"].is_string())
+        return Status::InvalidArgument("tokenizer.json: added_tokens[" + std::to_string(i) +
+                                       "]: expected an object with a string \"content\"");
       AddedToken t;
       t.content = a.value("content", std::string());
       t.id = a.value("id", -1);
@@ -79,7 +131,8 @@ class HfTokenizer : public Tokenizer {
       t.single_word = a.value("single_word", false);
       t.lstrip = a.value("lstrip", false);
       t.rstrip = a.value("rstrip", false);
-      if (t.content.empty()) return Status::InvalidArgument("tokenizer.json: added token without content: " + a.dump());
+      if (t.content.empty())
+        return Status::InvalidArgument("tokenizer.json: added_tokens[" + std::to_string(i) + "]: empty content");
       // Hugging Face ignores the ids written here: a token in the model's vocabulary keeps that
       // id, the others are numbered on from the vocabulary's size, in order.
       if (auto in_model = model_->TokenToId(t.content)) {
@@ -220,10 +273,41 @@ class HfTokenizer : public Tokenizer {
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> TokenizerFromJson(std::string_view json_text) {
-  json doc = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) return Status::InvalidArgument("tokenizer.json is not a JSON object");
+  // Real tokenizer.json files nest about 6 deep. Copying or printing a value recurses once per
+  // level, so a value nested 100000 deep would overflow the stack: deeper containers are dropped
+  // while parsing (no tree is built for them) and the file is refused.
+  constexpr int kMaxDepth = 64;
+  bool too_deep = false;
+  json::parser_callback_t limit_depth = [&](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth > kMaxDepth) {
+      too_deep = true;
+      return false;
+    }
+    return true;
+  };
+  std::string parse_error;
+  json doc;
+  try {
+    doc = json::parse(json_text, limit_depth);
+  } catch (const json::parse_error& e) {
+    parse_error = " at byte " + std::to_string(e.byte);
+  } catch (const json::exception& e) {  // out_of_range: a number like 1e999
+    parse_error = ": " + std::string(e.what());
+  }
+  if (!parse_error.empty()) return Status::InvalidArgument("tokenizer.json: not valid JSON (an error" + parse_error + ")");
+  if (too_deep) {
+    return Status::InvalidArgument("tokenizer.json: values nested more than " + std::to_string(kMaxDepth) +
+                                   " levels deep");
+  }
+  if (!doc.is_object()) return Status::InvalidArgument("tokenizer.json: not a JSON object");
   auto t = std::make_unique<HfTokenizer>();
-  EFT_RETURN_IF_ERROR(t->Init(doc));
+  // The field checks name what they expect; anything they miss that nlohmann refuses (a string
+  // where a number was expected, deep in some part) is still an error, not an escaped exception.
+  try {
+    EFT_RETURN_IF_ERROR(t->Init(doc));
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string("tokenizer.json: a field has the wrong type (") + e.what() + ")");
+  }
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 

@@ -56,8 +56,14 @@ Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir) {
     std::vector<std::pair<std::string, int32_t>> added;
     if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
       for (auto it = config["added_tokens_decoder"].begin(); it != config["added_tokens_decoder"].end(); ++it) {
-        if (!it.value().is_object() || !it.value().contains("content")) continue;
-        added.emplace_back(it.value()["content"].get<std::string>(), std::stoi(it.key()));
+        if (!it.value().is_object() || !it.value().contains("content") || !it.value()["content"].is_string()) continue;
+        // std::stoi would throw on a key that is not a number.
+        char* end = nullptr;
+        const long id = std::strtol(it.key().c_str(), &end, 10);
+        if (it.key().empty() || *end != '\0' || id < 0 || id > INT32_MAX)
+          return Status::InvalidArgument(config_path.string() + ": added_tokens_decoder key '" + it.key() +
+                                         "' is not a token id");
+        added.emplace_back(it.value()["content"].get<std::string>(), static_cast<int32_t>(id));
       }
     }
     EFT_ASSIGN_OR_RETURN(t, SentencePieceTokenizer(model_path.string(), added));
