@@ -31,7 +31,7 @@ Result<std::unique_ptr<Controller>> Controller::Create(ControllerConfig config, 
 }
 
 Controller::Controller(ControllerConfig config, Clock* clock, std::unique_ptr<Store> store)
-    : config_(std::move(config)), clock_(clock), store_(std::move(store)), logs_(config_.data_dir + "/logs") {}
+    : config_(std::move(config)), clock_(clock), logs_(config_.data_dir + "/logs"), store_(std::move(store)) {}
 
 Controller::~Controller() {
   stopping_ = true;
@@ -48,7 +48,7 @@ void Controller::StartTicker() {
 }
 
 Status Controller::Load() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   EFT_ASSIGN_OR_RETURN(auto nodes, store_->LoadNodes());
   SteadyTime now = clock_->Now();
   for (auto& rec : nodes) {
@@ -102,31 +102,17 @@ EventRecord Controller::MakeEvent(const JobEntry& job, const std::string& type, 
 }
 
 void Controller::IndexLocked(JobEntry& j) {
-  const int64_t numeric = std::stoll(j.rec.id);
-  if (j.indexed_pending) pending_.erase(numeric);
-  for (const auto& n : j.indexed_nodes) {
-    auto it = active_on_node_.find(n);
-    if (it != active_on_node_.end()) {
-      it->second.erase(j.rec.id);
-      if (it->second.empty()) active_on_node_.erase(it);
-    }
-  }
-  j.indexed_pending = j.rec.state == v1::JOB_STATE_QUEUED || j.rec.state == v1::JOB_STATE_RECOVERING;
-  if (j.indexed_pending) pending_[numeric] = &j;
-  j.indexed_nodes.clear();
-  if (j.active() && j.current()) {
-    j.indexed_nodes = j.current()->nodes;
-    for (const auto& n : j.indexed_nodes) active_on_node_[n].insert(j.rec.id);
-  }
+  static const std::vector<std::string> kNoNodes;
+  index_.File(j.rec.id, j.rec.state, j.current() ? j.current()->nodes : kNoNodes);
 }
 
 void Controller::Bump(JobEntry& job) {
   ++job.version;
-  changed_.notify_all();
+  changed_.NotifyAll();
 }
 
 Status Controller::Apply(JobEntry& job, JobChange change) {
-  Status s = store_->RunInTransaction([&]() -> Status {
+  Status s = store_->RunInTransaction([&]() REQUIRES(mu_) -> Status {
     if (change.insert_attempt) EFT_RETURN_IF_ERROR(store_->InsertAttempt(*change.insert_attempt));
     if (change.update_attempt) EFT_RETURN_IF_ERROR(store_->UpdateAttempt(*change.update_attempt));
     EFT_RETURN_IF_ERROR(store_->UpdateJob(change.rec));
@@ -168,31 +154,32 @@ Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::s
   PendingSubmit me{submitted, request_id, owner, std::nullopt};
   EFT_RETURN_IF_ERROR(eft::spec::NormalizeJobSpec(&me.spec));
   if (request_id.size() > 128) return Status::InvalidArgument("request_id: at most 128 characters");
-  std::unique_lock<std::mutex> lock(submit_mu_);
+  submit_mu_.Lock();
   submit_queue_.push_back(&me);
   while (!me.result) {
     if (submit_leader_) {
-      submit_cv_.wait(lock);
+      submit_cv_.Wait(&submit_mu_);
       continue;
     }
     submit_leader_ = true;
     std::vector<PendingSubmit*> batch;
     batch.swap(submit_queue_);
-    lock.unlock();
+    submit_mu_.Unlock();
     CommitSubmits(batch);
-    lock.lock();
+    submit_mu_.Lock();
     submit_leader_ = false;
-    submit_cv_.notify_all();
+    submit_cv_.NotifyAll();
   }
+  submit_mu_.Unlock();
   return std::move(*me.result);
 }
 
 void Controller::CommitSubmits(const std::vector<PendingSubmit*>& batch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<JobEntry> created;
   std::map<PendingSubmit*, size_t> created_for;
   std::map<std::string, size_t> batch_request_ids;
-  Status s = store_->RunInTransaction([&]() -> Status {
+  Status s = store_->RunInTransaction([&]() REQUIRES(mu_) -> Status {
     for (PendingSubmit* p : batch) {
       // A retried submit (same request id) gets the job the first one created.
       if (!p->request_id.empty() &&
@@ -250,18 +237,18 @@ void Controller::CommitSubmits(const std::vector<PendingSubmit*>& batch) {
     const std::string& id = it != created_for.end() ? entries[it->second]->rec.id : by_request_id_.at(p->request_id);
     p->result = ToProto(jobs_.at(id), true);
   }
-  changed_.notify_all();
+  changed_.NotifyAll();
 }
 
 Result<std::string> Controller::JobOwner(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   JobEntry* j = FindJob(id);
   if (!j) return Status::NotFound("job " + id + " not found");
   return j->rec.owner;
 }
 
 Result<v1::Job> Controller::GetJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   JobEntry* j = FindJob(id);
   if (!j) return Status::NotFound("job " + id + " not found");
   return ToProto(*j, true);
@@ -270,7 +257,7 @@ Result<v1::Job> Controller::GetJob(const std::string& id) {
 Result<v1::ListJobsResponse> Controller::ListJobs(const v1::ListJobsRequest& request) {
   int page_size = request.page_size() == 0 ? 100 : request.page_size();
   if (page_size < 0 || page_size > 1000) return Status::InvalidArgument("page_size: must be in 1..1000");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // Pages walk job_order_ backwards (newest first); the token is the id of the next job to show.
   size_t start = job_order_.size();  // exclusive upper bound of the index into job_order_
   if (!request.page_token().empty()) {
@@ -295,7 +282,7 @@ Result<v1::ListJobsResponse> Controller::ListJobs(const v1::ListJobsRequest& req
 }
 
 Result<v1::Job> Controller::CancelJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   JobEntry* j = FindJob(id);
   if (!j) return Status::NotFound("job " + id + " not found");
   if (j->rec.state == v1::JOB_STATE_CANCELLED) return ToProto(*j, true);
@@ -317,10 +304,10 @@ Result<v1::Job> Controller::CancelJob(const std::string& id) {
 
 Result<v1::Job> Controller::WaitForJobChange(const std::string& id, uint64_t* version,
                                              std::chrono::milliseconds timeout, bool* changed) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   JobEntry* j = FindJob(id);
   if (!j) return Status::NotFound("job " + id + " not found");
-  changed_.wait_for(lock, timeout, [&] { return j->version != *version || stopping_; });
+  changed_.WaitFor(&mu_, timeout, [&] { return j->version != *version || stopping_; });
   *changed = j->version != *version;
   *version = j->version;
   return ToProto(*j, true);
@@ -330,7 +317,7 @@ Result<v1::Job> Controller::WaitForJobChange(const std::string& id, uint64_t* ve
 // NodeService
 
 v1::ListNodesResponse Controller::ListNodes() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   v1::ListNodesResponse out;
   std::map<std::string, int> free;
   for (const auto& cap : CapacitiesLocked()) free[cap.name] = cap.ready ? static_cast<int>(cap.free_slots.size()) : 0;
@@ -343,7 +330,7 @@ v1::ListNodesResponse Controller::ListNodes() {
 }
 
 Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return Status::NotFound("node " + name + " not found");
   NodeRecord rec = it->second.rec;
@@ -361,13 +348,13 @@ Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained) {
 }
 
 void Controller::SetCheckpointObserver(std::function<void(const CheckpointReport&)> observer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   checkpoint_observer_ = std::move(observer);
 }
 
 ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
   ControllerSnapshot out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   size_t terminal_kept = 0;
   // Newest first, so the terminal jobs kept are the most recently submitted ones.
   for (auto id = job_order_.rbegin(); id != job_order_.rend(); ++id) {
@@ -413,8 +400,7 @@ v1::Job Controller::ToProto(const JobEntry& j, bool full) const {
 }
 
 v1::Node Controller::ToProto(const NodeEntry& n) const {
-  std::set<std::string> jobs;
-  if (auto it = active_on_node_.find(n.rec.name); it != active_on_node_.end()) jobs = it->second;
+  std::set<std::string> jobs = index_.ActiveOn(n.rec.name);
   for (const auto& r : n.reported) {
     if (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING) jobs.insert(r.key().job_id());
   }

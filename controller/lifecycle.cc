@@ -34,7 +34,7 @@ std::chrono::milliseconds Controller::BackoffFor(int restarts) const {
 }
 
 void Controller::Tick() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   SteadyTime now = clock_->Now();
   for (auto& [name, node] : nodes_) {
     if (!node.ready) continue;
@@ -62,15 +62,13 @@ void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) 
   EFT_LOG(WARNING) << "node " << rec.name << " LOST: " << reason;
   CapacityChangedLocked();
   // Running attempts with ranks there end at once: not the job's fault, so no restart is counted.
-  std::set<std::string> active;
-  if (auto it = active_on_node_.find(rec.name); it != active_on_node_.end()) active = it->second;
-  for (const auto& id : active) {
+  for (const auto& id : index_.ActiveOn(rec.name)) {
     JobEntry& j = jobs_.at(id);
     if (j.active()) (void)EndAttemptLocked(j, "node " + rec.name + " lost (" + reason + ")", Outcome::kRestart);
   }
   // An attempt that just ended because its ranks failed was most likely cut off from this node.
-  for (const auto& [numeric, job] : std::map<int64_t, JobEntry*>(pending_)) {
-    JobEntry& j = *job;
+  for (const auto& id : index_.Pending()) {
+    JobEntry& j = jobs_.at(id);
     if (j.rec.state != v1::JOB_STATE_RECOVERING || !j.end_counted || !j.current()) continue;
     const auto& nodes = j.current()->nodes;
     if (std::find(nodes.begin(), nodes.end(), rec.name) == nodes.end()) continue;
@@ -104,9 +102,7 @@ std::vector<NodeCapacity> Controller::CapacitiesLocked() const {
     auto it = busy.find(node);
     if (it != busy.end() && slot >= 0 && slot < static_cast<int>(it->second.size())) it->second[slot] = true;
   };
-  std::set<std::string> active;
-  for (const auto& [node, ids] : active_on_node_) active.insert(ids.begin(), ids.end());
-  for (const auto& id : active) {
+  for (const auto& id : index_.Active()) {
     const AttemptRecord& a = *jobs_.at(id).current();
     for (size_t i = 0; i < a.nodes.size() && i < a.slots.size(); ++i) {
       for (int slot : a.slots[i]) mark(a.nodes[i], slot);
@@ -159,8 +155,8 @@ bool Controller::PreviousNodesSettledLocked(const JobEntry& job) const {
 void Controller::ScheduleLocked() {
   last_pass_epoch_ = capacity_epoch_;
   std::optional<std::vector<NodeCapacity>> caps;
-  // A copy: starting an attempt takes the job out of pending_.
-  for (const auto& [numeric, job] : std::map<int64_t, JobEntry*>(pending_)) TryPlaceLocked(*job, &caps);
+  // Pending() is a copy: starting an attempt refiles the job.
+  for (const auto& id : index_.Pending()) TryPlaceLocked(jobs_.at(id), &caps);
 }
 
 void Controller::MaybeScheduleLocked() {
