@@ -142,45 +142,22 @@ Status Controller::Apply(JobEntry& job, JobChange change) {
 
 // Group commit: a submit that arrives while another batch is being written waits and goes into the
 // next transaction with the others, so N concurrent submits cost one fsync instead of N.
-struct Controller::PendingSubmit {
-  v1::JobSpec spec;
-  std::string request_id;
-  std::string owner;
-  std::optional<Result<v1::Job>> result;
-};
-
 Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::string& request_id,
                                       const std::string& owner) {
-  PendingSubmit me{submitted, request_id, owner, std::nullopt};
+  PendingSubmit me{submitted, request_id, owner};
   EFT_RETURN_IF_ERROR(eft::spec::NormalizeJobSpec(&me.spec));
   if (request_id.size() > 128) return Status::InvalidArgument("request_id: at most 128 characters");
-  submit_mu_.Lock();
-  submit_queue_.push_back(&me);
-  while (!me.result) {
-    if (submit_leader_) {
-      submit_cv_.Wait(&submit_mu_);
-      continue;
-    }
-    submit_leader_ = true;
-    std::vector<PendingSubmit*> batch;
-    batch.swap(submit_queue_);
-    submit_mu_.Unlock();
-    CommitSubmits(batch);
-    submit_mu_.Lock();
-    submit_leader_ = false;
-    submit_cv_.NotifyAll();
-  }
-  submit_mu_.Unlock();
-  return std::move(*me.result);
+  return submits_.Run(std::move(me));
 }
 
-void Controller::CommitSubmits(const std::vector<PendingSubmit*>& batch) {
+void Controller::CommitSubmits(const std::vector<SubmitBatch::Item*>& batch) {
   MutexLock lock(&mu_);
   std::vector<JobEntry> created;
-  std::map<PendingSubmit*, size_t> created_for;
+  std::map<SubmitBatch::Item*, size_t> created_for;
   std::map<std::string, size_t> batch_request_ids;
   Status s = store_->RunInTransaction([&]() REQUIRES(mu_) -> Status {
-    for (PendingSubmit* p : batch) {
+    for (SubmitBatch::Item* item : batch) {
+      const PendingSubmit* p = &item->request;
       // A retried submit (same request id) gets the job the first one created.
       if (!p->request_id.empty() &&
           (by_request_id_.count(p->request_id) || batch_request_ids.count(p->request_id))) {
@@ -207,14 +184,14 @@ void Controller::CommitSubmits(const std::vector<PendingSubmit*>& batch) {
                                        std::to_string(r.gpus_per_node()) + " ranks" +
                                        (rec.owner.empty() ? "" : " by " + rec.owner)));
       EFT_RETURN_IF_ERROR(store_->AppendEvent(j.events.back()));
-      created_for[p] = created.size();
+      created_for[item] = created.size();
       if (!p->request_id.empty()) batch_request_ids[p->request_id] = created.size();
       created.push_back(std::move(j));
     }
     return Status::Ok();
   });
   if (!s.ok()) {
-    for (PendingSubmit* p : batch) p->result = s.WithContext("storing the job");
+    for (SubmitBatch::Item* item : batch) item->reply = s.WithContext("storing the job");
     return;
   }
   std::vector<JobEntry*> entries;
@@ -232,10 +209,11 @@ void Controller::CommitSubmits(const std::vector<PendingSubmit*>& batch) {
   // start now, so there is no need for a pass over the whole queue.
   std::optional<std::vector<NodeCapacity>> caps;
   for (JobEntry* entry : entries) TryPlaceLocked(*entry, &caps);
-  for (PendingSubmit* p : batch) {
-    auto it = created_for.find(p);
-    const std::string& id = it != created_for.end() ? entries[it->second]->rec.id : by_request_id_.at(p->request_id);
-    p->result = ToProto(jobs_.at(id), true);
+  for (SubmitBatch::Item* item : batch) {
+    auto it = created_for.find(item);
+    const std::string& id =
+        it != created_for.end() ? entries[it->second]->rec.id : by_request_id_.at(item->request.request_id);
+    item->reply = ToProto(jobs_.at(id), true);
   }
   changed_.NotifyAll();
 }

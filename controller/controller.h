@@ -34,6 +34,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "controller/config.h"
+#include "controller/group_commit.h"
 #include "controller/job_index.h"
 #include "controller/log_store.h"
 #include "controller/records.h"
@@ -174,9 +175,14 @@ class Controller {
 
   Controller(ControllerConfig config, Clock* clock, std::unique_ptr<Store> store);
   Status Load() EXCLUDES(mu_);
-  struct PendingSubmit;
+  struct PendingSubmit {
+    v1::JobSpec spec;  // normalized
+    std::string request_id;
+    std::string owner;
+  };
+  using SubmitBatch = GroupCommit<PendingSubmit, Result<v1::Job>>;
   // Writes a batch of submits in one transaction and answers each of them.
-  void CommitSubmits(const std::vector<PendingSubmit*>& batch) EXCLUDES(mu_);
+  void CommitSubmits(const std::vector<SubmitBatch::Item*>& batch) EXCLUDES(mu_);
 
   // controller.cc: conversions and lookups.
   v1::Job ToProto(const JobEntry& job, bool full) const REQUIRES(mu_);
@@ -242,12 +248,8 @@ class Controller {
   int64_t attempts_created_ GUARDED_BY(mu_) = 0;  // over all jobs, ever: picks each attempt's MASTER_PORT
   std::function<void(const CheckpointReport&)> checkpoint_observer_ GUARDED_BY(mu_);
 
-  // Group commit of submits (see SubmitJob): one leader writes while the others queue. The leader
-  // releases submit_mu_ before CommitSubmits takes mu_: the two are never held together.
-  Mutex submit_mu_;
-  CondVar submit_cv_;
-  std::vector<PendingSubmit*> submit_queue_ GUARDED_BY(submit_mu_);
-  bool submit_leader_ GUARDED_BY(submit_mu_) = false;
+  // Submits are written in groups, one transaction for all that arrived meanwhile (group_commit.h).
+  SubmitBatch submits_{[this](const std::vector<SubmitBatch::Item*>& batch) { CommitSubmits(batch); }};
 
   std::atomic<bool> stopping_{false};
   std::thread ticker_;
