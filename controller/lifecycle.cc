@@ -303,37 +303,52 @@ void Controller::OnRankExitLocked(JobEntry& j, int rank, const v1::RankStatus& s
     (void)EndAttemptLocked(j, "rank " + std::to_string(rank) + " could not start: " + st.message(), Outcome::kFailed);
     return;
   }
-  if (st.signal() == 0 && st.exit_code() == 0) {
-    j.ranks[rank].exited = true;
-    bool all = std::all_of(j.ranks.begin(), j.ranks.end(), [](const RankView& r) { return r.exited; });
-    if (all) {
-      (void)EndAttemptLocked(j, "all " + std::to_string(j.ranks.size()) + " ranks exited 0", Outcome::kSucceeded);
-    }
-    return;
-  }
-  std::string who = "rank " + std::to_string(rank);
+  const std::string who = "rank " + std::to_string(rank);
+  const int code = st.exit_code();
   // What the rank said about its failure (its error event), so the reason is in the job, not only
   // in the log.
   const std::string said = j.ranks[rank].error.empty() ? "" : ": " + j.ranks[rank].error;
-  if (st.signal() != 0) {
-    const char* name = strsignal(st.signal());
-    (void)EndAttemptLocked(j, who + " was killed by signal " + std::to_string(st.signal()) + " (" +
-                                  (name ? name : "?") + ")",
-                           Outcome::kRestartCounted);
-  } else if (st.exit_code() == rank::ToInt(rank::ExitCode::kBadInput)) {
-    (void)EndAttemptLocked(j, who + " exited with code 2 (bad configuration or input)" + said, Outcome::kFailed);
-  } else if (st.exit_code() == rank::ToInt(rank::ExitCode::kStoppedOnRequest)) {
-    (void)EndAttemptLocked(j, who + " stopped after saving a checkpoint (exit 75)", Outcome::kRestart);
-  } else if (st.exit_code() == rank::ToInt(rank::ExitCode::kRendezvousPortBusy)) {
-    // Another program holds MASTER_PORT on rank 0's node: not the job's fault. The next attempt gets
-    // the next port at once, and no restart is spent.
-    (void)EndAttemptLocked(j, who + " exited with code 76 (rendezvous port " + std::to_string(j.current()->master_port) +
-                                  " busy on node " + j.current()->nodes.front() + "; retrying on another port)" + said,
-                           Outcome::kRestart);
-  } else {
-    (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(st.exit_code()) + said,
-                           Outcome::kRestartCounted);
+  // The restart policy of docs/architecture.md ("Job state machine"), by the rank protocol's exit
+  // classes (common/rank_protocol.h).
+  switch (rank::ClassifyExit(code, st.signal())) {
+    case rank::ExitClass::kSuccess: {
+      j.ranks[rank].exited = true;
+      bool all = std::all_of(j.ranks.begin(), j.ranks.end(), [](const RankView& r) { return r.exited; });
+      if (all) {
+        (void)EndAttemptLocked(j, "all " + std::to_string(j.ranks.size()) + " ranks exited 0", Outcome::kSucceeded);
+      }
+      return;
+    }
+    case rank::ExitClass::kSignal: {
+      const char* name = strsignal(st.signal());
+      (void)EndAttemptLocked(j, who + " was killed by signal " + std::to_string(st.signal()) + " (" +
+                                    (name ? name : "?") + ")",
+                             Outcome::kRestartCounted);
+      return;
+    }
+    case rank::ExitClass::kBadInput:
+      // Retrying cannot help.
+      (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(code) + " (" + rank::ExitCodeMeaning(code) +
+                                    ")" + said,
+                             Outcome::kFailed);
+      return;
+    case rank::ExitClass::kStopped:
+      // Asked to stop (SIGTERM) and saved first: not the job's fault, nothing to count.
+      (void)EndAttemptLocked(j, who + " " + rank::ExitCodeMeaning(code) + " (exit " + std::to_string(code) + ")",
+                             Outcome::kRestart);
+      return;
+    case rank::ExitClass::kPortBusy:
+      // Another program holds MASTER_PORT on rank 0's node: not the job's fault. The next attempt
+      // gets the next port at once, and no restart is spent.
+      (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(code) + " (rendezvous port " +
+                                    std::to_string(j.current()->master_port) + " busy on node " +
+                                    j.current()->nodes.front() + "; retrying on another port)" + said,
+                             Outcome::kRestart);
+      return;
+    case rank::ExitClass::kFailed:
+      break;
   }
+  (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(code) + said, Outcome::kRestartCounted);
 }
 
 }  // namespace eft::controller
