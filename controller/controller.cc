@@ -1,18 +1,15 @@
-// Controller: creation, loading, the client-facing API and conversions to the wire messages.
-// The state machine is in lifecycle.cc, the worker-facing side in agents.cc.
+// Controller: creation, loading, the client-facing API, write-through (Apply) and the job index.
+// The state machine is in lifecycle.cc, the worker-facing side in agents.cc, the conversions to
+// eft.v1 messages in wire.cc.
 #include "controller/controller.h"
-#include "controller/wire.h"
-
-#include <google/protobuf/util/time_util.h>
 
 #include <algorithm>
 
 #include "common/logging.h"
+#include "controller/wire.h"
 #include "spec/job_spec.h"
 
 namespace eft::controller {
-
-
 
 bool Controller::JobEntry::active() const {
   return rec.state == v1::JOB_STATE_STARTING || rec.state == v1::JOB_STATE_RUNNING;

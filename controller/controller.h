@@ -14,9 +14,9 @@
 // drive it with a ManualClock).
 //
 // Where the code is: controller.cc (creation, loading, the client API), lifecycle.cc (the state
-// machine), agents.cc (workers). Pieces with no access to the state are their own files: JobIndex
-// (job_index.h), the wire conversions (wire.h), rank event meaning (rank_events.h), placement
-// (scheduler.h).
+// machine), agents.cc (workers). What does not need the Controller is its own file: JobIndex
+// (job_index.h), the submit group commit (group_commit.h), the wire conversions (wire.h), what a
+// rank event means (rank_events.h), placement (scheduler.h).
 #pragma once
 
 #include <atomic>
