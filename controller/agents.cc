@@ -32,7 +32,7 @@ Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req
   if (req.node_name().empty()) return Status::InvalidArgument("node_name: must not be empty");
   if (req.incarnation().empty()) return Status::InvalidArgument("incarnation: must not be empty");
   if (req.slots() < 1 || req.slots() > 1024) return Status::InvalidArgument("slots: must be in 1..1024");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   NodeEntry& node = nodes_[req.node_name()];
   bool known = !node.rec.name.empty();
   NodeRecord rec = node.rec;
@@ -71,7 +71,7 @@ Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req
 }
 
 Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& req) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   v1::HeartbeatResponse out;
   out.set_heartbeat_interval_ms(static_cast<int32_t>(config_.heartbeat_interval.count()));
   auto it = nodes_.find(req.node_name());
@@ -99,9 +99,7 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
 }
 
 void Controller::ApplyRankReportsLocked(NodeEntry& node) {
-  std::set<std::string> active;
-  if (auto it = active_on_node_.find(node.rec.name); it != active_on_node_.end()) active = it->second;
-  for (const auto& id : active) {
+  for (const auto& id : index_.ActiveOn(node.rec.name)) {
     JobEntry& j = jobs_.at(id);
     if (!j.active() || !j.current()) continue;
     const AttemptRecord& a = *j.current();
@@ -220,9 +218,7 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
 void Controller::DesiredForLocked(const NodeEntry& node,
                                   google::protobuf::RepeatedPtrField<v1::RankAssignment>* out,
                                   google::protobuf::RepeatedPtrField<v1::AttemptSpec>* specs) const {
-  auto it = active_on_node_.find(node.rec.name);
-  if (it == active_on_node_.end()) return;
-  for (const auto& id : it->second) {
+  for (const auto& id : index_.ActiveOn(node.rec.name)) {
     const JobEntry& j = jobs_.at(id);
     if (!j.active() || !j.current()) continue;
     const AttemptRecord& a = *j.current();

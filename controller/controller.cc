@@ -1,18 +1,15 @@
-// Controller: creation, loading, the client-facing API and conversions to the wire messages.
-// The state machine is in lifecycle.cc, the worker-facing side in agents.cc.
+// Controller: creation, loading, the client-facing API, write-through (Apply) and the job index.
+// The state machine is in lifecycle.cc, the worker-facing side in agents.cc, the conversions to
+// eft.v1 messages in wire.cc.
 #include "controller/controller.h"
-#include "controller/wire.h"
-
-#include <google/protobuf/util/time_util.h>
 
 #include <algorithm>
 
 #include "common/logging.h"
+#include "controller/wire.h"
 #include "spec/job_spec.h"
 
 namespace eft::controller {
-
-
 
 bool Controller::JobEntry::active() const {
   return rec.state == v1::JOB_STATE_STARTING || rec.state == v1::JOB_STATE_RUNNING;
@@ -31,7 +28,7 @@ Result<std::unique_ptr<Controller>> Controller::Create(ControllerConfig config, 
 }
 
 Controller::Controller(ControllerConfig config, Clock* clock, std::unique_ptr<Store> store)
-    : config_(std::move(config)), clock_(clock), store_(std::move(store)), logs_(config_.data_dir + "/logs") {}
+    : config_(std::move(config)), clock_(clock), logs_(config_.data_dir + "/logs"), store_(std::move(store)) {}
 
 Controller::~Controller() {
   stopping_ = true;
@@ -48,7 +45,7 @@ void Controller::StartTicker() {
 }
 
 Status Controller::Load() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   EFT_ASSIGN_OR_RETURN(auto nodes, store_->LoadNodes());
   SteadyTime now = clock_->Now();
   for (auto& rec : nodes) {
@@ -102,31 +99,17 @@ EventRecord Controller::MakeEvent(const JobEntry& job, const std::string& type, 
 }
 
 void Controller::IndexLocked(JobEntry& j) {
-  const int64_t numeric = std::stoll(j.rec.id);
-  if (j.indexed_pending) pending_.erase(numeric);
-  for (const auto& n : j.indexed_nodes) {
-    auto it = active_on_node_.find(n);
-    if (it != active_on_node_.end()) {
-      it->second.erase(j.rec.id);
-      if (it->second.empty()) active_on_node_.erase(it);
-    }
-  }
-  j.indexed_pending = j.rec.state == v1::JOB_STATE_QUEUED || j.rec.state == v1::JOB_STATE_RECOVERING;
-  if (j.indexed_pending) pending_[numeric] = &j;
-  j.indexed_nodes.clear();
-  if (j.active() && j.current()) {
-    j.indexed_nodes = j.current()->nodes;
-    for (const auto& n : j.indexed_nodes) active_on_node_[n].insert(j.rec.id);
-  }
+  static const std::vector<std::string> kNoNodes;
+  index_.File(j.rec.id, j.rec.state, j.current() ? j.current()->nodes : kNoNodes);
 }
 
 void Controller::Bump(JobEntry& job) {
   ++job.version;
-  changed_.notify_all();
+  changed_.NotifyAll();
 }
 
 Status Controller::Apply(JobEntry& job, JobChange change) {
-  Status s = store_->RunInTransaction([&]() -> Status {
+  Status s = store_->RunInTransaction([&]() REQUIRES(mu_) -> Status {
     if (change.insert_attempt) EFT_RETURN_IF_ERROR(store_->InsertAttempt(*change.insert_attempt));
     if (change.update_attempt) EFT_RETURN_IF_ERROR(store_->UpdateAttempt(*change.update_attempt));
     EFT_RETURN_IF_ERROR(store_->UpdateJob(change.rec));
@@ -165,11 +148,11 @@ Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::s
 }
 
 void Controller::CommitSubmits(const std::vector<SubmitBatch::Item*>& batch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<JobEntry> created;
   std::map<SubmitBatch::Item*, size_t> created_for;
   std::map<std::string, size_t> batch_request_ids;
-  Status s = store_->RunInTransaction([&]() -> Status {
+  Status s = store_->RunInTransaction([&]() REQUIRES(mu_) -> Status {
     for (SubmitBatch::Item* item : batch) {
       const PendingSubmit* p = &item->request;
       // A retried submit (same request id) gets the job the first one created.
@@ -229,18 +212,18 @@ void Controller::CommitSubmits(const std::vector<SubmitBatch::Item*>& batch) {
         it != created_for.end() ? entries[it->second]->rec.id : by_request_id_.at(item->request.request_id);
     item->reply = ToProto(jobs_.at(id), true);
   }
-  changed_.notify_all();
+  changed_.NotifyAll();
 }
 
 Result<std::string> Controller::JobOwner(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   JobEntry* j = FindJob(id);
   if (!j) return Status::NotFound("job " + id + " not found");
   return j->rec.owner;
 }
 
 Result<v1::Job> Controller::GetJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   JobEntry* j = FindJob(id);
   if (!j) return Status::NotFound("job " + id + " not found");
   return ToProto(*j, true);
@@ -249,7 +232,7 @@ Result<v1::Job> Controller::GetJob(const std::string& id) {
 Result<v1::ListJobsResponse> Controller::ListJobs(const v1::ListJobsRequest& request) {
   int page_size = request.page_size() == 0 ? 100 : request.page_size();
   if (page_size < 0 || page_size > 1000) return Status::InvalidArgument("page_size: must be in 1..1000");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // Pages walk job_order_ backwards (newest first); the token is the id of the next job to show.
   size_t start = job_order_.size();  // exclusive upper bound of the index into job_order_
   if (!request.page_token().empty()) {
@@ -274,7 +257,7 @@ Result<v1::ListJobsResponse> Controller::ListJobs(const v1::ListJobsRequest& req
 }
 
 Result<v1::Job> Controller::CancelJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   JobEntry* j = FindJob(id);
   if (!j) return Status::NotFound("job " + id + " not found");
   if (j->rec.state == v1::JOB_STATE_CANCELLED) return ToProto(*j, true);
@@ -296,10 +279,10 @@ Result<v1::Job> Controller::CancelJob(const std::string& id) {
 
 Result<v1::Job> Controller::WaitForJobChange(const std::string& id, uint64_t* version,
                                              std::chrono::milliseconds timeout, bool* changed) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   JobEntry* j = FindJob(id);
   if (!j) return Status::NotFound("job " + id + " not found");
-  changed_.wait_for(lock, timeout, [&] { return j->version != *version || stopping_; });
+  changed_.WaitFor(&mu_, timeout, [&] { return j->version != *version || stopping_; });
   *changed = j->version != *version;
   *version = j->version;
   return ToProto(*j, true);
@@ -309,7 +292,7 @@ Result<v1::Job> Controller::WaitForJobChange(const std::string& id, uint64_t* ve
 // NodeService
 
 v1::ListNodesResponse Controller::ListNodes() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   v1::ListNodesResponse out;
   std::map<std::string, int> free;
   for (const auto& cap : CapacitiesLocked()) free[cap.name] = cap.ready ? static_cast<int>(cap.free_slots.size()) : 0;
@@ -322,7 +305,7 @@ v1::ListNodesResponse Controller::ListNodes() {
 }
 
 Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return Status::NotFound("node " + name + " not found");
   NodeRecord rec = it->second.rec;
@@ -340,13 +323,13 @@ Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained) {
 }
 
 void Controller::SetCheckpointObserver(std::function<void(const CheckpointReport&)> observer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   checkpoint_observer_ = std::move(observer);
 }
 
 ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
   ControllerSnapshot out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   size_t terminal_kept = 0;
   // Newest first, so the terminal jobs kept are the most recently submitted ones.
   for (auto id = job_order_.rbegin(); id != job_order_.rend(); ++id) {
@@ -392,8 +375,7 @@ v1::Job Controller::ToProto(const JobEntry& j, bool full) const {
 }
 
 v1::Node Controller::ToProto(const NodeEntry& n) const {
-  std::set<std::string> jobs;
-  if (auto it = active_on_node_.find(n.rec.name); it != active_on_node_.end()) jobs = it->second;
+  std::set<std::string> jobs = index_.ActiveOn(n.rec.name);
   for (const auto& r : n.reported) {
     if (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING) jobs.insert(r.key().job_id());
   }

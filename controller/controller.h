@@ -1,6 +1,6 @@
 // Controller: the cluster's source of truth and its only decision maker.
 //
-// Owns jobs, attempts, nodes and checkpoints; runs the job state machine of ARCHITECTURE.md;
+// Owns jobs, attempts, nodes and checkpoints; runs the job state machine of docs/architecture.md;
 // gang-schedules attempts onto nodes; declares nodes LOST after heartbeat_timeout and restarts the
 // attempts they carried at the world size the surviving nodes allow, from the newest checkpoint.
 // Every transition is written to the Store (with an event row that says why) before it is visible
@@ -8,16 +8,21 @@
 // heartbeat or tick. On Create it reloads everything, and re-registering workers reconcile with it:
 // an attempt that was running keeps running.
 //
-// Thread-safe: one mutex guards all state. RPC handlers call the public methods; something must
-// call Tick() every tick_interval (RunTicker does, tests may drive it with a ManualClock).
+// Thread-safe: one mutex (mu_) guards all state, and clang checks it (common/thread_annotations.h):
+// every member it guards is GUARDED_BY(mu_), every *Locked method REQUIRES(mu_). RPC handlers call
+// the public methods; something must call Tick() every tick_interval (StartTicker does, tests may
+// drive it with a ManualClock).
+//
+// Where the code is: controller.cc (creation, loading, the client API), lifecycle.cc (the state
+// machine), agents.cc (workers). What does not need the Controller is its own file: JobIndex
+// (job_index.h), the submit group commit (group_commit.h), the wire conversions (wire.h), what a
+// rank event means (rank_events.h), placement (scheduler.h).
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -25,9 +30,12 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "controller/config.h"
 #include "controller/group_commit.h"
+#include "controller/job_index.h"
 #include "controller/log_store.h"
 #include "controller/records.h"
 #include "controller/scheduler.h"
@@ -85,29 +93,29 @@ class Controller {
 
   // --- JobService ---
   // `owner`: the authenticated user submitting it ("" without auth), recorded on the job.
-  Result<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& request_id, const std::string& owner = "");
-  Result<v1::Job> GetJob(const std::string& id);
+  Result<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& request_id, const std::string& owner = "") EXCLUDES(mu_);
+  Result<v1::Job> GetJob(const std::string& id) EXCLUDES(mu_);
   // Who submitted the job ("" without auth): the ownership check of CancelJob (docs/auth.md).
-  Result<std::string> JobOwner(const std::string& id);
-  Result<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
-  Result<v1::Job> CancelJob(const std::string& id);
+  Result<std::string> JobOwner(const std::string& id) EXCLUDES(mu_);
+  Result<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request) EXCLUDES(mu_);
+  Result<v1::Job> CancelJob(const std::string& id) EXCLUDES(mu_);
   // Blocks until the job changed after *version (0: return at once) or `timeout` passed; returns
   // the job and sets *version. `changed` tells whether it changed.
   Result<v1::Job> WaitForJobChange(const std::string& id, uint64_t* version, std::chrono::milliseconds timeout,
-                                   bool* changed);
+                                   bool* changed) EXCLUDES(mu_);
   static bool IsTerminal(v1::JobState state);
 
   // --- NodeService ---
-  v1::ListNodesResponse ListNodes();
-  Result<v1::Node> SetDrained(const std::string& name, bool drained);
+  v1::ListNodesResponse ListNodes() EXCLUDES(mu_);
+  Result<v1::Node> SetDrained(const std::string& name, bool drained) EXCLUDES(mu_);
 
   // --- AgentService ---
-  Result<v1::RegisterResponse> Register(const v1::RegisterRequest& request);
-  Result<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+  Result<v1::RegisterResponse> Register(const v1::RegisterRequest& request) EXCLUDES(mu_);
+  Result<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) EXCLUDES(mu_);
   LogStore& logs() { return logs_; }
 
   // Detects lost nodes, stop timeouts and expired backoffs, and schedules.
-  void Tick();
+  void Tick() EXCLUDES(mu_);
   // Calls Tick() every config.tick_interval on a thread until the Controller is destroyed.
   void StartTicker();
 
@@ -117,10 +125,10 @@ class Controller {
   // terminal plus the `max_terminal_jobs` most recently submitted terminal ones (so the number of
   // per-job series stays bounded however many jobs the database holds), and every node.
   // One pass under the lock; O(jobs + nodes), no I/O.
-  ControllerSnapshot Snapshot(size_t max_terminal_jobs) const;
+  ControllerSnapshot Snapshot(size_t max_terminal_jobs) const EXCLUDES(mu_);
   // Called for every newly stored checkpoint (not for a resent event), with the controller's lock
   // held: it must be quick and must not call back into the Controller. Empty: none.
-  void SetCheckpointObserver(std::function<void(const CheckpointReport&)> observer);
+  void SetCheckpointObserver(std::function<void(const CheckpointReport&)> observer) EXCLUDES(mu_);
 
  private:
   struct RankView {
@@ -144,9 +152,6 @@ class Controller {
     uint64_t version = 1;
     // capacity_epoch_ when placement last failed: until capacity changes it would fail again.
     uint64_t unplaceable_epoch = 0;
-    // Where IndexLocked filed the job, so it can take it out again.
-    bool indexed_pending = false;
-    std::vector<std::string> indexed_nodes;
     bool active() const;          // STARTING or RUNNING
     const AttemptRecord* current() const { return attempts.empty() ? nullptr : &attempts.back(); }
   };
@@ -169,7 +174,7 @@ class Controller {
   };
 
   Controller(ControllerConfig config, Clock* clock, std::unique_ptr<Store> store);
-  Status Load();
+  Status Load() EXCLUDES(mu_);
   struct PendingSubmit {
     v1::JobSpec spec;  // normalized
     std::string request_id;
@@ -177,74 +182,74 @@ class Controller {
   };
   using SubmitBatch = GroupCommit<PendingSubmit, Result<v1::Job>>;
   // Writes a batch of submits in one transaction and answers each of them.
-  void CommitSubmits(const std::vector<SubmitBatch::Item*>& batch);
+  void CommitSubmits(const std::vector<SubmitBatch::Item*>& batch) EXCLUDES(mu_);
 
   // controller.cc: conversions and lookups.
-  v1::Job ToProto(const JobEntry& job, bool full) const;
-  v1::Node ToProto(const NodeEntry& node) const;
-  JobEntry* FindJob(const std::string& id);
+  v1::Job ToProto(const JobEntry& job, bool full) const REQUIRES(mu_);
+  v1::Node ToProto(const NodeEntry& node) const REQUIRES(mu_);
+  JobEntry* FindJob(const std::string& id) REQUIRES(mu_);
   EventRecord MakeEvent(const JobEntry& job, const std::string& type, const std::string& message) const;
-  Status Apply(JobEntry& job, JobChange change);
-  void Bump(JobEntry& job);
-  // Files the job under pending_ (QUEUED/RECOVERING) or active_on_node_ (STARTING/RUNNING), after
-  // any change of its state or attempt, so heartbeats and scheduling touch only the jobs concerned.
-  void IndexLocked(JobEntry& job);
+  Status Apply(JobEntry& job, JobChange change) REQUIRES(mu_);
+  void Bump(JobEntry& job) REQUIRES(mu_);
+  // Refiles the job in index_ after any change of its state or attempt, so heartbeats and
+  // scheduling touch only the jobs concerned.
+  void IndexLocked(JobEntry& job) REQUIRES(mu_);
   // Something that decides where ranks can go changed (nodes, slots, attempts): placements that
   // failed before may succeed now.
-  void CapacityChangedLocked() { ++capacity_epoch_; }
+  void CapacityChangedLocked() REQUIRES(mu_) { ++capacity_epoch_; }
 
   // lifecycle.cc: the state machine.
   // A full scheduling pass over pending jobs (the ticker, and MaybeScheduleLocked).
-  void ScheduleLocked();
+  void ScheduleLocked() REQUIRES(mu_);
   // A pass only if capacity changed since the last one: what RPC handlers call.
-  void MaybeScheduleLocked();
+  void MaybeScheduleLocked() REQUIRES(mu_);
   // Places `job` if it is due and fits; `caps` is computed on first need and reset after a start.
-  void TryPlaceLocked(JobEntry& job, std::optional<std::vector<NodeCapacity>>* caps);
-  std::vector<NodeCapacity> CapacitiesLocked() const;
-  bool OldRanksLiveLocked(const JobEntry& job) const;
+  void TryPlaceLocked(JobEntry& job, std::optional<std::vector<NodeCapacity>>* caps) REQUIRES(mu_);
+  std::vector<NodeCapacity> CapacitiesLocked() const REQUIRES(mu_);
+  bool OldRanksLiveLocked(const JobEntry& job) const REQUIRES(mu_);
   // Every node of the job's last attempt has heartbeated since it ended, or is LOST.
-  bool PreviousNodesSettledLocked(const JobEntry& job) const;
-  Status StartAttemptLocked(JobEntry& job, const Placement& placement);
+  bool PreviousNodesSettledLocked(const JobEntry& job) const REQUIRES(mu_);
+  Status StartAttemptLocked(JobEntry& job, const Placement& placement) REQUIRES(mu_);
   // Ends the current attempt with `reason`, then: kSucceeded/kFailed/kCancelled finish the job,
   // kRestart and kRestartCounted move it to RECOVERING (the latter counts against max_restarts and
   // may fail the job instead).
   enum class Outcome { kSucceeded, kFailed, kCancelled, kRestart, kRestartCounted };
-  Status EndAttemptLocked(JobEntry& job, const std::string& reason, Outcome outcome);
-  void OnRankExitLocked(JobEntry& job, int rank, const v1::RankStatus& status);
-  void MarkNodeLostLocked(NodeEntry& node, const std::string& reason);
-  void ForgiveLastFailureLocked(JobEntry& job, const std::string& cause);
+  Status EndAttemptLocked(JobEntry& job, const std::string& reason, Outcome outcome) REQUIRES(mu_);
+  void OnRankExitLocked(JobEntry& job, int rank, const v1::RankStatus& status) REQUIRES(mu_);
+  void MarkNodeLostLocked(NodeEntry& node, const std::string& reason) REQUIRES(mu_);
+  void ForgiveLastFailureLocked(JobEntry& job, const std::string& cause) REQUIRES(mu_);
   std::chrono::milliseconds BackoffFor(int restarts) const;
 
   // agents.cc: what workers report, and what they are told.
-  void ApplyRankReportsLocked(NodeEntry& node);
-  uint64_t ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatRequest& request);
+  void ApplyRankReportsLocked(NodeEntry& node) REQUIRES(mu_);
+  uint64_t ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatRequest& request) REQUIRES(mu_);
   // The ranks `node` should run, and the spec of every attempt that has a desired rank the node's
   // last report did not list (a listed rank was started: its worker needs the spec no more), so the
   // spec travels once per attempt and node rather than in every reply.
   void DesiredForLocked(const NodeEntry& node, google::protobuf::RepeatedPtrField<v1::RankAssignment>* out,
-                        google::protobuf::RepeatedPtrField<v1::AttemptSpec>* specs) const;
+                        google::protobuf::RepeatedPtrField<v1::AttemptSpec>* specs) const REQUIRES(mu_);
 
-  ControllerConfig config_;
-  Clock* clock_;
-  std::unique_ptr<Store> store_;
-  LogStore logs_;
+  // Set at construction, read-only after: no lock needed.
+  const ControllerConfig config_;
+  Clock* const clock_;
+  LogStore logs_;  // thread-safe on its own
 
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, JobEntry> jobs_;               // by id
-  std::vector<std::string> job_order_;                 // ids in submit order
-  std::map<int64_t, JobEntry*> pending_;               // QUEUED/RECOVERING jobs, by numeric id (submit order)
-  std::map<std::string, std::string> by_request_id_;   // SubmitJob idempotency keys -> job id
-  std::map<std::string, std::set<std::string>> active_on_node_;  // node -> STARTING/RUNNING jobs with ranks there
-  std::map<std::string, NodeEntry> nodes_;             // by name
-  uint64_t capacity_epoch_ = 1;
-  uint64_t last_pass_epoch_ = 0;
-  int64_t attempts_created_ = 0;  // over all jobs, ever: picks each attempt's MASTER_PORT
+  mutable Mutex mu_;
+  CondVar changed_;  // notified (under mu_) whenever a job's version is bumped
+  // Only used under mu_, so that a transaction and the memory it describes change together.
+  const std::unique_ptr<Store> store_ PT_GUARDED_BY(mu_);
+  std::map<std::string, JobEntry> jobs_ GUARDED_BY(mu_);              // by id
+  std::vector<std::string> job_order_ GUARDED_BY(mu_);                // ids in submit order
+  JobIndex index_ GUARDED_BY(mu_);                                    // pending jobs; active jobs by node
+  std::map<std::string, std::string> by_request_id_ GUARDED_BY(mu_);  // SubmitJob idempotency keys -> job id
+  std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);            // by name
+  uint64_t capacity_epoch_ GUARDED_BY(mu_) = 1;
+  uint64_t last_pass_epoch_ GUARDED_BY(mu_) = 0;
+  int64_t attempts_created_ GUARDED_BY(mu_) = 0;  // over all jobs, ever: picks each attempt's MASTER_PORT
+  std::function<void(const CheckpointReport&)> checkpoint_observer_ GUARDED_BY(mu_);
 
   // Submits are written in groups, one transaction for all that arrived meanwhile (group_commit.h).
   SubmitBatch submits_{[this](const std::vector<SubmitBatch::Item*>& batch) { CommitSubmits(batch); }};
-
-  std::function<void(const CheckpointReport&)> checkpoint_observer_;
 
   std::atomic<bool> stopping_{false};
   std::thread ticker_;

@@ -8,12 +8,13 @@
 // Thread-safe. The commit function runs on a caller's thread, without the queue's lock held.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace eft::controller {
 
@@ -28,33 +29,34 @@ class GroupCommit {
 
   explicit GroupCommit(CommitFn commit) : commit_(std::move(commit)) {}
 
-  Reply Run(Request request) {
+  Reply Run(Request request) EXCLUDES(mu_) {
     Item me{std::move(request), std::nullopt};
-    std::unique_lock<std::mutex> lock(mu_);
+    mu_.Lock();
     queue_.push_back(&me);
     while (!me.reply) {
       if (leader_) {
-        cv_.wait(lock);
+        cv_.Wait(&mu_);
         continue;
       }
       leader_ = true;
       std::vector<Item*> batch;
       batch.swap(queue_);
-      lock.unlock();
+      mu_.Unlock();
       commit_(batch);
-      lock.lock();
+      mu_.Lock();
       leader_ = false;
-      cv_.notify_all();
+      cv_.NotifyAll();
     }
+    mu_.Unlock();
     return std::move(*me.reply);
   }
 
  private:
   CommitFn commit_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Item*> queue_;
-  bool leader_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<Item*> queue_ GUARDED_BY(mu_);
+  bool leader_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace eft::controller

@@ -34,7 +34,7 @@ std::chrono::milliseconds Controller::BackoffFor(int restarts) const {
 }
 
 void Controller::Tick() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   SteadyTime now = clock_->Now();
   for (auto& [name, node] : nodes_) {
     if (!node.ready) continue;
@@ -62,15 +62,13 @@ void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) 
   EFT_LOG(WARNING) << "node " << rec.name << " LOST: " << reason;
   CapacityChangedLocked();
   // Running attempts with ranks there end at once: not the job's fault, so no restart is counted.
-  std::set<std::string> active;
-  if (auto it = active_on_node_.find(rec.name); it != active_on_node_.end()) active = it->second;
-  for (const auto& id : active) {
+  for (const auto& id : index_.ActiveOn(rec.name)) {
     JobEntry& j = jobs_.at(id);
     if (j.active()) (void)EndAttemptLocked(j, "node " + rec.name + " lost (" + reason + ")", Outcome::kRestart);
   }
   // An attempt that just ended because its ranks failed was most likely cut off from this node.
-  for (const auto& [numeric, job] : std::map<int64_t, JobEntry*>(pending_)) {
-    JobEntry& j = *job;
+  for (const auto& id : index_.Pending()) {
+    JobEntry& j = jobs_.at(id);
     if (j.rec.state != v1::JOB_STATE_RECOVERING || !j.end_counted || !j.current()) continue;
     const auto& nodes = j.current()->nodes;
     if (std::find(nodes.begin(), nodes.end(), rec.name) == nodes.end()) continue;
@@ -104,9 +102,7 @@ std::vector<NodeCapacity> Controller::CapacitiesLocked() const {
     auto it = busy.find(node);
     if (it != busy.end() && slot >= 0 && slot < static_cast<int>(it->second.size())) it->second[slot] = true;
   };
-  std::set<std::string> active;
-  for (const auto& [node, ids] : active_on_node_) active.insert(ids.begin(), ids.end());
-  for (const auto& id : active) {
+  for (const auto& id : index_.Active()) {
     const AttemptRecord& a = *jobs_.at(id).current();
     for (size_t i = 0; i < a.nodes.size() && i < a.slots.size(); ++i) {
       for (int slot : a.slots[i]) mark(a.nodes[i], slot);
@@ -159,8 +155,8 @@ bool Controller::PreviousNodesSettledLocked(const JobEntry& job) const {
 void Controller::ScheduleLocked() {
   last_pass_epoch_ = capacity_epoch_;
   std::optional<std::vector<NodeCapacity>> caps;
-  // A copy: starting an attempt takes the job out of pending_.
-  for (const auto& [numeric, job] : std::map<int64_t, JobEntry*>(pending_)) TryPlaceLocked(*job, &caps);
+  // Pending() is a copy: starting an attempt refiles the job.
+  for (const auto& id : index_.Pending()) TryPlaceLocked(jobs_.at(id), &caps);
 }
 
 void Controller::MaybeScheduleLocked() {
@@ -307,37 +303,52 @@ void Controller::OnRankExitLocked(JobEntry& j, int rank, const v1::RankStatus& s
     (void)EndAttemptLocked(j, "rank " + std::to_string(rank) + " could not start: " + st.message(), Outcome::kFailed);
     return;
   }
-  if (st.signal() == 0 && st.exit_code() == 0) {
-    j.ranks[rank].exited = true;
-    bool all = std::all_of(j.ranks.begin(), j.ranks.end(), [](const RankView& r) { return r.exited; });
-    if (all) {
-      (void)EndAttemptLocked(j, "all " + std::to_string(j.ranks.size()) + " ranks exited 0", Outcome::kSucceeded);
-    }
-    return;
-  }
-  std::string who = "rank " + std::to_string(rank);
+  const std::string who = "rank " + std::to_string(rank);
+  const int code = st.exit_code();
   // What the rank said about its failure (its error event), so the reason is in the job, not only
   // in the log.
   const std::string said = j.ranks[rank].error.empty() ? "" : ": " + j.ranks[rank].error;
-  if (st.signal() != 0) {
-    const char* name = strsignal(st.signal());
-    (void)EndAttemptLocked(j, who + " was killed by signal " + std::to_string(st.signal()) + " (" +
-                                  (name ? name : "?") + ")",
-                           Outcome::kRestartCounted);
-  } else if (st.exit_code() == rank::ToInt(rank::ExitCode::kBadInput)) {
-    (void)EndAttemptLocked(j, who + " exited with code 2 (bad configuration or input)" + said, Outcome::kFailed);
-  } else if (st.exit_code() == rank::ToInt(rank::ExitCode::kStoppedOnRequest)) {
-    (void)EndAttemptLocked(j, who + " stopped after saving a checkpoint (exit 75)", Outcome::kRestart);
-  } else if (st.exit_code() == rank::ToInt(rank::ExitCode::kRendezvousPortBusy)) {
-    // Another program holds MASTER_PORT on rank 0's node: not the job's fault. The next attempt gets
-    // the next port at once, and no restart is spent.
-    (void)EndAttemptLocked(j, who + " exited with code 76 (rendezvous port " + std::to_string(j.current()->master_port) +
-                                  " busy on node " + j.current()->nodes.front() + "; retrying on another port)" + said,
-                           Outcome::kRestart);
-  } else {
-    (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(st.exit_code()) + said,
-                           Outcome::kRestartCounted);
+  // The restart policy of docs/architecture.md ("Job state machine"), by the rank protocol's exit
+  // classes (common/rank_protocol.h).
+  switch (rank::ClassifyExit(code, st.signal())) {
+    case rank::ExitClass::kSuccess: {
+      j.ranks[rank].exited = true;
+      bool all = std::all_of(j.ranks.begin(), j.ranks.end(), [](const RankView& r) { return r.exited; });
+      if (all) {
+        (void)EndAttemptLocked(j, "all " + std::to_string(j.ranks.size()) + " ranks exited 0", Outcome::kSucceeded);
+      }
+      return;
+    }
+    case rank::ExitClass::kSignal: {
+      const char* name = strsignal(st.signal());
+      (void)EndAttemptLocked(j, who + " was killed by signal " + std::to_string(st.signal()) + " (" +
+                                    (name ? name : "?") + ")",
+                             Outcome::kRestartCounted);
+      return;
+    }
+    case rank::ExitClass::kBadInput:
+      // Retrying cannot help.
+      (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(code) + " (" + rank::ExitCodeMeaning(code) +
+                                    ")" + said,
+                             Outcome::kFailed);
+      return;
+    case rank::ExitClass::kStopped:
+      // Asked to stop (SIGTERM) and saved first: not the job's fault, nothing to count.
+      (void)EndAttemptLocked(j, who + " " + rank::ExitCodeMeaning(code) + " (exit " + std::to_string(code) + ")",
+                             Outcome::kRestart);
+      return;
+    case rank::ExitClass::kPortBusy:
+      // Another program holds MASTER_PORT on rank 0's node: not the job's fault. The next attempt
+      // gets the next port at once, and no restart is spent.
+      (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(code) + " (rendezvous port " +
+                                    std::to_string(j.current()->master_port) + " busy on node " +
+                                    j.current()->nodes.front() + "; retrying on another port)" + said,
+                             Outcome::kRestart);
+      return;
+    case rank::ExitClass::kFailed:
+      break;
   }
+  (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(code) + said, Outcome::kRestartCounted);
 }
 
 }  // namespace eft::controller

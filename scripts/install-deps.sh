@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   g++ cmake ninja-build pkg-config ccache
+  # clang: the controller_thread_safety test checks the lock annotations with -Wthread-safety
+  clang
   # control plane: gRPC/Protobuf, SQLite, Boost.Asio/Beast, config and CLI parsing
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libsqlite3-dev libboost-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev

@@ -1,0 +1,201 @@
+// What workers are told (the rank protocol's controller side, docs/architecture.md): typed fields in
+// each RankAssignment, only the job's own spec.env in env, and the spec once per attempt and node
+// (AttemptSpec) until the worker lists a rank of the attempt. And WaitForJobChange, the one wait on
+// the controller's condition variable.
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "controller/controller.h"
+
+namespace eft::controller {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+class ControllerAgentsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("eft-controller-agents-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    ControllerConfig config;
+    config.db_path = (dir_ / "c.db").string();
+    config.heartbeat_interval = 1000ms;
+    config.heartbeat_timeout = 3000ms;
+    auto c = Controller::Create(config, &clock_);
+    ASSERT_TRUE(c.ok()) << c.status();
+    c_ = std::move(c).value();
+  }
+  void TearDown() override {
+    c_.reset();
+    fs::remove_all(dir_);
+  }
+
+  std::string Submit(const std::string& name, int gpus, std::map<std::string, std::string> env = {}) {
+    v1::JobSpec s;
+    s.set_name(name);
+    s.add_command("/bin/true");
+    s.mutable_resources()->mutable_nodes()->set_min(1);
+    s.mutable_resources()->mutable_nodes()->set_max(1);
+    s.mutable_resources()->set_gpus_per_node(gpus);
+    for (const auto& [k, v] : env) (*s.mutable_env())[k] = v;
+    auto job = c_->SubmitJob(s, "");
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  }
+
+  v1::RegisterResponse Register(const std::string& node, int slots, const std::string& incarnation,
+                                const std::vector<v1::RankStatus>& ranks = {}) {
+    v1::RegisterRequest req;
+    req.set_node_name(node);
+    req.set_slots(slots);
+    req.set_incarnation(incarnation);
+    for (const auto& r : ranks) *req.add_ranks() = r;
+    auto resp = c_->Register(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : v1::RegisterResponse();
+  }
+
+  v1::HeartbeatResponse Heartbeat(const std::string& node, const std::string& incarnation,
+                                  const std::vector<v1::RankStatus>& ranks = {},
+                                  const std::vector<v1::RankEvent>& events = {}) {
+    v1::HeartbeatRequest req;
+    req.set_node_name(node);
+    req.set_incarnation(incarnation);
+    for (const auto& r : ranks) *req.add_ranks() = r;
+    for (const auto& e : events) *req.add_events() = e;
+    auto resp = c_->Heartbeat(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : v1::HeartbeatResponse();
+  }
+
+  static v1::RankStatus Rank(const v1::RankAssignment& a, v1::RankState state, int code = 0) {
+    v1::RankStatus s;
+    *s.mutable_key() = a.key();
+    s.set_state(state);
+    s.set_exit_code(code);
+    s.set_slot(a.slot());
+    return s;
+  }
+
+  static std::vector<v1::RankStatus> AllRunning(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired) {
+    std::vector<v1::RankStatus> out;
+    for (const auto& a : desired) out.push_back(Rank(a, v1::RANK_STATE_RUNNING));
+    return out;
+  }
+
+  template <typename Reply>
+  static std::set<std::pair<std::string, int>> SpecKeys(const Reply& reply) {
+    std::set<std::pair<std::string, int>> out;
+    for (const auto& s : reply.attempt_specs()) out.insert({s.job_id(), s.attempt()});
+    return out;
+  }
+
+  static void ExpectOnlyTheJobsEnv(const v1::RankAssignment& a, const std::map<std::string, std::string>& job_env) {
+    std::map<std::string, std::string> env(a.env().begin(), a.env().end());
+    EXPECT_EQ(env, job_env) << "rank " << a.key().rank() << " of job " << a.key().job_id();
+    for (const auto& [k, v] : env) EXPECT_NE(k.rfind("EFT_", 0), 0u) << k << " comes from the worker, not the controller";
+  }
+
+  fs::path dir_;
+  ManualClock clock_;
+  std::unique_ptr<Controller> c_;
+};
+
+TEST_F(ControllerAgentsTest, EveryAttemptOnANodeGetsOneSpecUntilItsRanksAreListed) {
+  const std::map<std::string, std::string> env_a = {{"HF_HOME", "/cache/hf"}};
+  std::string a = Submit("a", 2, env_a);
+  std::string b = Submit("b", 1);
+  auto reg = Register("n1", 3, "inc1");
+  ASSERT_EQ(reg.desired_size(), 3);
+  EXPECT_EQ(reg.attempt_specs_size(), 2) << "one per attempt, not one per rank";
+  EXPECT_EQ(SpecKeys(reg), (std::set<std::pair<std::string, int>>{{a, 1}, {b, 1}}));
+  for (const auto& s : reg.attempt_specs()) {
+    EXPECT_NE(s.spec_json().find(s.job_id() == a ? "\"name\":\"a\"" : "\"name\":\"b\""), std::string::npos)
+        << s.spec_json();
+  }
+  for (const auto& r : reg.desired()) ExpectOnlyTheJobsEnv(r, r.key().job_id() == a ? env_a : std::map<std::string, std::string>{});
+
+  // The worker started b's rank and one of a's two: a's spec is still needed, b's is not.
+  std::vector<v1::RankStatus> some;
+  for (const auto& r : reg.desired()) {
+    if (r.key().job_id() == b || r.key().rank() == 0) some.push_back(Rank(r, v1::RANK_STATE_RUNNING));
+  }
+  auto hb = Heartbeat("n1", "inc1", some);
+  EXPECT_EQ(SpecKeys(hb), (std::set<std::pair<std::string, int>>{{a, 1}}));
+
+  // Everything listed: no spec, in heartbeats and in a re-registration alike.
+  auto all = AllRunning(reg.desired());
+  hb = Heartbeat("n1", "inc1", all);
+  EXPECT_EQ(hb.desired_size(), 3);
+  EXPECT_EQ(hb.attempt_specs_size(), 0);
+  auto again = Register("n1", 3, "inc1", all);
+  EXPECT_EQ(again.desired_size(), 3);
+  EXPECT_EQ(again.attempt_specs_size(), 0);
+}
+
+TEST_F(ControllerAgentsTest, ANewAttemptGetsItsOwnSpecAndTypedResumeFromWhileTheOldRankIsStillListed) {
+  std::string id = Submit("r", 1);
+  auto reg = Register("n1", 1, "inc1");
+  ASSERT_EQ(reg.desired_size(), 1);
+  const v1::RankAssignment first = reg.desired(0);
+  EXPECT_EQ(first.resume_from(), "");
+  v1::RankEvent ckpt;
+  *ckpt.mutable_key() = first.key();
+  ckpt.set_seq(1);
+  ckpt.set_time_ms(1);
+  ckpt.set_json(R"({"event":"checkpoint","step":5,"kind":"sharded","path":"/ck/step-5","bytes":1})");
+  EXPECT_EQ(Heartbeat("n1", "inc1", {Rank(first, v1::RANK_STATE_RUNNING)}, {ckpt}).attempt_specs_size(), 0);
+
+  // Stopped after saving (exit 75): the next attempt starts at once, and the worker still lists the
+  // old rank's exit in the same heartbeat that learns of the new one.
+  auto hb = Heartbeat("n1", "inc1", {Rank(first, v1::RANK_STATE_EXITED, 75)});
+  ASSERT_EQ(hb.desired_size(), 1);
+  const v1::RankAssignment second = hb.desired(0);
+  EXPECT_EQ(second.key().attempt(), 2);
+  EXPECT_EQ(second.resume_from(), "/ck/step-5");
+  ExpectOnlyTheJobsEnv(second, {});
+  EXPECT_EQ(SpecKeys(hb), (std::set<std::pair<std::string, int>>{{id, 2}}))
+      << "the listed rank is attempt 1's: attempt 2 still needs its spec";
+
+  hb = Heartbeat("n1", "inc1", {Rank(first, v1::RANK_STATE_EXITED, 75), Rank(second, v1::RANK_STATE_RUNNING)});
+  EXPECT_EQ(hb.attempt_specs_size(), 0);
+}
+
+TEST_F(ControllerAgentsTest, WaitForJobChangeWakesOnAChangeAndTimesOutWithoutOne) {
+  std::string id = Submit("w", 1);
+  uint64_t version = 0;
+  bool changed = false;
+  auto job = c_->WaitForJobChange(id, &version, 10s, &changed);  // version 0: at once
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(changed);
+  EXPECT_GT(version, 0u);
+
+  const uint64_t seen = version;
+  auto quiet = c_->WaitForJobChange(id, &version, 50ms, &changed);
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_FALSE(changed);
+  EXPECT_EQ(version, seen);
+
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(50ms);
+    EXPECT_TRUE(c_->CancelJob(id).ok());
+  });
+  auto start = std::chrono::steady_clock::now();
+  auto woken = c_->WaitForJobChange(id, &version, 30s, &changed);
+  canceller.join();
+  ASSERT_TRUE(woken.ok());
+  EXPECT_TRUE(changed);
+  EXPECT_GT(version, seen);
+  EXPECT_EQ(woken->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "woken by the change, not by the timeout";
+
+  EXPECT_EQ(c_->WaitForJobChange("no-such-job", &version, 10ms, &changed).status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace eft::controller
