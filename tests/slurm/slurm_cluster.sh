@@ -2,7 +2,7 @@
 # A one-node Slurm cluster on this machine for tests: munged, slurmctld and slurmd with their own
 # config, sockets, state and ports under a temporary directory, stopped by PID.
 #   source slurm_cluster.sh; slurm_start DIR; ...; slurm_stop
-# Needs root (SlurmUser=root, munged run as the munge user); see ../shared/notes/platform.md.
+# Needs root (SlurmUser=root, munged run as the munge user); docs/slurm.md ("Tested").
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
