@@ -476,6 +476,21 @@ TEST_F(HostileInput, SafetensorsMissingTensor) {
   ExpectRefused(TrainRun(), "model", "no tensor 'model.norm.weight'");
 }
 
+// A config.json with plausible sizes that are not the weights' (a 2-layer 64-wide model described
+// as 48 layers of 4096, ~10B parameters): refused from the file headers before any of it is
+// allocated, not after reserving tens of GB.
+TEST_F(HostileInput, ConfigPlausibleButNotTheWeights) {
+  json j = json::parse(ReadFile(in_model("config.json")));
+  j["hidden_size"] = 4096;
+  j["num_hidden_layers"] = 48;
+  j["intermediate_size"] = 11008;
+  j["head_dim"] = 1024;
+  WriteFile(in_model("config.json"), j.dump());
+  Outcome o = TrainRun();
+  ExpectRefused(o, "model", "in the safetensors files, but config.json gives");
+  EXPECT_LT(o.max_rss_mb, 1024) << Describe(o);
+}
+
 TEST_F(HostileInput, SafetensorsTensorShapeNotTheConfigs) {
   EditSafetensorsHeader([](json& h) { h["model.norm.weight"]["shape"] = {2, 16}; });
   ExpectRefused(TrainRun(), "model", "model.norm.weight: shape");

@@ -49,6 +49,31 @@ void LimitBlasThreads() {
   if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
 }
 
+// Every parameter config.json implies is in the weights with its shape, read from the safetensors
+// headers before anything of the model's size exists: a config.json with plausible but wrong sizes
+// would otherwise allocate the whole (maybe far larger) model first and fail late, or run out of
+// memory.
+Status CheckWeightsMatchConfig(const SafetensorsDir& weights, const ModelConfig& config, const std::string& dir) {
+  std::vector<ParamSpec> specs = RootParamSpecs(config);
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    auto layer = LayerParamSpecs(config, static_cast<int>(i));
+    specs.insert(specs.end(), layer.begin(), layer.end());
+  }
+  auto shape_text = [](const std::vector<int64_t>& shape) { return c10::str(at::IntArrayRef(shape)); };
+  for (const ParamSpec& spec : specs) {
+    const SafetensorsEntry* entry = weights.Find(spec.name);
+    if (entry == nullptr) {
+      return Status::NotFound(dir + ": no tensor '" + spec.name + "' in the safetensors files, and " + dir +
+                              "/config.json describes a model that has one");
+    }
+    if (entry->shape != spec.shape) {
+      return Status::InvalidArgument(dir + ": " + spec.name + ": shape " + shape_text(entry->shape) +
+                                     " in the safetensors files, but config.json gives " + shape_text(spec.shape));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env) {
@@ -67,6 +92,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
 
   EFT_ASSIGN_OR_RETURN(ModelConfig model_config, ModelConfig::FromHfDir(c.model));
   EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDir::Open(c.model));
+  EFT_RETURN_IF_ERROR(CheckWeightsMatchConfig(*weights, model_config, c.model));
   EFT_ASSIGN_OR_RETURN(LoadedText text, LoadTextPipeline(c));
   StallIfAsked("tokenize");
   EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareTrainingData(c, model_config.vocab_size, text.pipeline()));
