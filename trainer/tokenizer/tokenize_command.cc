@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/utf8.h"
 #include "trainer/tokenizer/tokenizer.h"
 
 namespace eft::trainer {
@@ -43,6 +44,13 @@ int RunTokenizeCommand(const TokenizeArgs& args, std::istream& stdin_stream, std
       }
       out << (*tokenizer)->Decode(ids, false) << "\n";
       continue;
+    }
+    // The tokenizer's regexes run with PCRE2_NO_UTF_CHECK (the data pipeline validates its text):
+    // raw input lines must be checked here.
+    if (!IsValidUtf8(line)) {
+      err << "eft-train tokenize: " << (args.file.empty() || args.file == "-" ? "stdin" : args.file) << ":"
+          << line_no << ": not valid UTF-8 text\n";
+      return 2;
     }
     auto ids = (*tokenizer)->EncodeIds(line, args.add_special_tokens);
     for (size_t i = 0; i < ids.size(); ++i) out << (i ? " " : "") << ids[i];

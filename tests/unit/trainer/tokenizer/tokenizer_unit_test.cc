@@ -198,5 +198,22 @@ TEST(TokenizeCommand, OneLineOfIdsPerLineAndBack) {
   std::filesystem::remove_all(dir);
 }
 
+// Input lines reach the tokenizer's regexes, which skip PCRE2's own UTF-8 check: invalid text is
+// refused first, naming the line, instead of being undefined behaviour.
+TEST(TokenizeCommand, InvalidUtf8IsRefusedWithItsLine) {
+  std::string dir = MakeTempDir("eft-tok-cmd-utf8-");
+  WriteFile(dir + "/tokenizer.json", TinyTokenizer().dump());
+  TokenizeArgs args;
+  args.tokenizer_dir = dir;
+  for (const std::string& bad : {std::string("ab\xff\n"), std::string("\xc3\n"), std::string("\xed\xa0\x80\n")}) {
+    std::istringstream in("abc\n" + bad);
+    std::ostringstream out, err;
+    EXPECT_EQ(RunTokenizeCommand(args, in, out, err), 2);
+    EXPECT_NE(err.str().find("stdin:2: not valid UTF-8 text"), std::string::npos) << err.str();
+    EXPECT_EQ(out.str(), "257\n") << "the good line before it was still tokenized";
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace eft::trainer
