@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU machines have LibTorch but no gRPC, SQLite or Boost (ARCHITECTURE.md), so eft-train and its
-# tests must configure without the control plane: `cmake -DEFT_BUILD_CONTROL_PLANE=OFF` must
-# succeed here (configure only; the build itself is the same sources CI builds), and nothing under
+# The GPU machines have LibTorch but no gRPC, SQLite or Boost (docs/architecture.md, "Trainer";
+# docs/gpu.md), so eft-train and its tests must configure without the control plane:
+# `cmake -DEFT_BUILD_CONTROL_PLANE=OFF` must succeed here (configure only; the build itself is the same sources CI builds), and nothing under
 # trainer/ may include a control-plane dependency.
 # Usage: check_trainer_only.sh SOURCE_DIR
 set -euo pipefail
