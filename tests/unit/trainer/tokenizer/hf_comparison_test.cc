@@ -226,24 +226,7 @@ TEST_F(HfComparison, AddedTokenOptionsMatch) {
 // byte-level alphabet, <0xXX> byte fallback for characters outside the vocabulary, and the
 // Replace/ByteFallback/Fuse/Strip decoder chain.
 TEST_F(HfComparison, SentencePieceStyleBpeWithByteFallbackMatches) {
-  json t = Load("qwen3");
-  json vocab = t["model"]["vocab"];
-  int32_t next = 200000;
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    vocab[name] = next++;
-  }
-  vocab["\xE2\x96\x81"] = next++;
-  vocab["<unk>"] = next++;
-  t["model"]["vocab"] = vocab;
-  t["model"]["byte_fallback"] = true;
-  t["model"]["unk_token"] = "<unk>";
-  t["normalizer"] = nullptr;
-  t["pre_tokenizer"] = json::parse(R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false})");
-  t["decoder"] = json::parse(R"({"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
-      {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]})");
-  t["post_processor"] = nullptr;
+  json t = SentencePieceStyleVariant(Load("qwen3"));
   EXPECT_EQ(Compare(t.dump(), "sp-style", false, 10), 0u);
   t["pre_tokenizer"] = json::parse(R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true})");
   t["decoder"] = json::parse(R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true})");
