@@ -226,8 +226,8 @@ bool WorkerAgent::RegisterOnce() {
     registered_ = true;
     if (resp.heartbeat_interval_ms() > 0) interval_ = std::chrono::milliseconds(resp.heartbeat_interval_ms());
   }
-  boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs()]() mutable {
-    Reconcile(std::move(desired), specs);
+  boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs()] {
+    Reconcile(desired, specs);
   });
   return true;
 }
@@ -277,8 +277,8 @@ bool WorkerAgent::HeartbeatOnce() {
   }
   // A controller that does not know this worker (above) took nothing from the request.
   MarkEndsReported(ended);
-  boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs()]() mutable {
-    Reconcile(std::move(desired), specs);
+  boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs()] {
+    Reconcile(desired, specs);
   });
   return true;
 }
@@ -286,7 +286,7 @@ bool WorkerAgent::HeartbeatOnce() {
 // ---------------------------------------------------------------------------------------------
 // Reconciliation (io thread)
 
-void WorkerAgent::Reconcile(google::protobuf::RepeatedPtrField<v1::RankAssignment> desired,
+void WorkerAgent::Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired,
                             const AttemptSpecs& specs) {
   if (!supervisor_) return;
   for (const auto& spec : specs) specs_[{spec.job_id(), spec.attempt()}] = spec.spec_json();

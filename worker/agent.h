@@ -99,7 +99,7 @@ class WorkerAgent {
   bool RegisterOnce();
   bool HeartbeatOnce();
   // io thread: `desired` and `specs` of one reply.
-  void Reconcile(google::protobuf::RepeatedPtrField<v1::RankAssignment> desired, const AttemptSpecs& specs);
+  void Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired, const AttemptSpecs& specs);
   void StartRank(const v1::RankAssignment& a, const std::string& spec_json);  // io thread
   void OnExit(ProcessSupervisor::Id id, ProcessExit exit);
   void OnEventLine(ProcessSupervisor::Id id, const std::string& line);
