@@ -13,4 +13,9 @@ namespace eft {
 // program can still take the port before the caller binds it, which the caller's own bind reports.
 Status CheckPortFreeToListen(int port);
 
+// A TCP port on 127.0.0.1 that the kernel just handed out as free (bind to port 0), for a local
+// rendezvous. Free at this moment only: the caller's own bind says whether it still is. 0 when no
+// socket could be bound.
+int PickFreeLoopbackPort();
+
 }  // namespace eft

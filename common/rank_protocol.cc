@@ -145,6 +145,11 @@ std::string EncodeEvent(const Event& event) {
                    if (e.total_steps > 0) doc["total_steps"] = e.total_steps;
                    if (e.seconds > 0) doc["seconds"] = e.seconds;
                    if (e.mfu > 0) doc["mfu"] = e.mfu;
+                   for (auto [key, value] : {std::pair{"data_s", e.data_s}, std::pair{"compute_s", e.compute_s},
+                                             std::pair{"comm_wait_s", e.comm_wait_s},
+                                             std::pair{"optimizer_s", e.optimizer_s}}) {
+                     if (value >= 0) doc[key] = value;
+                   }
                  },
                  [&](const CheckpointEvent& e) {
                    doc.update({{"kind", e.kind}, {"step", e.step}, {"path", e.path}, {"bytes", e.bytes}});
@@ -198,6 +203,10 @@ Result<Event> DecodeEvent(std::string_view line) {
     r.Number("tokens_per_s", &e.tokens_per_s);
     r.Number("seconds", &e.seconds);
     r.Number("mfu", &e.mfu);
+    r.Number("data_s", &e.data_s);
+    r.Number("compute_s", &e.compute_s);
+    r.Number("comm_wait_s", &e.comm_wait_s);
+    r.Number("optimizer_s", &e.optimizer_s);
     out = e;
   } else if (type == "checkpoint") {
     CheckpointEvent e;

@@ -93,6 +93,13 @@ struct StepEvent {
   double tokens_per_s = 0;
   double seconds = 0;  // wall time of the step; 0: not reported
   double mfu = 0;      // 0: not reported
+  // Where the step's wall time went on rank 0 (< 0: not reported): building batches, computing
+  // (forward, backward, and anything else not waiting), blocked in collectives (the part of
+  // communication that did not overlap compute), and the optimizer (clipping and the update).
+  double data_s = -1;
+  double compute_s = -1;
+  double comm_wait_s = -1;
+  double optimizer_s = -1;
 };
 
 // A checkpoint was committed (rank 0).

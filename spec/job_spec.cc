@@ -534,6 +534,9 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (!t->has_seed()) t->set_seed(42);
   EFT_RETURN_IF_ERROR(CheckRange("spec.training.max_steps", t->max_steps(), 0, std::numeric_limits<int32_t>::max()));
 
+  EFT_RETURN_IF_ERROR(CheckChoice("spec.parallel.sharding", spec->mutable_parallel()->mutable_sharding(), "grad_op",
+                                  {"full", "grad_op", "no_shard"}));
+
   v1::CheckpointSpec* ckpt = spec->mutable_checkpoint();
   if (!ckpt->has_every_steps()) ckpt->set_every_steps(200);
   EFT_RETURN_IF_ERROR(CheckRange("spec.checkpoint.every_steps", ckpt->every_steps(), 0,

@@ -28,6 +28,7 @@
 #include "trainer/model/model_config.h"
 #include "trainer/chat_template/chat_template.h"
 #include "trainer/generate/generate_command.h"
+#include "trainer/train/host_allocator.h"
 #include "trainer/tokenizer/tokenize_command.h"
 #include "trainer/train/events.h"
 #include "trainer/train/launch.h"
@@ -182,6 +183,7 @@ int Train(const std::string& config_path, const std::vector<std::string>& overri
 
 int main(int argc, char** argv) {
   SetLogProgram("eft-train");
+  if (Status s = ConfigureHostAllocator(); !s.ok()) EFT_LOG(WARNING) << s;
   CLI::App app{"eft-train: LibTorch FSDP fine-tuning of Hugging Face decoder models"};
   app.require_subcommand(1);
 

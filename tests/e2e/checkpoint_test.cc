@@ -80,6 +80,31 @@ TEST_F(CheckpointTest, KilledAtW4ResumesExactlyAtW2AndW3FromASharded) {
   }
 }
 
+// On the CPU a sharded save is written straight from the live shards and moments (no copy), so
+// the next optimizer update must wait until the write is done. Here the writer is held 1.5 s
+// before it writes (EFT_DEBUG_STALL=sharded_write), far longer than a step: the update of step 4
+// waits for it, the checkpoint holds exactly step 3's state (the resume continues like the
+// uninterrupted run; without the wait it would hold step 4's update and the losses would differ),
+// and its event says how long the loop waited.
+TEST_F(CheckpointTest, ASlowShardedWriteHoldsTheNextUpdateAndSavesTheRightState) {
+  Run ref = TrainRun("ref", 2, Spec(0, 0, (dir_ / "ref-ckpt").string()), 0);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const std::string ckpt = (dir_ / "ckpt").string();
+  std::string spec = Spec(3, 0, ckpt);
+  Run slow = TrainRun("slow", 2, spec, 0, "",
+                      "EFT_DEBUG_STALL=sharded_write EFT_DEBUG_STALL_SECONDS=1.5 EFT_DEBUG_KILL_AT_STEP=5");
+  ASSERT_GE(slow.losses.size(), 5u) << slow.output;
+  double stall = -1;
+  for (const auto& e : slow.events) {
+    if (e.value("event", "") == "checkpoint" && e.value("step", 0) == 3) stall = e.value("stall_seconds", -1.0);
+  }
+  EXPECT_GE(stall, 1.0) << "the update of step 4 waited for the write";
+  EXPECT_LT(stall, 10.0);
+  Run resumed = TrainRun("resumed", 2, spec, 0, "--resume " + ckpt + "/step-3");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  ExpectSameTraining(ref.losses, resumed.losses, 3, Weights("ref"), Weights("resumed"), "from a slowly written step-3");
+}
+
 TEST_F(CheckpointTest, ResumesExactlyFromAFullCheckpoint) {
   Run ref = TrainRun("ref", 2, Spec(0, 4, (dir_ / "ref-ckpt").string()), 0);
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
@@ -156,11 +181,12 @@ TEST_F(CheckpointTest, ADamagedNewestCheckpointIsSkippedForThePreviousOne) {
 }
 
 // A disk that refuses the writes (here a file size limit, which fails write() with EFBIG just as a
-// full disk fails it with ENOSPC): no checkpoint is committed half-written, training goes on past
+// full disk fails it with ENOSPC; 32 KiB: below any checkpoint file of this model, above the events
+// file the test reads): no checkpoint is committed half-written, training goes on past
 // the failed sharded saves, and only the final full save failing fails the run (retryable, exit 1).
 TEST_F(CheckpointTest, AFullDiskCommitsNothingAndTrainingGoesOn) {
   const std::string ckpt = (dir_ / "ckpt").string();
-  Run r = TrainRun("full", 2, Spec(3, 0, ckpt), 0, "", "ulimit -f 8;");
+  Run r = TrainRun("full", 2, Spec(3, 0, ckpt), 0, "", "ulimit -f 32;");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(r.losses.size(), 12u) << "training went on after the failed saves";
   EXPECT_NE(r.output.find("checkpoint at step 3 not committed"), std::string::npos) << r.output;

@@ -37,6 +37,41 @@ TEST_F(TrainerTest, WorldSizes124GiveTheSameLossesAndWeights) {
   }
 }
 
+// parallel.sharding changes when parameters are gathered and gradients reduced, never the result:
+// each strategy at W=3 (unequal micro-batch counts per rank: 8 sequences in micro-batches of 2)
+// trains like W=1. Every step event carries the timeline, and its parts add up to the step.
+TEST_F(TrainerTest, EveryShardingStrategyTrainsLikeOneRank) {
+  InitModel();
+  WriteData(48);
+  std::string spec = WriteSpec(8, 2, 3e-3);
+  Run ref = TrainRun("ref", 1, spec, 6);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  for (const char* strategy : {"full", "grad_op", "no_shard"}) {
+    Run r = TrainRun(strategy, 3, spec, 6, std::string("--set parallel.sharding=") + strategy);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(std::string("sharding ") + strategy), std::string::npos) << r.output;
+    ASSERT_EQ(r.losses.size(), 6u);
+    // As WorldSizes124GiveTheSameLossesAndWeights: fp32 rounding only.
+    for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(r.losses[s], ref.losses[s], 1e-5) << strategy << " step " << s + 1;
+    int steps = 0;
+    for (const auto& e : r.events) {
+      if (e["event"] != "step") continue;
+      ++steps;
+      double parts = 0;
+      for (const char* k : {"data_s", "compute_s", "comm_wait_s", "optimizer_s"}) {
+        ASSERT_TRUE(e.contains(k)) << e.dump();
+        EXPECT_GE(e[k].get<double>(), 0) << k;
+        parts += e[k].get<double>();
+      }
+      EXPECT_NEAR(parts, e["seconds"].get<double>(), 1e-3) << e.dump();
+    }
+    EXPECT_EQ(steps, 6);
+  }
+  Run bad = TrainRun("bad", 1, spec, 1, "--set parallel.sharding=zero3");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("spec.parallel.sharding"), std::string::npos) << bad.output;
+}
+
 // Packing (the default for jobs): documents share sequences, the step count follows the packed
 // rows, and W = 1 and 2 still give the same losses.
 TEST_F(TrainerTest, PackedTrainingIsWorldSizeIndependent) {

@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/io/safetensors.h"
+#include "trainer/io/safetensors_writer.h"
 #include "trainer/train/debug_hooks.h"
 
 namespace eft::trainer {
@@ -61,29 +62,33 @@ std::string Checkpointer::DirFor(int64_t step, bool tmp) const {
 Result<double> Checkpointer::BeginSharded(const TrainerState& state) {
   const double t0 = Now();
   if (pending_) EFT_RETURN_IF_ERROR(Poll(false, /*wait=*/true).status());
-  StagedShard staged = StageShard(Units());
+  std::vector<UnitState> units = Units();
+  // Host memory is where the state lives on the CPU: writing it in place costs neither a copy nor
+  // the memory for one (12 bytes per parameter); BeforeUpdate() keeps it unchanged meanwhile.
+  const bool in_place = units.front().unit->shard().device().is_cpu();
+  StagedShard staged = StageShard(units, /*copy=*/!in_place);
   const std::string dir = DirFor(state.step, true);
-  const std::string file = dir + "/" + ShardFileName(comm_->rank(), comm_->world());
+  const std::string name = ShardFileName(comm_->rank(), comm_->world());
   const bool write_state = comm_->rank() == 0;
   pending_ = true;
   pending_step_ = state.step;
   pending_stall_ = Now() - t0;
+  pending_reads_live_ = in_place;
   writer_done_ = false;
-  writer_ = std::thread([this, staged = std::move(staged), dir, file, state, write_state]() mutable {
-    // Written, fsynced and checksummed here, off the step loop: committing then only needs the
-    // manifest, whose entries travel to rank 0 with the next Poll.
+  writer_ = std::thread([this, staged = std::move(staged), dir, name, state, write_state]() mutable {
+    // Written, fsynced and checksummed (as it is written) here, off the step loop: committing then
+    // only needs the manifest, whose entries travel to rank 0 with the next Poll.
     const double w0 = Now();
+    StallIfAsked("sharded_write");
     Status s;
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) s = Status::IoError("creating " + dir + ": " + ec.message());
-    if (s.ok()) s = WriteSafetensors(file, staged.tensors, staged.metadata);
     std::vector<ManifestFile> sealed;
-    if (s.ok()) {
-      auto f = SealFile(dir, fs::path(file).filename().string());
-      if (f.ok()) sealed.push_back(*f);
-      s = f.status();
-    }
+    WrittenFile written;
+    if (s.ok()) s = WriteSafetensors(dir + "/" + name, staged.tensors, staged.metadata, &written);
+    if (s.ok()) sealed.push_back(ManifestFile{name, written.bytes, written.crc32c});
+    staged = StagedShard();  // the views (or copies) are not needed any more
     if (s.ok() && write_state) s = WriteStateFile(dir, state);
     if (s.ok() && write_state) {
       auto f = SealFile(dir, kStateFile);
@@ -96,6 +101,16 @@ Result<double> Checkpointer::BeginSharded(const TrainerState& state) {
     writer_done_ = true;
   });
   return pending_stall_;
+}
+
+double Checkpointer::BeforeUpdate() {
+  if (!pending_ || !pending_reads_live_ || !writer_.joinable()) return 0;
+  const double t0 = Now();
+  writer_.join();
+  pending_reads_live_ = false;
+  const double waited = Now() - t0;
+  pending_stall_ += waited;
+  return waited;
 }
 
 Result<bool> Checkpointer::Poll(bool stop_requested_here, bool wait) {
@@ -175,14 +190,18 @@ Status Checkpointer::SaveFull(const TrainerState& state) {
   const std::string tmp = DirFor(state.step, true);
   const bool writer = comm_->rank() == 0;
   Status s;
-  std::vector<std::string> files;
+  std::vector<ManifestFile> files;
   auto written = WriteFullState(*model_, Units(), tmp, policy_.tokenizer_dir, writer);
   if (!written.ok()) {
     s = written.status();
   } else if (writer) {
     files = *written;
     s = WriteStateFile(tmp, state);
-    files.push_back(kStateFile);
+    if (s.ok()) {
+      auto f = SealFile(tmp, kStateFile);
+      if (f.ok()) files.push_back(*f);
+      s = f.status();
+    }
   }
   StallIfAsked("save");
   // Everyone learns whether the writer succeeded before it commits, so no rank goes on believing a
@@ -194,12 +213,7 @@ Status Checkpointer::SaveFull(const TrainerState& state) {
                   : s.WithContext("full checkpoint at step " + std::to_string(state.step));
   }
   if (!writer) return Status::Ok();
-  std::vector<ManifestFile> sealed;
-  for (const auto& name : files) {
-    EFT_ASSIGN_OR_RETURN(ManifestFile f, SealFile(tmp, name));
-    sealed.push_back(std::move(f));
-  }
-  return Commit(state.step, "full", sealed, Now() - t0, Now() - t0);
+  return Commit(state.step, "full", files, Now() - t0, Now() - t0);
 }
 
 Result<std::optional<TrainerState>> Checkpointer::Resume(const std::string& resume_from, const nlohmann::json& compat) {

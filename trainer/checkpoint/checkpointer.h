@@ -1,7 +1,10 @@
 // Checkpointer: when and how a training run saves and resumes.
 //
-// Sharded saves are asynchronous: the step loop only waits while this rank's state is copied
-// (staged) in memory; a background thread writes the copy into <root>/step-N.tmp/. At every step
+// Sharded saves are asynchronous: a background thread writes this rank's state into
+// <root>/step-N.tmp/ while training goes on. On the CPU it writes straight from the live shards and
+// moments, which nothing changes until the next optimizer update: the loop calls BeforeUpdate()
+// first, which waits only if the write is still running then. On an accelerator the state is first
+// copied (staged) into host memory, and the loop waits for that copy. At every step
 // boundary all ranks call Poll(), one small all-reduce that also carries "stop requested" (SIGTERM
 // on any rank); once every rank's files are written, rank 0 writes the COMMITTED manifest (sizes and
 // CRC-32C of every file) and renames step-N.tmp to step-N. A checkpoint without a valid manifest
@@ -50,6 +53,9 @@ class Checkpointer {
   // Starts a sharded save of `state` (taken after state.step steps). Waits first for a previous save
   // to be committed (collective then). Returns the seconds the caller was held up.
   Result<double> BeginSharded(const TrainerState& state);
+  // Before the optimizer changes the shards or moments: waits for a background write that reads them
+  // in place. Not collective. Returns the seconds waited.
+  double BeforeUpdate();
   // Collective, once per step boundary on every rank: commits a finished background save and tells
   // whether any rank asked to stop. With wait, blocks until a pending save is written and committed.
   Result<bool> Poll(bool stop_requested_here, bool wait);
@@ -78,6 +84,7 @@ class Checkpointer {
   bool pending_ = false;
   int64_t pending_step_ = 0;
   double pending_stall_ = 0;
+  bool pending_reads_live_ = false;  // the writer reads the live shards (BeforeUpdate must wait)
   std::thread writer_;
   std::atomic<bool> writer_done_{false};
   Status writer_status_;

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "trainer/io/safetensors.h"
+#include "trainer/io/safetensors_writer.h"
 
 namespace eft::trainer {
 
@@ -22,23 +23,9 @@ at::ScalarType HfDtype(const ModelConfig& config) {
   return at::kBFloat16;
 }
 
-Result<std::vector<std::string>> WriteHfModel(const std::string& dir,
-                                              const std::vector<std::pair<std::string, at::Tensor>>& params,
-                                              const ModelConfig& config, at::ScalarType dtype,
-                                              const std::string& tokenizer_dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Status::IoError("creating " + dir + ": " + ec.message());
-  std::vector<std::pair<std::string, at::Tensor>> converted;
-  for (const auto& [name, t] : params) converted.emplace_back(name, t.to(dtype));
-  EFT_RETURN_IF_ERROR(WriteSafetensorsDir(dir, converted, 5ull << 30, {{"format", "pt"}}));
+Result<std::vector<std::string>> WriteHfSidecarFiles(const std::string& dir, const ModelConfig& config,
+                                                     const std::string& tokenizer_dir) {
   std::vector<std::string> files;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind("model", 0) == 0 && (entry.path().extension() == ".safetensors" || name == "model.safetensors.index.json")) {
-      files.push_back(name);
-    }
-  }
   {
     std::ofstream out(dir + "/config.json");
     out << config.ToHfJson().dump(2) << "\n";
@@ -47,6 +34,7 @@ Result<std::vector<std::string>> WriteHfModel(const std::string& dir,
   }
   files.push_back("config.json");
   if (!tokenizer_dir.empty()) {
+    std::error_code ec;
     for (const auto& f : TokenizerFiles()) {
       fs::path src = fs::path(tokenizer_dir) / f;
       if (!fs::exists(src)) continue;
@@ -58,31 +46,96 @@ Result<std::vector<std::string>> WriteHfModel(const std::string& dir,
   return files;
 }
 
-Result<std::vector<std::string>> WriteFullState(ShardedLlama& model, const std::vector<UnitState>& units,
-                                                const std::string& dir, const std::string& tokenizer_dir,
-                                                bool writer) {
-  // Every rank takes part in the gathers; only the writer keeps and writes the results.
-  std::vector<std::pair<std::string, at::Tensor>> params, optimizer;
+namespace {
+
+constexpr uint64_t kMaxModelShardBytes = 5ull << 30;  // as save_pretrained's default
+
+std::string Relative(const std::string& dir, const std::string& path) {
+  return fs::path(path).lexically_relative(dir).string();
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> WriteHfModel(const std::string& dir,
+                                              const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                              const ModelConfig& config, at::ScalarType dtype,
+                                              const std::string& tokenizer_dir) {
+  std::vector<TensorDecl> decls;
+  for (const auto& [name, t] : params) decls.push_back({name, dtype, t.sizes().vec()});
+  EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDirWriter::Create(dir, std::move(decls), kMaxModelShardBytes));
+  for (const auto& [name, t] : params) EFT_RETURN_IF_ERROR(weights->Append(t));  // converted one at a time
+  EFT_ASSIGN_OR_RETURN(std::vector<WrittenFile> written, weights->Finish());
+  std::vector<std::string> files;
+  for (const WrittenFile& f : written) files.push_back(Relative(dir, f.path));
+  EFT_ASSIGN_OR_RETURN(std::vector<std::string> sidecar, WriteHfSidecarFiles(dir, config, tokenizer_dir));
+  files.insert(files.end(), sidecar.begin(), sidecar.end());
+  return files;
+}
+
+Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std::vector<UnitState>& units,
+                                                 const std::string& dir, const std::string& tokenizer_dir,
+                                                 bool writer, bool with_optimizer) {
+  // Declared up front, so both files stream: each unit is gathered (every rank takes part), written
+  // by the writer and freed before the next, and no rank ever holds the whole model or its moments.
   const at::ScalarType dtype = HfDtype(model.config());
-  for (const UnitState& s : units) {
-    at::Tensor master = s.unit->GatherSlices(s.unit->shard());
-    at::Tensor m = s.unit->GatherSlices(s.exp_avg);
-    at::Tensor v = s.unit->GatherSlices(s.exp_avg_sq);
-    if (!writer) continue;
-    auto views_p = s.unit->Views(master), views_m = s.unit->Views(m), views_v = s.unit->Views(v);
-    for (size_t i = 0; i < views_p.size(); ++i) {
-      const std::string& name = s.unit->specs()[i].name;
-      params.emplace_back(name, views_p[i]);
-      optimizer.emplace_back("exp_avg." + name, views_m[i]);
-      optimizer.emplace_back("exp_avg_sq." + name, views_v[i]);
-      // The HF weights are rounded to the model's dtype; resuming exactly needs the fp32 masters.
-      if (dtype != at::kFloat) optimizer.emplace_back("master." + name, views_p[i]);
+  const bool with_master = with_optimizer && dtype != at::kFloat;
+  std::unique_ptr<SafetensorsDirWriter> weights;
+  std::unique_ptr<SafetensorsWriter> optimizer;
+  if (writer) {
+    std::vector<TensorDecl> w, o;
+    for (const UnitState& s : units) {
+      for (const ParamSpec& spec : s.unit->specs()) {
+        w.push_back({spec.name, dtype, spec.shape});
+        if (!with_optimizer) continue;
+        o.push_back({"exp_avg." + spec.name, at::kFloat, spec.shape});
+        o.push_back({"exp_avg_sq." + spec.name, at::kFloat, spec.shape});
+        // The HF weights are rounded to the model's dtype; resuming exactly needs the fp32 masters.
+        if (with_master) o.push_back({"master." + spec.name, at::kFloat, spec.shape});
+      }
+    }
+    EFT_ASSIGN_OR_RETURN(weights, SafetensorsDirWriter::Create(dir, std::move(w), kMaxModelShardBytes));
+    if (with_optimizer) {
+      EFT_ASSIGN_OR_RETURN(optimizer, SafetensorsWriter::Create(dir + "/optimizer.safetensors", std::move(o),
+                                                                {{"format", "eft-optimizer"}}));
     }
   }
-  if (!writer) return std::vector<std::string>{};
-  EFT_ASSIGN_OR_RETURN(std::vector<std::string> files, WriteHfModel(dir, params, model.config(), dtype, tokenizer_dir));
-  EFT_RETURN_IF_ERROR(WriteSafetensors(dir + "/optimizer.safetensors", optimizer, {{"format", "eft-optimizer"}}));
-  files.push_back("optimizer.safetensors");
+  // A writer's error is reported after the loop: the other ranks are in the same gathers and must
+  // not be left waiting for one that never comes.
+  Status status;
+  for (const UnitState& s : units) {
+    at::Tensor master = s.unit->GatherSlices(s.unit->shard());
+    at::Tensor m, v;
+    if (with_optimizer) {
+      m = s.unit->GatherSlices(s.exp_avg);
+      v = s.unit->GatherSlices(s.exp_avg_sq);
+    }
+    if (!writer || !status.ok()) continue;
+    auto views_p = s.unit->Views(master);
+    std::vector<at::Tensor> views_m, views_v;
+    if (with_optimizer) views_m = s.unit->Views(m), views_v = s.unit->Views(v);
+    for (size_t i = 0; i < views_p.size() && status.ok(); ++i) {
+      status = weights->Append(views_p[i]);
+      if (!with_optimizer || !status.ok()) continue;
+      status = optimizer->Append(views_m[i]);
+      if (status.ok()) status = optimizer->Append(views_v[i]);
+      if (status.ok() && with_master) status = optimizer->Append(views_p[i]);
+    }
+  }
+  if (!writer) return std::vector<ManifestFile>{};
+  EFT_RETURN_IF_ERROR(status);
+  std::vector<WrittenFile> written;
+  EFT_ASSIGN_OR_RETURN(written, weights->Finish());
+  if (with_optimizer) {
+    EFT_ASSIGN_OR_RETURN(WrittenFile f, optimizer->Finish());
+    written.push_back(f);
+  }
+  std::vector<ManifestFile> files;
+  for (const WrittenFile& f : written) files.push_back({Relative(dir, f.path), f.bytes, f.crc32c});
+  EFT_ASSIGN_OR_RETURN(std::vector<std::string> sidecar, WriteHfSidecarFiles(dir, model.config(), tokenizer_dir));
+  for (const std::string& name : sidecar) {
+    EFT_ASSIGN_OR_RETURN(ManifestFile f, SealFile(dir, name));
+    files.push_back(std::move(f));
+  }
   return files;
 }
 

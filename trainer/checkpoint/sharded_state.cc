@@ -38,18 +38,20 @@ int64_t StagedShard::bytes() const {
   return n;
 }
 
-StagedShard StageShard(const std::vector<UnitState>& units) {
+StagedShard StageShard(const std::vector<UnitState>& units, bool copy) {
   StagedShard staged;
   for (const UnitState& s : units) {
     const auto [begin, end] = s.unit->OwnedRange();
     const int64_t length = end - begin;  // padding is never saved
     const std::string& name = s.unit->name();
-    // A copy in host memory: the step loop may go on changing the originals (and on a GPU the
-    // copy must not cost device memory) while the background thread writes it.
-    auto host_copy = [&](const at::Tensor& t) { return t.slice(0, 0, length).to(at::kCPU, t.scalar_type(), false, true); };
-    staged.tensors.emplace_back(name + ".param", host_copy(s.unit->shard()));
-    staged.tensors.emplace_back(name + ".exp_avg", host_copy(s.exp_avg));
-    staged.tensors.emplace_back(name + ".exp_avg_sq", host_copy(s.exp_avg_sq));
+    // A copy in host memory (on a GPU it must not cost device memory), or a view of the original.
+    auto saved = [&](const at::Tensor& t) {
+      at::Tensor owned = t.slice(0, 0, length);
+      return copy ? owned.to(at::kCPU, t.scalar_type(), false, true) : owned;
+    };
+    staged.tensors.emplace_back(name + ".param", saved(s.unit->shard()));
+    staged.tensors.emplace_back(name + ".exp_avg", saved(s.exp_avg));
+    staged.tensors.emplace_back(name + ".exp_avg_sq", saved(s.exp_avg_sq));
     staged.metadata[name] =
         json{{"offset", begin}, {"length", length}, {"numel", s.unit->numel()}, {"layout", Layout(*s.unit)}}.dump();
   }

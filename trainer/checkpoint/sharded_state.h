@@ -28,13 +28,16 @@ struct UnitState {
 // "rank-00003-of-00008.safetensors"
 std::string ShardFileName(int rank, int world);
 
-// A copy of this rank's state, so training can go on while it is written.
+// This rank's state as it is saved: the owned part of every unit's shard and moments.
 struct StagedShard {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   std::map<std::string, std::string> metadata;
   int64_t bytes() const;
 };
-StagedShard StageShard(const std::vector<UnitState>& units);
+// With `copy`, the tensors are host copies, so training can go on changing the originals while they
+// are written; without, they are views of the live tensors (no memory, no copying time), which must
+// not change until the write is done.
+StagedShard StageShard(const std::vector<UnitState>& units, bool copy);
 
 // Fills every unit's shard and moments from the shard files `files` (paths) of one checkpoint.
 // DataLoss when the files do not cover this rank's slices; FailedPrecondition when a unit's layout

@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/io/safetensors_internal.h"
+
 namespace eft::trainer {
 
 // The format is little-endian on disk; we copy bytes straight into tensors.
@@ -26,20 +28,7 @@ static_assert(std::endian::native == std::endian::little, "safetensors I/O assum
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-namespace {
-
-constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // Hugging Face's own limit
-constexpr const char* kIndexName = "model.safetensors.index.json";
-constexpr const char* kSingleName = "model.safetensors";
-
-struct DtypeInfo {
-  const char* name;
-  at::ScalarType type;
-  uint64_t size;
-  // Hugging Face's writer orders tensors by this rank, largest first, so that every tensor in the
-  // data section is aligned to its element size when the section itself is 8-byte aligned.
-  int rank;
-};
+namespace safetensors_internal {
 
 constexpr DtypeInfo kDtypes[] = {
     {"BOOL", at::kBool, 1, 0},   {"U8", at::kByte, 1, 1},     {"I8", at::kChar, 1, 2},
@@ -48,6 +37,25 @@ constexpr DtypeInfo kDtypes[] = {
     {"I64", at::kLong, 8, 9},
 };
 
+const DtypeInfo* DtypeByType(at::ScalarType type) {
+  for (const auto& d : kDtypes) {
+    if (type == d.type) return &d;
+  }
+  return nullptr;
+}
+
+std::string ErrnoString(int err) { return std::strerror(err); }
+
+}  // namespace safetensors_internal
+
+using namespace safetensors_internal;
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // Hugging Face's own limit
+constexpr const char* kIndexName = "model.safetensors.index.json";
+constexpr const char* kSingleName = "model.safetensors";
+
 // Dtypes the format defines but LibTorch 1.13 cannot hold: named as unsupported, not unknown.
 constexpr const char* kUnsupportedDtypes[] = {"U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0",
                                               "F4", "F6_E2M3", "F6_E3M2", "C64"};
@@ -55,13 +63,6 @@ constexpr const char* kUnsupportedDtypes[] = {"U16", "U32", "U64", "F8_E4M3", "F
 const DtypeInfo* DtypeByName(std::string_view name) {
   for (const auto& d : kDtypes) {
     if (name == d.name) return &d;
-  }
-  return nullptr;
-}
-
-const DtypeInfo* DtypeByType(at::ScalarType type) {
-  for (const auto& d : kDtypes) {
-    if (type == d.type) return &d;
   }
   return nullptr;
 }
@@ -75,8 +76,6 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 std::string RangeString(uint64_t begin, uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
 }
-
-std::string ErrnoString(int err) { return std::strerror(err); }
 
 // A JSON value for an error message. dump() recurses, so a hostile header nested a million deep
 // would overflow the stack: only flat values are printed, and long ones are cut.
@@ -164,64 +163,6 @@ Status ParseEntry(const std::string& path, const std::string& name, const json& 
     return fail("has shape " + ShapeString(e->shape) + " and dtype " + e->dtype + " (" + std::to_string(nbytes) +
                 " bytes) but data_offsets " + RangeString(e->begin, e->end) + " span " +
                 std::to_string(e->end - e->begin) + " bytes");
-  }
-  return Status::Ok();
-}
-
-// Writes all of [p, p+n) to fd, retrying short writes (a single write() stops near 2 GiB).
-Status WriteAll(int fd, const void* p, size_t n, const std::string& what) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = ::write(fd, c, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::IoError("writing " + what + ": " + ErrnoString(errno));
-    }
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
-
-// A rename is only durable once the directory entry is on disk.
-Status SyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::IoError("opening directory " + dir + ": " + ErrnoString(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::IoError("fsync " + dir + ": " + ErrnoString(err));
-  return Status::Ok();
-}
-
-std::string DirOf(const std::string& path) {
-  std::string d = fs::path(path).parent_path().string();
-  return d.empty() ? "." : d;
-}
-
-// Creates `path` atomically: `body` fills a temporary file beside it, which is fsynced and renamed
-// over `path`, so readers see the old file or the complete new one, never a torn one.
-Status WriteAtomically(const std::string& path, const std::function<Status(int fd, const std::string& tmp)>& body) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoError("creating " + tmp + ": " + ErrnoString(errno));
-  Status s = body(fd, tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = Status::IoError("fsync " + tmp + ": " + ErrnoString(errno));
-  if (::close(fd) != 0 && s.ok()) s = Status::IoError("closing " + tmp + ": " + ErrnoString(errno));
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = Status::IoError("renaming " + tmp + " to " + path + ": " + ErrnoString(errno));
-  }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  return SyncDir(DirOf(path));
-}
-
-// Removes `path` if present; a missing file is not an error.
-Status RemoveIfExists(const std::string& path) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return Status::IoError("removing stale " + path + ": " + ErrnoString(errno));
   }
   return Status::Ok();
 }
@@ -379,65 +320,6 @@ Result<at::Tensor> SafetensorsFile::Load(const std::string& name, at::ScalarType
 // ---------------------------------------------------------------------------------------------------
 // Writing
 
-Status WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                        const std::map<std::string, std::string>& metadata) {
-  struct Item {
-    const std::string* name;
-    const at::Tensor* tensor;
-    const DtypeInfo* info;
-    uint64_t nbytes;
-  };
-  std::vector<Item> items;
-  std::set<std::string> names;
-  for (const auto& [name, t] : tensors) {
-    if (!t.defined()) return Status::InvalidArgument(path + ": tensor '" + name + "' is undefined");
-    if (name == "__metadata__") return Status::InvalidArgument(path + ": '__metadata__' cannot name a tensor");
-    if (!names.insert(name).second) return Status::InvalidArgument(path + ": tensor '" + name + "' given twice");
-    if (t.layout() != at::kStrided) return Status::InvalidArgument(path + ": tensor '" + name + "' is not dense");
-    const DtypeInfo* info = DtypeByType(t.scalar_type());
-    if (info == nullptr) {
-      return Status::InvalidArgument(path + ": tensor '" + name + "' has dtype " +
-                                     std::string(c10::toString(t.scalar_type())) + ", which safetensors cannot hold");
-    }
-    items.push_back({&name, &t, info, static_cast<uint64_t>(t.numel()) * info->size});
-  }
-  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-    return a.info->rank != b.info->rank ? a.info->rank > b.info->rank : *a.name < *b.name;
-  });
-
-  // Header keys in data order with __metadata__ first, as Hugging Face writes them.
-  nlohmann::ordered_json h = nlohmann::ordered_json::object();
-  if (!metadata.empty()) h["__metadata__"] = metadata;
-  uint64_t offset = 0;
-  for (const Item& it : items) {
-    h[*it.name] = {{"dtype", it.info->name}, {"shape", it.tensor->sizes().vec()},
-                   {"data_offsets", {offset, offset + it.nbytes}}};
-    offset += it.nbytes;
-  }
-  std::string header;
-  try {
-    header = h.dump();
-  } catch (const nlohmann::json::exception& e) {  // names or metadata that are not valid UTF-8
-    return Status::InvalidArgument(path + ": header cannot be encoded: " + e.what());
-  }
-  // Pad so the data section starts 8-byte aligned: View() then hands out aligned tensors.
-  header.append((8 - header.size() % 8) % 8, ' ');
-  const uint64_t header_len = header.size();
-
-  return WriteAtomically(path, [&](int fd, const std::string& tmp) -> Status {
-    EFT_RETURN_IF_ERROR(WriteAll(fd, &header_len, 8, tmp));
-    EFT_RETURN_IF_ERROR(WriteAll(fd, header.data(), header.size(), tmp));
-    at::NoGradGuard no_grad;
-    for (const Item& it : items) {
-      if (it.nbytes == 0) continue;
-      // One tensor at a time, so a model on an accelerator never needs a second full copy in RAM.
-      at::Tensor c = it.tensor->to(at::kCPU).contiguous();
-      EFT_RETURN_IF_ERROR(WriteAll(fd, c.data_ptr(), it.nbytes, tmp));
-    }
-    return Status::Ok();
-  });
-}
-
 // ---------------------------------------------------------------------------------------------------
 // Directories
 
@@ -526,68 +408,6 @@ Result<at::Tensor> SafetensorsDir::Load(const std::string& name, at::ScalarType 
   auto it = file_of_.find(name);
   if (it == file_of_.end()) return Status::NotFound(dir_ + ": no tensor '" + name + "'");
   return files_[it->second]->Load(name, dtype);
-}
-
-Status WriteSafetensorsDir(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                           uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Status::IoError("creating " + dir + ": " + ec.message());
-
-  // Greedy in the caller's order (layers stay together); an oversized tensor gets a shard of its own.
-  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
-  std::set<std::string> names;
-  uint64_t shard_bytes = 0;
-  uint64_t total_bytes = 0;
-  for (const auto& [name, t] : tensors) {
-    if (!names.insert(name).second) return Status::InvalidArgument(dir + ": tensor '" + name + "' given twice");
-    const uint64_t n = t.defined() ? static_cast<uint64_t>(t.numel()) * t.element_size() : 0;
-    if (!shards.back().empty() && shard_bytes + n > max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().emplace_back(name, t);
-    shard_bytes += n;
-    total_bytes += n;
-  }
-  // transformers refuses a checkpoint whose metadata lacks "format".
-  std::map<std::string, std::string> meta = metadata;
-  meta.emplace("format", "pt");
-
-  const fs::path root(dir);
-  std::set<std::string> written;
-  if (shards.size() == 1) {
-    EFT_RETURN_IF_ERROR(WriteSafetensors((root / kSingleName).string(), shards[0], meta));
-    written.insert(kSingleName);
-    // A leftover index would win over the new file in our reader.
-    EFT_RETURN_IF_ERROR(RemoveIfExists((root / kIndexName).string()));
-  } else {
-    json weight_map = json::object();
-    for (size_t i = 0; i < shards.size(); ++i) {
-      char file[64];
-      std::snprintf(file, sizeof(file), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-      EFT_RETURN_IF_ERROR(WriteSafetensors((root / file).string(), shards[i], meta));
-      written.insert(file);
-      for (const auto& [name, t] : shards[i]) weight_map[name] = file;
-    }
-    json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
-    const std::string text = index.dump(2) + "\n";
-    EFT_RETURN_IF_ERROR(WriteAtomically((root / kIndexName).string(), [&](int fd, const std::string& tmp) {
-      return WriteAll(fd, text.data(), text.size(), tmp);
-    }));
-    // transformers looks for model.safetensors before the index: a leftover one would shadow the shards.
-    EFT_RETURN_IF_ERROR(RemoveIfExists((root / kSingleName).string()));
-  }
-  // Shards of an earlier, differently-split write are dead weight (and confusing); Hugging Face's
-  // save_pretrained removes them too.
-  for (const auto& ent : fs::directory_iterator(root, ec)) {
-    const std::string n = ent.path().filename().string();
-    if (n.rfind("model-", 0) == 0 && n.find("-of-") != std::string::npos && n.size() > 12 &&
-        n.compare(n.size() - 12, 12, ".safetensors") == 0 && !written.count(n)) {
-      EFT_RETURN_IF_ERROR(RemoveIfExists(ent.path().string()));
-    }
-  }
-  return SyncDir(dir);
 }
 
 }  // namespace eft::trainer

@@ -23,6 +23,8 @@
 
 namespace eft::trainer {
 
+struct WrittenFile;  // safetensors_writer.h
+
 struct SafetensorsEntry {
   std::string name;
   std::string dtype;  // as written in the file: "F32", "BF16", "F16", "I64", ...
@@ -70,8 +72,9 @@ class SafetensorsFile {
 // a temporary file in the same directory, fsynced, then renamed, then the directory fsynced.
 // Layout as Hugging Face's writer: widest dtype first then by name, header padded to 8 bytes.
 // InvalidArgument for a dtype the format lacks (complex, ...), a duplicate name or "__metadata__".
+// `written`, when given, receives the file's size and CRC-32C. (safetensors_writer.h streams.)
 Status WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                        const std::map<std::string, std::string>& metadata = {});
+                        const std::map<std::string, std::string>& metadata = {}, WrittenFile* written = nullptr);
 
 // A model directory: one file or an index of shards.
 class SafetensorsDir {
@@ -91,7 +94,7 @@ class SafetensorsDir {
 
 // Writes `tensors` into `dir` as shards of at most `max_shard_bytes` (a tensor is never split;
 // one shard: plain model.safetensors, no index), plus the index when sharded. Shards are filled
-// greedily in the given order. Adds {"format": "pt"} to the metadata unless given (transformers
+// greedily, and each file laid out, in the given order (SafetensorsDirWriter). Adds {"format": "pt"} to the metadata unless given (transformers
 // refuses files without it). Files of an earlier write that would shadow or confuse this one (a
 // stale index, model.safetensors, model-*-of-*.safetensors not written now) are removed.
 Status WriteSafetensorsDir(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& tensors,

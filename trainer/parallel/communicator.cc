@@ -25,8 +25,9 @@ class LocalCommunicator final : public Communicator {
     AllGather(shard, full);
     return [] {};
   }
-  void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) override {
+  std::function<void()> ReduceScatterSumAsync(const at::Tensor& full, at::Tensor& shard) override {
     if (full.data_ptr() != shard.data_ptr()) shard.copy_(full);
+    return [] {};
   }
   void AllReduceSum(at::Tensor&) override {}
   void Broadcast(at::Tensor&, int) override {}
@@ -63,7 +64,7 @@ class GlooCommunicator final : public Communicator {
     return [work, outputs, inputs] { work->wait(); };
   }
 
-  void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) override {
+  std::function<void()> ReduceScatterSumAsync(const at::Tensor& full, at::Tensor& shard) override {
     TORCH_CHECK(full.scalar_type() == at::kFloat && shard.scalar_type() == at::kFloat,
                 "ReduceScatterSum: fp32 only");
     TORCH_CHECK(full.numel() == shard.numel() * world_, "ReduceScatterSum: size mismatch");
@@ -72,8 +73,12 @@ class GlooCommunicator final : public Communicator {
     at::Tensor received = at::empty_like(full);
     at::Tensor input = full.contiguous();
     std::vector<int64_t> splits;  // empty: equal splits
-    pg_->alltoall_base(received, input, splits, splits)->wait();
-    at::sum_out(shard, received.view({world_, -1}), 0);
+    c10::intrusive_ptr<c10d::Work> work = pg_->alltoall_base(received, input, splits, splits);
+    const int64_t world = world_;
+    return [work, received, input, shard, world]() mutable {
+      work->wait();
+      at::sum_out(shard, received.view({world, -1}), 0);
+    };
   }
 
   void AllReduceSum(at::Tensor& tensor) override {

@@ -32,7 +32,10 @@ class Communicator {
   virtual std::function<void()> AllGatherAsync(const at::Tensor& shard, at::Tensor& full) = 0;
   // shard = sum over ranks r of full_r[rank * n : (rank + 1) * n] (fp32). The sum is taken in rank
   // order on every backend, so results do not depend on timing.
-  virtual void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) = 0;
+  virtual void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) { ReduceScatterSumAsync(full, shard)(); }
+  // Starts the same reduce-scatter and returns at once; calling the result waits for it and leaves
+  // the sum in `shard` (exactly once). Both tensors must stay alive, and `full` unchanged, until then.
+  virtual std::function<void()> ReduceScatterSumAsync(const at::Tensor& full, at::Tensor& shard) = 0;
   virtual void AllReduceSum(at::Tensor& tensor) = 0;
   virtual void Broadcast(at::Tensor& tensor, int root) = 0;
   virtual void Barrier() = 0;

@@ -30,13 +30,14 @@ class NcclCommunicator final : public Communicator {
     return [work, tensors] { work->wait(); };
   }
 
-  void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) override {
+  std::function<void()> ReduceScatterSumAsync(const at::Tensor& full, at::Tensor& shard) override {
     TORCH_CHECK(full.scalar_type() == at::kFloat && shard.scalar_type() == at::kFloat, "ReduceScatterSum: fp32 only");
     TORCH_CHECK(full.numel() == shard.numel() * world_, "ReduceScatterSum: size mismatch");
-    at::Tensor input = full.contiguous();
+    auto tensors = std::make_shared<std::pair<at::Tensor, at::Tensor>>(full.contiguous(), shard);
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
-    pg_->_reduce_scatter_base(shard, input, opts)->wait();
+    c10::intrusive_ptr<c10d::Work> work = pg_->_reduce_scatter_base(tensors->second, tensors->first, opts);
+    return [work, tensors] { work->wait(); };
   }
 
   // The small bookkeeping collectives (token counts, checkpoint flags) come as CPU tensors: NCCL

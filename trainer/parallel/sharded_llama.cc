@@ -12,9 +12,12 @@ namespace eft::trainer {
 // before ForwardBackward returns).
 struct LayerCall {
   const ModelConfig* config;
+  ShardedLlama* model;
+  size_t index;  // the unit's
   FlatParamUnit* unit;
   const AttentionContext* attention;
   at::ScalarType dtype;
+  ShardedLlama::KeptUnit* kept = nullptr;  // kGradOp/kNoShard while training: parameters live here
   LayerCall* prev = nullptr;  // the layer before this one (computes before it, backpropagates after)
   LayerCall* next = nullptr;
   at::Tensor full;  // the gathered parameters (non-checkpointed mode)
@@ -39,13 +42,26 @@ at::Tensor LayerForward(const LayerCall& call, const at::Tensor& full, const at:
 }
 
 void StartPrefetch(LayerCall* call) {
-  if (call == nullptr || call->wait) return;
+  if (call == nullptr) return;
+  if (ShardedLlama::KeptUnit* kept = call->kept) {
+    if (kept->params.defined()) return;  // gathered (or being gathered) already this step
+    kept->params = at::empty({call->unit->padded_numel()}, call->unit->shard().options().dtype(call->dtype));
+    kept->gathering = call->unit->GatherIntoAsync(kept->params);
+    return;
+  }
+  if (call->wait) return;
   call->prefetched = at::empty({call->unit->padded_numel()}, call->unit->shard().options().dtype(call->dtype));
   call->wait = call->unit->GatherIntoAsync(call->prefetched);
 }
 
-// This layer's whole parameters: the prefetched gather if one was started, else a gather now.
+// This layer's whole parameters: the kept ones, the prefetched gather if one was started, else a
+// gather now.
 at::Tensor TakeGathered(LayerCall* call) {
+  if (ShardedLlama::KeptUnit* kept = call->kept) {
+    if (!kept->params.defined()) kept->params = call->unit->Gather(call->dtype);
+    if (kept->gathering) std::exchange(kept->gathering, nullptr)();
+    return kept->params;
+  }
   if (!call->wait) return call->unit->Gather(call->dtype);
   call->wait();
   call->wait = nullptr;
@@ -53,7 +69,8 @@ at::Tensor TakeGathered(LayerCall* call) {
 }
 
 // Activation checkpointing: forward keeps only the layer's input; backward gathers the parameters
-// again, recomputes the layer with autograd on, and backpropagates through the recomputation.
+// again (unless the strategy kept them), recomputes the layer with autograd on, and backpropagates
+// through the recomputation.
 class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, int64_t packed) {
@@ -68,7 +85,7 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     LayerCall* call = Unpack(ctx);
     at::Tensor hidden = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    at::Tensor full = TakeGathered(call).requires_grad_(true);
+    at::Tensor full = TakeGathered(call).detach().requires_grad_(true);
     StartPrefetch(call->prev);  // backward walks the layers in reverse
     at::Tensor out;
     {
@@ -76,7 +93,7 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       out = LayerForward(*call, full, hidden);
     }
     variable_list g = torch::autograd::grad({out}, {hidden, full}, {grads[0]});
-    call->unit->ReduceGrad(g[1]);
+    call->model->AddGrad(call->index, g[1]);
     return {g[0], at::Tensor()};
   }
 };
@@ -103,18 +120,36 @@ class GatheredParams : public torch::autograd::Function<GatheredParams> {
     ctx->saved_data["call"] = packed;
     at::Tensor full = TakeGathered(call);
     StartPrefetch(call->next);
-    return full;
+    // Kept parameters are reused by later micro-batches: hand autograd a tensor of its own.
+    return call->kept != nullptr ? full.detach() : full;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     LayerCall* call = Unpack(ctx);
-    call->unit->ReduceGrad(grads[0]);
-    FreeStorage(call->full);  // the layer's backward, the last reader, has finished
+    call->model->AddGrad(call->index, grads[0]);
+    // The layer's backward, the last reader, has finished.
+    if (call->kept == nullptr) FreeStorage(call->full);
     return {at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
+
+Result<ShardingStrategy> ParseShardingStrategy(const std::string& name) {
+  if (name == "full") return ShardingStrategy::kFull;
+  if (name == "grad_op") return ShardingStrategy::kGradOp;
+  if (name == "no_shard") return ShardingStrategy::kNoShard;
+  return Status::InvalidArgument("sharding strategy \"" + name + "\" must be one of full, grad_op, no_shard");
+}
+
+std::string ShardingStrategyName(ShardingStrategy strategy) {
+  switch (strategy) {
+    case ShardingStrategy::kFull: return "full";
+    case ShardingStrategy::kGradOp: return "grad_op";
+    case ShardingStrategy::kNoShard: return "no_shard";
+  }
+  return "?";
+}
 
 ShardedLlama::ShardedLlama(ModelConfig config, Communicator* comm, ShardingOptions options)
     : config_(std::move(config)), comm_(comm), options_(options) {
@@ -125,6 +160,7 @@ ShardedLlama::ShardedLlama(ModelConfig config, Communicator* comm, ShardingOptio
                                                      LayerParamSpecs(config_, static_cast<int>(i)), comm_, device));
   }
   grad_token_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device)).requires_grad_(true);
+  kept_.resize(units_.size());
 }
 
 ShardedLlama::~ShardedLlama() = default;
@@ -138,14 +174,83 @@ Status ShardedLlama::InitFrom(const std::function<Result<at::Tensor>(const Param
   return Status::Ok();
 }
 
-void ShardedLlama::BeginStep() {
-  root_full_ = units_[0]->Gather(options_.compute_dtype).requires_grad_(true);
+void ShardedLlama::BeginStep(int64_t micro_batches) {
+  micro_batches_ = std::max<int64_t>(1, micro_batches);
+  micro_index_ = 0;
+  KeptUnit& root = kept_[0];
+  if (Keeps() && root.params.defined()) {
+    if (root.gathering) std::exchange(root.gathering, nullptr)();
+    root_full_ = root.params.detach().requires_grad_(true);
+  } else {
+    root_full_ = units_[0]->Gather(options_.compute_dtype).requires_grad_(true);
+    if (Keeps()) root.params = root_full_.detach();
+  }
   root_ = BindRoot(config_, units_[0]->Views(root_full_));
 }
 
 void ShardedLlama::EndStep() {
+  FinishReduces(0);
   root_ = RootWeights();
   root_full_ = at::Tensor();
+  for (KeptUnit& k : kept_) {
+    k.grad_sum = at::Tensor();
+    // kGradOp frees whole parameters here; kNoShard keeps them (refreshed after the update).
+    if (options_.strategy != ShardingStrategy::kNoShard) k = KeptUnit();
+  }
+}
+
+void ShardedLlama::AfterOptimizerStep() {
+  if (options_.strategy != ShardingStrategy::kNoShard) return;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    KeptUnit& k = kept_[i];
+    if (!k.params.defined()) continue;  // gathered at its first use
+    if (k.gathering) std::exchange(k.gathering, nullptr)();
+    k.gathering = units_[i]->GatherIntoAsync(k.params);
+  }
+}
+
+void ShardedLlama::AddGrad(size_t index, const at::Tensor& full_grad) {
+  if (!Keeps()) {
+    StartReduce(index, full_grad.to(at::kFloat).contiguous());
+    // Two layers' reductions in flight overlap communication with backward; more would only hold
+    // more whole gradients in memory.
+    FinishReduces(2);
+    return;
+  }
+  KeptUnit& k = kept_[index];
+  if (!k.grad_sum.defined()) {
+    k.grad_sum = full_grad.to(at::kFloat).contiguous();
+    if (k.grad_sum.data_ptr() == full_grad.data_ptr()) k.grad_sum = k.grad_sum.clone();
+  } else {
+    k.grad_sum.add_(full_grad);
+  }
+  if (micro_index_ + 1 == micro_batches_) {
+    StartReduce(index, std::exchange(k.grad_sum, at::Tensor()));
+    // As under kFull: a whole fp32 gradient per unit in flight would hold the model's whole
+    // gradient (and Gloo's buffers for it) at once.
+    FinishReduces(2);
+  }
+}
+
+void ShardedLlama::StartReduce(size_t index, at::Tensor full_grad) {
+  FlatParamUnit& unit = *units_[index];
+  if (comm_->world() == 1) {
+    unit.grad().add_(full_grad);
+    return;
+  }
+  PendingReduce p{index, at::empty_like(unit.grad()), nullptr};
+  // The wait function keeps `full_grad` alive until the collective is done.
+  p.wait = comm_->ReduceScatterSumAsync(full_grad, p.shard);
+  reducing_.push_back(std::move(p));
+}
+
+void ShardedLlama::FinishReduces(size_t keep) {
+  while (reducing_.size() > keep) {
+    PendingReduce& p = reducing_.front();
+    p.wait();
+    units_[p.unit]->grad().add_(p.shard);
+    reducing_.erase(reducing_.begin());
+  }
 }
 
 at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ctx, bool with_grad) {
@@ -153,7 +258,10 @@ at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ct
   for (size_t i = 1; i < units_.size(); ++i) {
     auto call = std::make_unique<LayerCall>();
     call->config = &config_;
+    call->model = this;
+    call->index = i;
     call->unit = units_[i].get();
+    if (Keeps() && with_grad) call->kept = &kept_[i];
     call->attention = &ctx;
     call->dtype = options_.compute_dtype;
     if (!calls_.empty()) {
@@ -170,6 +278,9 @@ at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ct
       hidden = LayerForward(*call, full, hidden);
     } else if (options_.activation_checkpointing) {
       hidden = CheckpointedLayer::apply(hidden, Pack(call));
+    } else if (call->kept != nullptr) {
+      call->full = GatheredParams::apply(grad_token_, Pack(call));
+      hidden = LayerForward(*call, call->full, hidden);
     } else {
       call->full = GatheredParams::apply(grad_token_, Pack(call));
       hidden = LayerForward(*call, call->full, hidden);
@@ -214,6 +325,9 @@ Batch ShardedLlama::OnDevice(const Batch& input) const {
 }
 
 double ShardedLlama::ForwardBackward(const Batch& input, double loss_scale) {
+  // A gradient after the step's last reduction would be lost without a trace.
+  TORCH_CHECK(micro_index_ < micro_batches_, "ForwardBackward: more micro-batches than BeginStep announced (",
+              micro_batches_, ")");
   const Batch batch = OnDevice(input);
   AttentionContext ctx = MakeAttentionContext(config_, batch, options_.compute_dtype);
   at::Tensor hidden = Embed(root_, batch.input_ids);
@@ -223,8 +337,12 @@ double ShardedLlama::ForwardBackward(const Batch& input, double loss_scale) {
   // collectives) still runs.
   at::Tensor objective = loss_sum * loss_scale + hidden.sum() * 0.0;
   objective.backward();
-  units_[0]->ReduceGrad(root_full_.grad());
+  AddGrad(0, root_full_.grad());
   root_full_.mutable_grad() = at::Tensor();
+  // A micro-batch's reductions end with it under kFull; the strategies that keep parameters sum
+  // gradients whole and reduce them during the last micro-batch, finished by EndStep.
+  if (!Keeps()) FinishReduces(0);
+  ++micro_index_;
   return loss_sum.item<double>();
 }
 
@@ -256,7 +374,10 @@ void ShardedLlama::ZeroGrad() {
 
 int64_t ShardedLlama::ShardBytes() const {
   int64_t bytes = 0;
-  for (const auto& u : units_) bytes += (u->shard().numel() + u->grad().numel()) * 4;
+  for (const auto& u : units_) {
+    bytes += (u->shard().numel() + u->grad().numel()) * 4;
+    if (options_.strategy == ShardingStrategy::kNoShard) bytes += u->padded_numel() * at::elementSize(options_.compute_dtype);
+  }
   return bytes;
 }
 

@@ -1,14 +1,23 @@
 // ShardedLlama: a Llama-family model whose parameters live in FSDP units, trained a micro-batch at
 // a time.
 //
-// Units: 0 = root (embeddings, final norm, untied head), 1..L = decoder layers. The root is
-// gathered once per step (BeginStep) and stays whole until EndStep, like FSDP's root module; each
-// layer is gathered just before it computes (the next layer's gather is started in the background
-// first, so communication overlaps compute) and freed right after. Its backward re-gathers it:
-// with activation checkpointing the layer is recomputed from its saved input inside a custom
-// autograd function; without, its parameters' storage is refilled by a hook that fires just before
-// autograd reaches the layer. Every gradient is reduce-scattered into the owning ranks' fp32 slices
-// as soon as it is complete.
+// Units: 0 = root (embeddings, final norm, untied head), 1..L = decoder layers. Master weights,
+// their gradients and the optimizer state are always sharded (each rank holds 1/W of every unit, in
+// fp32); the sharding strategy decides how long whole parameters live and how often gradients are
+// reduced (docs/architecture.md, "Sharding strategies"):
+//  - kFull (ZeRO-3): the root is gathered once per step and stays whole until EndStep, like FSDP's
+//    root module; each layer is gathered just before it computes and freed right after. Its
+//    backward re-gathers it: with activation checkpointing the layer is recomputed from its saved
+//    input inside a custom autograd function; without, its parameters' storage is refilled by a
+//    hook that fires just before autograd reaches the layer. Each micro-batch's gradients are
+//    reduce-scattered into the owning ranks' slices as soon as they are complete.
+//  - kGradOp (ZeRO-2): every unit is gathered once per step, at its first use, and stays whole until
+//    EndStep (no re-gather in backward, none for later micro-batches); gradients are summed whole in
+//    fp32 over the step's micro-batches and reduce-scattered once, during the last backward.
+//  - kNoShard (ZeRO-1): as kGradOp, but whole parameters are kept between steps too, refreshed by
+//    gathers started right after each optimizer update (AfterOptimizerStep).
+// In every strategy the next layer's gather is started in the background before the current layer
+// computes, and a layer's reduce-scatter runs while the layers before it backpropagate.
 //
 // Every method marked collective must be called by all ranks in the same order.
 #pragma once
@@ -30,7 +39,14 @@ namespace eft::trainer {
 
 struct LayerCall;  // one layer's part in one micro-batch (sharded_llama.cc)
 
+enum class ShardingStrategy { kFull, kGradOp, kNoShard };
+
+// "full", "grad_op", "no_shard" (spec.parallel.sharding).
+Result<ShardingStrategy> ParseShardingStrategy(const std::string& name);
+std::string ShardingStrategyName(ShardingStrategy strategy);
+
 struct ShardingOptions {
+  ShardingStrategy strategy = ShardingStrategy::kFull;
   at::ScalarType compute_dtype = at::kFloat;  // kBFloat16 for precision: bf16
   bool activation_checkpointing = true;
   c10::Device device = c10::Device(c10::kCPU);  // shards, gathers and compute (batches are moved here)
@@ -50,24 +66,50 @@ class ShardedLlama {
   // Whole parameters by spec, e.g. from a safetensors directory; each rank keeps its slices.
   Status InitFrom(const std::function<Result<at::Tensor>(const ParamSpec&)>& value);
 
-  // Collective: gathers the root for this step's micro-batches.
-  void BeginStep();
+  // Collective: gathers the root for this step's `micro_batches` ForwardBackward calls (the same
+  // number on every rank).
+  void BeginStep(int64_t micro_batches = 1);
   // Forward and backward of one micro-batch, backpropagating loss_sum * loss_scale. An empty batch
   // (a rank with fewer micro-batches this step) still takes part in every collective and adds no
   // gradient. Collective. Returns the micro-batch's loss sum (unscaled).
   double ForwardBackward(const Batch& batch, double loss_scale);
+  // Collective: every gradient of the step is in the units' grad() slices when it returns.
   void EndStep();
+  // Call after the optimizer changed the shards: kNoShard starts refreshing its whole parameters.
+  // Collective.
+  void AfterOptimizerStep();
 
   // Collective: logits [B, T, vocab] in fp32 on the model's device, no gradients (evaluation and tests).
   at::Tensor ForwardLogits(const Batch& batch);
   // Collective: every parameter whole, fp32, on the CPU, by HF name, in checkpoint order.
   std::vector<std::pair<std::string, at::Tensor>> FullParameters();
   void ZeroGrad();
-  // Bytes this rank keeps between steps for parameters and their gradients (the shards).
+  // Bytes this rank keeps between steps for parameters and their gradients (the shards, and under
+  // kNoShard the whole parameters in the compute dtype).
   int64_t ShardBytes() const;
 
+  // A unit's state that outlives one micro-batch under kGradOp/kNoShard, and the reduce-scatters
+  // still running (every strategy). Internal; public for sharded_llama.cc's autograd functions.
+  struct KeptUnit {
+    at::Tensor params;                // whole, compute dtype; undefined: not gathered
+    std::function<void()> gathering;  // a background gather into `params` to wait for
+    at::Tensor grad_sum;              // whole fp32 gradient summed over the step's micro-batches
+  };
+  // Takes a complete gradient of unit `index`'s whole flat vector (any float dtype).
+  void AddGrad(size_t index, const at::Tensor& full_grad);
+
  private:
+  struct PendingReduce {
+    size_t unit;
+    at::Tensor shard;  // this rank's slice of the sum, once `wait` returned
+    std::function<void()> wait;
+  };
   at::Tensor RunLayers(at::Tensor hidden, const AttentionContext& ctx, bool with_grad);
+  bool Keeps() const { return options_.strategy != ShardingStrategy::kFull; }
+  // Starts reducing `full_grad` of unit `index` in the background.
+  void StartReduce(size_t index, at::Tensor full_grad);
+  // Waits for reduce-scatters until at most `keep` are still running, oldest first.
+  void FinishReduces(size_t keep);
   // The batch's tensors on the model's device; an empty batch becomes one untrained padding token.
   Batch OnDevice(const Batch& batch) const;
 
@@ -75,6 +117,9 @@ class ShardedLlama {
   Communicator* comm_;
   ShardingOptions options_;
   std::vector<std::unique_ptr<FlatParamUnit>> units_;
+  std::vector<KeptUnit> kept_;  // by unit index; used under kGradOp/kNoShard
+  std::vector<PendingReduce> reducing_;
+  int64_t micro_batches_ = 1, micro_index_ = 0;
   at::Tensor root_full_;     // the gathered root during a step (autograd leaf)
   RootWeights root_;         // views of root_full_
   at::Tensor grad_token_;    // a leaf that makes autograd call the parameter-gather functions

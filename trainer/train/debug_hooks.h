@@ -2,7 +2,8 @@
 // there and check that it answers in bounded time: EFT_DEBUG_STALL=tokenize,load,... names the
 // phases, EFT_DEBUG_STALL_SECONDS how long each stall lasts (default 30). Unset: no effect. The
 // phases: "tokenize" (data preparation), "load" (model weights), "save" (writing the final full
-// checkpoint, after its files are written and before it is committed).
+// checkpoint, after its files are written and before it is committed), "sharded_write" (the
+// background writer of a sharded save, before it writes: a slow disk).
 #pragma once
 
 namespace eft::trainer {

@@ -3,9 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/listen_port.h"
 #include "common/rank_protocol.h"
 
 extern char** environ;
@@ -112,23 +111,12 @@ constexpr int kExitStoppedOnRequest = rank::ToInt(rank::ExitCode::kStoppedOnRequ
 volatile sig_atomic_t g_forward_signal = 0;
 void RememberSignal(int sig) { g_forward_signal = sig; }
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 }  // namespace
 
 int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv) {
   std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  int port = FreePort();
+  int port = PickFreeLoopbackPort();
   std::vector<pid_t> pids;
   struct sigaction sa {};
   sa.sa_handler = RememberSignal;

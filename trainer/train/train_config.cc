@@ -48,6 +48,7 @@ Result<TrainConfig> TrainConfigFromJobSpec(const v1::JobSpec& s) {
   c.max_grad_norm = t.max_grad_norm();
   c.precision = t.precision();
   c.activation_checkpointing = t.activation_checkpointing() == "full";
+  c.sharding = s.parallel().sharding();
   c.seed = static_cast<uint64_t>(t.seed());
   c.device = t.device();
   c.max_steps = t.max_steps();

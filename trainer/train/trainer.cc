@@ -40,7 +40,8 @@ std::atomic<bool> g_nothing_to_save{true};
 static_assert(std::atomic<bool>::is_always_lock_free);
 
 // LibTorch's intra-op pool and OpenBLAS's own pool each default to every core; together they
-// oversubscribe the CPU and spin against each other (measured on 2 cores: 5x slower). Keep OpenBLAS
+// oversubscribe the CPU and spin against each other (2 cores: fp32 training 1.3x slower, see
+// docs/benchmarks.md "fp32 and BLAS threads"). Keep OpenBLAS
 // single-threaded unless the user set OPENBLAS_NUM_THREADS. Looked up at run time: the BLAS library
 // is whatever libblas.so.3 Debian's alternatives point at.
 void LimitBlasThreads() {
@@ -137,9 +138,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   if (rv.world > 1) {
     EFT_LOG(INFO) << "rendezvous of " << rv.world << " ranks at " << rv.master_addr << ":" << rv.master_port;
   }
-  EFT_ASSIGN_OR_RETURN(t->comm_, CreateCommunicator(rv, t->device_));
+  EFT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateCommunicator(rv, t->device_));
+  t->comm_ = std::make_unique<TimedCommunicator>(std::move(comm));
 
   ShardingOptions sharding;
+  EFT_ASSIGN_OR_RETURN(sharding.strategy, ParseShardingStrategy(c.sharding));
   sharding.compute_dtype = c.precision == "bf16" ? at::kBFloat16 : at::kFloat;
   sharding.activation_checkpointing = c.activation_checkpointing;
   sharding.device = t->device_;
@@ -194,7 +197,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
                   << "M parameters, world size " << t->env_.world << " (" << t->env_.source << ", "
                   << t->comm_->backend() << "), " << st.examples << " examples (" << st.tokens << " tokens, "
                   << st.truncated << " truncated), " << t->total_steps_ << " steps of " << c.global_batch_size
-                  << " sequences, " << c.precision << ", activation checkpointing "
+                  << " sequences, " << c.precision << ", sharding " << c.sharding << ", activation checkpointing "
                   << (c.activation_checkpointing ? "full" : "none") << ", on " << t->device_.str() << ", " << threads
                   << " threads per rank";
   }
@@ -203,6 +206,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
 
 Result<StepResult> Trainer::Step() {
   const double t0 = Now();
+  const double blocked0 = comm_->blocked_seconds();
   const int64_t spe = sampler_->steps_per_epoch();
   const int64_t epoch = step_ / spe, in_epoch = step_ % spe;
   std::vector<int64_t> examples = sampler_->StepExamples(epoch, in_epoch);
@@ -214,6 +218,7 @@ Result<StepResult> Trainer::Step() {
     trained += batches.back().trained_tokens;
     tokens += batches.back().tokens;
   }
+  const double t_data = Now();
   // The loss is a sum over every trained token of the step divided by their global count, so every
   // world size computes the same number (up to float rounding).
   at::Tensor counts = at::tensor({static_cast<double>(trained), static_cast<double>(tokens)}, at::kDouble);
@@ -222,10 +227,12 @@ Result<StepResult> Trainer::Step() {
   const int64_t global_tokens = static_cast<int64_t>(counts[1].item<double>());
   const double scale = global_trained > 0 ? 1.0 / static_cast<double>(global_trained) : 0.0;
 
-  model_->BeginStep();
+  model_->BeginStep(static_cast<int64_t>(batches.size()));
   double loss_sum = 0;
   for (const Batch& b : batches) loss_sum += model_->ForwardBackward(b, scale);
   model_->EndStep();
+  const double t_optimizer = Now();
+  const double blocked_before_optimizer = comm_->blocked_seconds();
 
   at::Tensor total = at::tensor({loss_sum}, at::kDouble);
   comm_->AllReduceSum(total);
@@ -234,12 +241,15 @@ Result<StepResult> Trainer::Step() {
   const double grad_norm = ClipGradNorm(grads, config_.max_grad_norm, [&](at::Tensor& t) { comm_->AllReduceSum(t); });
   const double lr = LearningRate(config_.schedule, step_, total_steps_);
   if (std::isfinite(grad_norm)) {
+    checkpointer_->BeforeUpdate();  // a sharded save may still be reading the shards in place
     optimizer_->Step(lr);
   } else if (env_.rank == 0) {
     EFT_LOG(WARNING) << "step " << step_ + 1 << ": gradient norm is " << grad_norm << "; update skipped";
   }
+  model_->AfterOptimizerStep();
   model_->ZeroGrad();
   ++step_;
+  const double t_end = Now();
 
   StepResult r;
   r.step = step_;
@@ -248,7 +258,12 @@ Result<StepResult> Trainer::Step() {
   r.lr = lr;
   r.tokens = global_tokens;
   r.trained_tokens = global_trained;
-  r.seconds = Now() - t0;
+  r.seconds = t_end - t0;
+  r.data_s = t_data - t0;
+  r.comm_wait_s = comm_->blocked_seconds() - blocked0;
+  r.optimizer_s = (t_end - t_optimizer) - (comm_->blocked_seconds() - blocked_before_optimizer);
+  // The rest: forward and backward, less what they spent blocked in collectives.
+  r.compute_s = std::max(0.0, r.seconds - r.data_s - r.comm_wait_s - r.optimizer_s);
   return r;
 }
 
@@ -278,6 +293,10 @@ void Trainer::Report(const StepResult& r) {
   e.tokens_per_s = tps;
   e.seconds = r.seconds;
   e.mfu = mfu;
+  e.data_s = r.data_s;
+  e.compute_s = r.compute_s;
+  e.comm_wait_s = r.comm_wait_s;
+  e.optimizer_s = r.optimizer_s;
   events_.Emit(e);
 }
 
@@ -352,11 +371,13 @@ Status Trainer::Run() {
 
 Status Trainer::SaveFinalModel() {
   if (config_.output_dir.empty()) return Status::Ok();
-  auto params = model_->FullParameters();  // collective: every rank takes part
-  if (env_.rank != 0) return Status::Ok();
-  EFT_RETURN_IF_ERROR(
-      WriteHfModel(config_.output_dir, params, model_->config(), HfDtype(model_->config()), config_.model).status());
-  EFT_LOG(INFO) << "final model written to " << config_.output_dir;
+  // Collective, streamed a unit at a time; the optimizer state is not part of a model.
+  std::vector<UnitState> units;
+  for (auto& u : model_->units()) units.push_back(UnitState{u.get(), at::Tensor(), at::Tensor()});
+  EFT_RETURN_IF_ERROR(WriteFullState(*model_, units, config_.output_dir, config_.model, env_.rank == 0,
+                                     /*with_optimizer=*/false)
+                          .status());
+  if (env_.rank == 0) EFT_LOG(INFO) << "final model written to " << config_.output_dir;
   return Status::Ok();
 }
 

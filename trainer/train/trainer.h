@@ -15,6 +15,7 @@
 #include "trainer/parallel/communicator.h"
 #include "trainer/parallel/device.h"
 #include "trainer/parallel/sharded_llama.h"
+#include "trainer/parallel/timed_communicator.h"
 #include "trainer/train/events.h"
 #include "trainer/train/launch.h"
 #include "trainer/train/train_config.h"
@@ -29,6 +30,8 @@ struct StepResult {
   int64_t tokens = 0;  // over all ranks
   int64_t trained_tokens = 0;
   double seconds = 0;
+  // This rank's timeline (see rank::StepEvent): batches, compute, blocked in collectives, optimizer.
+  double data_s = 0, compute_s = 0, comm_wait_s = 0, optimizer_s = 0;
 };
 
 class Trainer {
@@ -68,7 +71,7 @@ class Trainer {
   EventWriter events_;
   c10::Device device_ = c10::Device(c10::kCPU);
   std::unique_ptr<c10::DeviceGuard> device_guard_;
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<TimedCommunicator> comm_;
   std::unique_ptr<ShardedLlama> model_;
   std::unique_ptr<AdamW> optimizer_;
   TokenDataset dataset_;

@@ -46,5 +46,17 @@ TEST(ListenPortTest, OutOfRangePortsAreRefused) {
   EXPECT_EQ(CheckPortFreeToListen(70000).code(), StatusCode::kInvalidArgument);
 }
 
+// Two picks in a row are usable ports that nothing holds (the kernel hands out ports round-robin, so
+// they also differ, which keeps concurrent local rendezvous apart).
+TEST(ListenPortTest, PickedLoopbackPortsAreFree) {
+  const int a = PickFreeLoopbackPort(), b = PickFreeLoopbackPort();
+  for (int p : {a, b}) {
+    ASSERT_GT(p, 0);
+    ASSERT_LE(p, 65535);
+    EXPECT_TRUE(CheckPortFreeToListen(p).ok()) << p;
+  }
+  EXPECT_NE(a, b);
+}
+
 }  // namespace
 }  // namespace eft

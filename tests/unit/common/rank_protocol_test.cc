@@ -48,8 +48,12 @@ T RoundTrip(const Event& in) {
 }
 
 TEST(RankProtocolTest, EveryEventRoundTrips) {
-  StepEvent step{12, 100, 1.25, 3e-4, 0.75, 4096, 1234.5, 2.5, 0.41};
+  StepEvent step{12, 100, 1.25, 3e-4, 0.75, 4096, 1234.5, 2.5, 0.41, 0.125, 1.5, 0.75, 0.0};
   StepEvent s = RoundTrip<StepEvent>(step);
+  EXPECT_DOUBLE_EQ(s.data_s, 0.125);
+  EXPECT_DOUBLE_EQ(s.compute_s, 1.5);
+  EXPECT_DOUBLE_EQ(s.comm_wait_s, 0.75);
+  EXPECT_DOUBLE_EQ(s.optimizer_s, 0.0);  // a measured zero is still reported
   EXPECT_EQ(s.step, 12);
   EXPECT_EQ(s.total_steps, 100);
   EXPECT_DOUBLE_EQ(s.loss, 1.25);
@@ -102,6 +106,7 @@ TEST(RankProtocolTest, TheWireFormatIsTheDocumentedOne) {
   std::string step = EncodeEvent(StepEvent{1});
   EXPECT_EQ(step.find("mfu"), std::string::npos) << step;
   EXPECT_EQ(step.find("total_steps"), std::string::npos) << step;
+  EXPECT_EQ(step.find("comm_wait_s"), std::string::npos) << step;
   std::string ckpt = EncodeEvent(CheckpointEvent{"sharded", 1, "/p"});
   EXPECT_EQ(ckpt.find("stall_seconds"), std::string::npos) << ckpt;
   auto decoded = DecodeEvent(ckpt);

@@ -3,57 +3,12 @@
 // would. Reference: the same model unsharded (world size 1).
 #include "trainer/parallel/sharded_llama.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <functional>
-#include <thread>
-
 #include <gtest/gtest.h>
+
+#include "tests/unit/trainer/parallel/rank_threads.h"
 
 namespace eft::trainer {
 namespace {
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// Runs body(comm) on `world` ranks (threads) and waits for all of them.
-void RunRanks(int world, const std::function<void(Communicator&)>& body) {
-  int port = FreePort();
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(world);
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      RendezvousOptions o;
-      o.rank = r;
-      o.world = world;
-      o.master_port = port;
-      o.timeout = std::chrono::seconds(60);
-      auto comm = CreateCpuCommunicator(o);
-      if (!comm.ok()) {
-        errors[r] = comm.status().ToString();
-        return;
-      }
-      try {
-        body(**comm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) ASSERT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
-}
 
 ModelConfig TinyConfig(const std::string& arch, bool tied) {
   nlohmann::json j = {{"model_type", arch},         {"hidden_size", 32},        {"intermediate_size", 48},
@@ -177,6 +132,135 @@ TEST(ShardedLlama, Bf16ComputeStaysCloseToFp32) {
   // bf16 keeps 8 bits of mantissa (relative error ~4e-3 per rounding); over 3 tiny layers the
   // mean token loss (~4.1 = ln 61) moves by well under 1e-2.
   EXPECT_NEAR(a.loss / 6, b.loss / 6, 1e-2);
+}
+
+// A batch that differs by rank and micro-batch (token ids shifted), so summing over micro-batches
+// and ranks in the wrong place would show.
+Batch ShiftedBatch(int shift) {
+  Batch b = TinyBatch();
+  b.input_ids = (b.input_ids + shift) % 61;
+  b.labels = at::where(b.labels >= 0, (b.labels + shift) % 61, b.labels);
+  return b;
+}
+
+struct StepOutcome {
+  std::vector<double> losses;                  // rank 0's loss sum, per step
+  std::vector<std::vector<at::Tensor>> grads;  // whole gradients per step, by unit
+};
+
+// `steps` steps of `micro` micro-batches each, with a plain SGD update of the shards between steps
+// (so the second step sees the first step's update, which kNoShard must refresh). Rank 1 has an
+// empty last micro-batch when micro > 1, as a rank with fewer examples would.
+StepOutcome RunSteps(int world, const ModelConfig& config, ShardingOptions options, int steps, int micro,
+                     double lr = 0.5) {
+  StepOutcome out;
+  RunRanks(world, [&](Communicator& comm) {
+    ShardedLlama model(config, &comm, options);
+    ASSERT_TRUE(model.InitRandom(11).ok());
+    std::vector<double> losses;
+    std::vector<std::vector<at::Tensor>> grads;
+    for (int s = 0; s < steps; ++s) {
+      model.BeginStep(micro);
+      double loss = 0;
+      for (int m = 0; m < micro; ++m) {
+        const bool empty = comm.rank() == 1 && micro > 1 && m == micro - 1;
+        loss += model.ForwardBackward(empty ? Batch() : ShiftedBatch(comm.rank() * 7 + m * 3 + s), 0.05);
+      }
+      model.EndStep();
+      std::vector<at::Tensor> step_grads;
+      for (auto& u : model.units()) {
+        at::Tensor full = at::empty({u->padded_numel()}, at::kFloat);
+        comm.AllGather(u->grad(), full);
+        step_grads.push_back(full);
+        u->shard().sub_(u->grad() * lr);
+      }
+      model.AfterOptimizerStep();
+      model.ZeroGrad();
+      losses.push_back(loss);
+      grads.push_back(step_grads);
+    }
+    if (comm.rank() == 0) out = {losses, grads};
+  });
+  return out;
+}
+
+TEST(ShardedLlama, EveryShardingStrategyGivesTheSameGradientsOverStepsAndMicroBatches) {
+  ModelConfig config = TinyConfig("qwen3", false);
+  for (bool checkpointing : {true, false}) {
+    for (int world : {1, 2, 3}) {
+      ShardingOptions full;
+      full.activation_checkpointing = checkpointing;
+      StepOutcome ref = RunSteps(world, config, full, 2, 3);
+      ASSERT_EQ(ref.grads.size(), 2u);
+      for (ShardingStrategy strategy : {ShardingStrategy::kGradOp, ShardingStrategy::kNoShard}) {
+        ShardingOptions options = full;
+        options.strategy = strategy;
+        StepOutcome got = RunSteps(world, config, options, 2, 3);
+        const std::string what = ShardingStrategyName(strategy) + " world=" + std::to_string(world) +
+                                 " checkpointing=" + std::to_string(checkpointing);
+        for (size_t s = 0; s < 2; ++s) {
+          // The same forward computation; only the order of the fp32 gradient sums differs
+          // (micro-batches summed before, not after, the reduction): a few ulps in the gradients,
+          // so identical first-step losses and, after the update, second-step losses (fp32 sums
+          // near 72, ulp 7.6e-6) within a relative 1e-6.
+          EXPECT_NEAR(got.losses[s], ref.losses[s], s == 0 ? 1e-9 : 1e-6 * std::abs(ref.losses[s]))
+              << what << " step " << s;
+          for (size_t u = 0; u < ref.grads[s].size(); ++u) {
+            EXPECT_LT(MaxDiff(got.grads[s][u], ref.grads[s][u]), kGradTolerance * 3 * world)
+                << what << " step " << s << " unit " << u;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ShardedLlama, TheSecondStepSeesTheFirstUpdate) {
+  // Guards the test above: if the update did not change the second step's gradients, a strategy
+  // that kept stale parameters would pass it.
+  ModelConfig config = TinyConfig("llama", false);
+  StepOutcome updated = RunSteps(2, config, {}, 2, 1), frozen = RunSteps(2, config, {}, 2, 1, /*lr=*/0.0);
+  EXPECT_TRUE(at::equal(updated.grads[0][1], frozen.grads[0][1]));
+  EXPECT_GT(MaxDiff(updated.grads[1][1], frozen.grads[1][1]), 1e-4);
+}
+
+TEST(ShardedLlama, MoreMicroBatchesThanAnnouncedIsAnError) {
+  ModelConfig config = TinyConfig("llama", false);
+  for (ShardingStrategy strategy : {ShardingStrategy::kFull, ShardingStrategy::kGradOp}) {
+    RunRanks(1, [&](Communicator& comm) {
+      ShardingOptions options;
+      options.strategy = strategy;
+      ShardedLlama model(config, &comm, options);
+      ASSERT_TRUE(model.InitRandom(7).ok());
+      model.BeginStep(1);
+      model.ForwardBackward(TinyBatch(), 1.0);
+      EXPECT_THROW(model.ForwardBackward(TinyBatch(), 1.0), c10::Error);
+    });
+  }
+}
+
+TEST(ShardedLlama, ShardingStrategyNamesRoundTrip) {
+  for (const char* name : {"full", "grad_op", "no_shard"}) {
+    auto s = ParseShardingStrategy(name);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(ShardingStrategyName(*s), name);
+  }
+  auto bad = ParseShardingStrategy("zero3");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().ToString().find("full, grad_op, no_shard"), std::string::npos);
+}
+
+TEST(ShardedLlama, NoShardKeepsWholeParametersAndSaysSo) {
+  ModelConfig config = TinyConfig("llama", false);
+  RunRanks(2, [&](Communicator& comm) {
+    ShardingOptions full, no_shard;
+    no_shard.strategy = ShardingStrategy::kNoShard;
+    no_shard.compute_dtype = at::kBFloat16;
+    ShardedLlama a(config, &comm, full), b(config, &comm, no_shard);
+    int64_t whole = 0;
+    for (auto& u : b.units()) whole += u->padded_numel() * 2;
+    EXPECT_EQ(b.ShardBytes(), a.ShardBytes() + whole);
+  });
 }
 
 TEST(ShardedLlama, EachRankKeepsOneWthOfTheParameters) {

@@ -78,6 +78,7 @@ const std::map<std::string, std::string>& ChangedValues() {
       {"training.max_grad_norm", "0.5"},
       {"training.precision", "fp32"},
       {"training.activation_checkpointing", "none"},
+      {"parallel.sharding", "full"},
       {"training.seed", "7"},
       {"training.device", "cpu"},
       {"training.max_steps", "10"},
@@ -141,6 +142,7 @@ TEST(TrainConfigTest, DefaultsAreTheSchemasDefaults) {
   EXPECT_DOUBLE_EQ(c->max_grad_norm, 1.0);
   EXPECT_EQ(c->precision, "bf16");
   EXPECT_TRUE(c->activation_checkpointing);
+  EXPECT_EQ(c->sharding, "grad_op");
   EXPECT_EQ(c->device, "auto");
   EXPECT_EQ(c->seed, 42u);
   EXPECT_EQ(c->max_steps, 0);

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# eft-train against a plain PyTorch loop (bench/trainer/torch_loop.py, Debian's python3-torch) on the
+# same model shape, data and batch, at world size 1 and 2, fp32 and bf16: runs interleaved (eft,
+# torch, eft, torch, ... per case, REPS rounds), each run's tokens/s the median of its steps after
+# two warm-up steps; the table gives the median over rounds, the spread (min-max) and the ratio of
+# medians.
+#
+# Usage: bench/trainer/compare.sh [BUILD_DIR] [REPS] [STEPS] [CASES]
+#   CASES: space-separated of w1-fp32 w1-bf16 w2-fp32 w2-bf16 (default all)
+#   SHARDING: space-separated eft variants, each interleaved with the others and PyTorch in every
+#     round: a parallel.sharding strategy, optionally with environment for that variant only after
+#     "@" (comma-separated), e.g. "grad_op grad_op@OPENBLAS_NUM_THREADS=2" (default: "grad_op")
+#   EFT_ARGS: extra `eft-train train` flags; EFT_ENV, TORCH_ENV: extra environment (VAR=value ...)
+#     for eft's and PyTorch's processes, e.g. EFT_ENV=OPENBLAS_NUM_THREADS=2
+# Prints the markdown table (eft's timeline columns: medians of the per-step compute / waiting on
+# communication / optimizer seconds of rank 0); logs and events stay in the printed directory.
+set -euo pipefail
+
+BUILD=$(cd "${1:-build}" && pwd)
+REPS=${2:-3}
+STEPS=${3:-8}
+CASES=${4:-"w1-fp32 w1-bf16 w2-fp32 w2-bf16"}
+HERE=$(cd "$(dirname "$0")" && pwd)
+TRAIN="$BUILD/trainer/eft-train"
+DIR=$(mktemp -d /tmp/eft-bench-compare-XXXXXX)
+PY=/usr/bin/python3
+PORT=$((29700 + RANDOM % 200))
+
+"$TRAIN" init-model --arch llama --hidden 512 --layers 4 --heads 8 --kv-heads 4 --intermediate 1376 \
+  --vocab-size 16000 --tie-embeddings --dtype float32 --seed 1 --out "$DIR/model" >/dev/null
+$PY - "$DIR/data.jsonl" <<'PY'
+import json, random, sys
+random.seed(0)
+with open(sys.argv[1], "w") as f:
+    for _ in range(256):
+        f.write(json.dumps({"input_ids": [random.randrange(1, 16000) for _ in range(512)]}) + "\n")
+PY
+
+SHARDING=${SHARDING:-grad_op}
+
+run_eft() {  # case world precision round variant
+  local name=$1-eft-$5-$4 world=$2 precision=$3 sharding=${5%%@*} venv=""
+  [[ $5 == *@* ]] && venv=${5#*@} && venv=${venv//,/ }
+  cat >"$DIR/$name.yaml" <<YAML
+name: bench
+model: $DIR/model
+data: {train: $DIR/data.jsonl, max_seq_len: 512}
+training: {global_batch_size: 8, micro_batch_size: 1, lr: 1.0e-4, precision: $precision,
+           activation_checkpointing: full, epochs: 10}
+parallel: {sharding: $sharding}
+YAML
+  # shellcheck disable=SC2086
+  env ${EFT_ENV:-} $venv EFT_EVENTS_FD=3 "$TRAIN" train --config "$DIR/$name.yaml" --nproc "$world" --threads $((2 / world)) \
+    --max-steps "$STEPS" ${EFT_ARGS:-} >"$DIR/$name.log" 2>&1 3>"$DIR/$name.events"
+}
+
+run_torch() {  # case world precision round
+  local name=$1-torch-$4 world=$2 precision=$3 pids=() r
+  PORT=$((PORT + 1))
+  for ((r = 0; r < world; r++)); do
+    env ${TORCH_ENV:-} RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT \
+      $PY "$HERE/torch_loop.py" --model "$DIR/model" --data "$DIR/data.jsonl" --seq 512 --global-batch 8 \
+      --micro-batch 1 --precision "$precision" --steps "$STEPS" --threads $((2 / world)) \
+      --events "$DIR/$name.events" >"$DIR/$name.$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+}
+
+for ((round = 1; round <= REPS; round++)); do
+  for c in $CASES; do
+    world=${c:1:1} precision=${c#*-}
+    for sharding in $SHARDING; do run_eft "$c" "$world" "$precision" "$round" "$sharding"; done
+    run_torch "$c" "$world" "$precision" "$round"
+    echo "round $round $c done" >&2
+  done
+done
+
+$PY - "$DIR" "$REPS" "$CASES" "$SHARDING" <<'PY'
+import json, statistics, sys
+d, reps, cases, shardings = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+def steps(path):
+    ev = [json.loads(l) for l in open(path) if l.strip()]
+    return [e for e in ev if e.get("event", "step") == "step" and "tokens_per_s" in e][2:]
+def run_tps(path):
+    return statistics.median(e["tokens_per_s"] for e in steps(path))
+def timeline(paths):
+    s = [e for p in paths for e in steps(p)]
+    if not s or "compute_s" not in s[0]:
+        return "-"
+    return " / ".join(f"{statistics.median(e[k] for e in s):.2f}" for k in ("compute_s", "comm_wait_s", "optimizer_s"))
+def rss(path):
+    ev = [json.loads(l) for l in open(path) if l.strip()]
+    return max((e["peak_rss_bytes"] for e in ev if "peak_rss_bytes" in e), default=0) / 2**20
+print("| case | eft sharding | eft tokens/s (median, min-max) | PyTorch tokens/s (median, min-max) | eft / PyTorch "
+      "| eft s/step: compute / comm wait / optimizer | peak RSS MiB rank 0, eft / PyTorch |")
+print("|---|---|---|---|---|---|---|")
+for c in cases:
+    t = [run_tps(f"{d}/{c}-torch-{r}.events") for r in range(1, reps + 1)]
+    mt = statistics.median(t)
+    for sh in shardings:
+        paths = [f"{d}/{c}-eft-{sh}-{r}.events" for r in range(1, reps + 1)]
+        e = [run_tps(p) for p in paths]
+        me = statistics.median(e)
+        print(f"| {c} | {sh} | {me:,.0f} ({min(e):,.0f}-{max(e):,.0f}) | {mt:,.0f} ({min(t):,.0f}-{max(t):,.0f}) | "
+              f"{me / mt:.2f}x | {timeline(paths)} | {rss(paths[0]):.0f} / {rss(f'{d}/{c}-torch-1.events'):.0f} |")
+PY
+echo
+echo "logs: $DIR"
