@@ -166,7 +166,7 @@ int ListNodes(ControllerClient& c) {
   return 0;
 }
 
-int SetNodeDrained(ControllerClient& c, const std::string& name, bool drained) {
+int SetNodeDrained(ControllerClient& c, const std::string& name, bool drained, bool evict) {
   v1::Node out;
   grpc::ClientContext ctx;
   c.Prepare(&ctx);
@@ -174,6 +174,7 @@ int SetNodeDrained(ControllerClient& c, const std::string& name, bool drained) {
   if (drained) {
     v1::DrainNodeRequest req;
     req.set_name(name);
+    req.set_evict(evict);
     s = c.nodes().DrainNode(&ctx, req, &out);
   } else {
     v1::UndrainNodeRequest req;
@@ -181,7 +182,8 @@ int SetNodeDrained(ControllerClient& c, const std::string& name, bool drained) {
     s = c.nodes().UndrainNode(&ctx, req, &out);
   }
   if (!s.ok()) return Fail((drained ? "draining " : "undraining ") + name, s);
-  Print(c.options(), out, "node " + name + (drained ? " drained\n" : " undrained\n"));
+  Print(c.options(), out,
+        "node " + name + (drained ? evict ? " drained; its ranks stop with a checkpoint\n" : " drained\n" : " undrained\n"));
   return 0;
 }
 

@@ -26,7 +26,7 @@ int WatchJob(ControllerClient& c, const std::string& id);
 int JobLogs(ControllerClient& c, const std::string& id, bool follow, int rank, int attempt);
 
 int ListNodes(ControllerClient& c);
-// `node drain` (drained = true) and `node undrain`.
-int SetNodeDrained(ControllerClient& c, const std::string& name, bool drained);
+// `node drain [--evict]` (drained = true) and `node undrain`.
+int SetNodeDrained(ControllerClient& c, const std::string& name, bool drained, bool evict = false);
 
 }  // namespace eft::cli

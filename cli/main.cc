@@ -49,8 +49,11 @@ int main(int argc, char** argv) {
   auto* node = app.add_subcommand("node", "nodes")->require_subcommand(1);
   std::string name;
   auto* node_list = node->add_subcommand("list", "list nodes");
+  bool evict = false;
   auto* drain = node->add_subcommand("drain", "take no new ranks on a node");
   drain->add_option("NAME", name)->required();
+  drain->add_flag("--evict", evict,
+                  "also stop the ranks running there with a checkpoint; their jobs continue on their other nodes");
   auto* undrain = node->add_subcommand("undrain", "accept new ranks again");
   undrain->add_option("NAME", name)->required();
 
@@ -80,6 +83,6 @@ int main(int argc, char** argv) {
   if (*watch) return WatchJob(c, id);
   if (*logs) return JobLogs(c, id, follow, rank, attempt);
   if (*node_list) return ListNodes(c);
-  if (*drain || *undrain) return SetNodeDrained(c, name, /*drained=*/static_cast<bool>(*drain));
+  if (*drain || *undrain) return SetNodeDrained(c, name, /*drained=*/static_cast<bool>(*drain), evict);
   return 2;
 }

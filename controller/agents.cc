@@ -159,6 +159,7 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
         const int64_t total = j->progress.total_steps();
         j->progress = effect.progress;
         if (j->progress.total_steps() == 0) j->progress.set_total_steps(total);
+        j->reached_step = std::max(j->reached_step, effect.progress.step());
         Bump(*j);
         break;
       }

@@ -64,6 +64,9 @@ Status Controller::Load() {
     EFT_ASSIGN_OR_RETURN(j.attempts, store_->LoadAttempts(j.rec.id));
     EFT_ASSIGN_OR_RETURN(j.checkpoints, store_->LoadCheckpoints(j.rec.id));
     EFT_ASSIGN_OR_RETURN(j.events, store_->LoadEvents(j.rec.id));
+    for (const auto& e : j.events) {
+      if (auto r = ResizeReasonOf(e)) ++j.resizes[static_cast<size_t>(*r)];
+    }
     j.spec_json = eft::spec::JobSpecToJson(j.rec.spec).dump();
     if (j.active() && j.current()) {
       // A RUNNING attempt had every rank running: a rank its worker no longer reports is lost.
@@ -126,6 +129,9 @@ Status Controller::Apply(JobEntry& job, JobChange change) {
   }
   if (change.insert_attempt) job.attempts.push_back(*change.insert_attempt);
   if (change.update_attempt && !job.attempts.empty()) job.attempts.back() = *change.update_attempt;
+  for (const auto& e : change.events) {
+    if (auto r = ResizeReasonOf(e)) ++job.resizes[static_cast<size_t>(*r)];
+  }
   job.events.insert(job.events.end(), change.events.begin(), change.events.end());
   job.rec = std::move(change.rec);
   IndexLocked(job);
@@ -304,16 +310,40 @@ v1::ListNodesResponse Controller::ListNodes() {
   return out;
 }
 
-Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained) {
+Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained, bool evict) {
   MutexLock lock(&mu_);
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return Status::NotFound("node " + name + " not found");
+  if (evict && !drained) return Status::InvalidArgument("evict: only a drain evicts");
   NodeRecord rec = it->second.rec;
   rec.drained = drained;
   EFT_RETURN_IF_ERROR(store_->UpsertNode(rec).WithContext("storing node " + name));
   it->second.rec = rec;
   CapacityChangedLocked();
-  EFT_LOG(INFO) << "node " << name << (drained ? " drained: it takes no new ranks" : " undrained");
+  EFT_LOG(INFO) << "node " << name << (drained ? " drained: it takes no new ranks" : " undrained")
+                << (evict ? "; evicting what runs there" : "");
+  if (evict) {
+    // Each job stops there with a checkpoint and goes on where it can: its other nodes plus free
+    // ones (the drained node no longer counts as free), up to nodes.max.
+    std::vector<NodeCapacity> caps = CapacitiesLocked();
+    for (const auto& id : index_.ActiveOn(name)) {
+      JobEntry& j = jobs_.at(id);
+      if (!j.active() || !j.current()) continue;
+      const auto& nodes = j.current()->nodes;
+      const int from = static_cast<int>(nodes.size());
+      int free = 0;
+      for (const auto& cap : caps) {
+        if (cap.ready && !cap.drained && std::find(nodes.begin(), nodes.end(), cap.name) == nodes.end() &&
+            static_cast<int>(cap.free_slots.size()) >= j.rec.spec.resources().gpus_per_node()) {
+          ++free;
+        }
+      }
+      const auto& range = j.rec.spec.resources().nodes();
+      const int to = std::min(range.max(), from - 1 + free);
+      EFT_RETURN_IF_ERROR(ResizeLocked(j, ResizeReason::kEvict, EvictWhat(name, from, to, range.min()))
+                              .WithContext("evicting job " + id + " from node " + name));
+    }
+  }
   if (!drained) MaybeScheduleLocked();
   v1::Node out = ToProto(it->second);
   for (const auto& cap : CapacitiesLocked()) {
@@ -353,6 +383,7 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
       v.last_checkpoint_step = newest.step;
       v.last_checkpoint_ms = newest.time_ms;
     }
+    v.resizes = j.resizes;
   }
   const SteadyTime now = clock_->Now();
   for (const auto& [name, n] : nodes_) {

@@ -19,6 +19,7 @@
 // rank event means (rank_events.h), placement (scheduler.h).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -38,6 +39,7 @@
 #include "controller/job_index.h"
 #include "controller/log_store.h"
 #include "controller/records.h"
+#include "controller/resize_policy.h"
 #include "controller/scheduler.h"
 #include "controller/store.h"
 #include "eft/v1/agent.pb.h"
@@ -62,6 +64,8 @@ struct ControllerSnapshot {
     int64_t last_checkpoint_bytes = 0;
     int64_t last_checkpoint_step = 0;
     int64_t last_checkpoint_ms = 0;  // wall time the newest checkpoint was reported; 0: none
+    // Planned resizes by reason (index: ResizeReason), from the job's `resized` events.
+    std::array<int64_t, kResizeReasons.size()> resizes{};
   };
   struct Node {
     std::string name;
@@ -107,7 +111,10 @@ class Controller {
 
   // --- NodeService ---
   v1::ListNodesResponse ListNodes() EXCLUDES(mu_);
-  Result<v1::Node> SetDrained(const std::string& name, bool drained) EXCLUDES(mu_);
+  // Drains (no new ranks) or undrains a node. `evict` (drain only): the attempts running there also
+  // end as a planned resize: their ranks stop with a checkpoint and each job continues on the nodes
+  // it has left (docs/architecture.md, "Resizing").
+  Result<v1::Node> SetDrained(const std::string& name, bool drained, bool evict = false) EXCLUDES(mu_);
 
   // --- AgentService ---
   Result<v1::RegisterResponse> Register(const v1::RegisterRequest& request) EXCLUDES(mu_);
@@ -149,6 +156,13 @@ class Controller {
     SteadyTime ended_at{};
     bool end_counted = false;
     std::string spec_json;        // the normalized spec, sent once per attempt and node (AttemptSpec)
+    // The highest step the current attempt reported (0: none, or not since the controller started):
+    // what the next attempt's resume is measured against ("N steps lost").
+    int64_t reached_step = 0;
+    // Planned resizes by reason (index: ResizeReason), counted from `resized` events.
+    std::array<int64_t, kResizeReasons.size()> resizes{};
+    // Why the job last did not grow although a node was free, so it is logged once, not every pass.
+    std::string grow_held;
     uint64_t version = 1;
     // capacity_epoch_ when placement last failed: until capacity changes it would fail again.
     uint64_t unplaceable_epoch = 0;
@@ -214,7 +228,16 @@ class Controller {
   // kRestart and kRestartCounted move it to RECOVERING (the latter counts against max_restarts and
   // may fail the job instead).
   enum class Outcome { kSucceeded, kFailed, kCancelled, kRestart, kRestartCounted };
-  Status EndAttemptLocked(JobEntry& job, const std::string& reason, Outcome outcome) REQUIRES(mu_);
+  // `first_events` go into the same transaction, before the attempt_ended event.
+  Status EndAttemptLocked(JobEntry& job, const std::string& reason, Outcome outcome,
+                          std::vector<EventRecord> first_events = {}) REQUIRES(mu_);
+  // A planned resize: the attempt ends with "resized: <what>" and a `resized` event, not counted
+  // against max_restarts; its ranks stop with a checkpoint and the next attempt resumes from it.
+  Status ResizeLocked(JobEntry& job, ResizeReason reason, const std::string& what) REQUIRES(mu_);
+  // Grows RUNNING jobs onto free capacity (DecideGrow), oldest first; part of a scheduling pass,
+  // after pending jobs were placed. Skipped when neither capacity nor a cooldown changed since the
+  // last look.
+  void GrowLocked(std::optional<std::vector<NodeCapacity>>* caps) REQUIRES(mu_);
   void OnRankExitLocked(JobEntry& job, int rank, const v1::RankStatus& status) REQUIRES(mu_);
   void MarkNodeLostLocked(NodeEntry& node, const std::string& reason) REQUIRES(mu_);
   void ForgiveLastFailureLocked(JobEntry& job, const std::string& cause) REQUIRES(mu_);
@@ -246,6 +269,10 @@ class Controller {
   uint64_t capacity_epoch_ GUARDED_BY(mu_) = 1;
   uint64_t last_pass_epoch_ GUARDED_BY(mu_) = 0;
   int64_t attempts_created_ GUARDED_BY(mu_) = 0;  // over all jobs, ever: picks each attempt's MASTER_PORT
+  // GrowLocked: capacity_epoch_ at its last look, and the earliest end of a cooldown that held a
+  // grow then (0: none).
+  uint64_t grow_epoch_ GUARDED_BY(mu_) = 0;
+  int64_t grow_retry_ms_ GUARDED_BY(mu_) = 0;
   std::function<void(const CheckpointReport&)> checkpoint_observer_ GUARDED_BY(mu_);
 
   // Submits are written in groups, one transaction for all that arrived meanwhile (group_commit.h).

@@ -191,6 +191,19 @@ Status ControllerMetrics::RegisterAll() {
                                   return IfTraining(j, Seconds(j.progress.time()), j.progress.has_time());
                                 }));
 
+  // Both reasons for every job, so a dashboard query for one job returns data (0) before any resize.
+  EFT_RETURN_IF_ERROR(Add(kCounter, "eft_job_resizes_total",
+                          "Planned resizes of the job by reason: grow (capacity came back), evict (drain --evict).",
+                          {"job", "reason"}, [](const ControllerSnapshot& s) {
+                            Samples out;
+                            for (const Job& j : s.jobs) {
+                              for (ResizeReason r : kResizeReasons) {
+                                out.push_back({{j.id, ResizeReasonLabel(r)},
+                                               static_cast<double>(j.resizes[static_cast<size_t>(r)])});
+                              }
+                            }
+                            return out;
+                          }));
   EFT_RETURN_IF_ERROR(AddPerJob(kCounter, "eft_job_checkpoints_total", "Checkpoints the job's ranks reported.",
                                 always([](const Job& j) { return double(j.checkpoints); })));
   EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_checkpoint_bytes", "Size of the job's newest checkpoint.",

@@ -117,7 +117,7 @@ grpc::Status NodeServiceImpl::ListNodes(grpc::ServerContext* ctx, const v1::List
 grpc::Status NodeServiceImpl::DrainNode(grpc::ServerContext* ctx, const v1::DrainNodeRequest* req, v1::Node* out) {
   auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kDrainNode);
   if (!who.ok()) return ToGrpc(who.status());
-  return Reply(c_->SetDrained(req->name(), true), out);
+  return Reply(c_->SetDrained(req->name(), true, req->evict()), out);
 }
 
 grpc::Status NodeServiceImpl::UndrainNode(grpc::ServerContext* ctx, const v1::UndrainNodeRequest* req, v1::Node* out) {

@@ -1,6 +1,7 @@
 // Controller: the job state machine. Scheduling attempts, ending them, restart policy, node loss.
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include "common/logging.h"
 #include "common/rank_protocol.h"
 #include "controller/controller.h"
+#include "controller/resize_policy.h"
 
 namespace eft::controller {
 namespace {
@@ -157,6 +159,81 @@ void Controller::ScheduleLocked() {
   std::optional<std::vector<NodeCapacity>> caps;
   // Pending() is a copy: starting an attempt refiles the job.
   for (const auto& id : index_.Pending()) TryPlaceLocked(jobs_.at(id), &caps);
+  // Waiting jobs first: a running job grows only onto what none of them could start on.
+  GrowLocked(&caps);
+}
+
+void Controller::GrowLocked(std::optional<std::vector<NodeCapacity>>* caps) {
+  const int64_t now_ms = clock_->WallMillis();
+  if (grow_epoch_ == capacity_epoch_ && (grow_retry_ms_ == 0 || now_ms < grow_retry_ms_)) return;
+  grow_epoch_ = capacity_epoch_;
+  grow_retry_ms_ = 0;
+  const std::set<std::string> active = index_.Active();
+  std::vector<std::string> ids(active.begin(), active.end());
+  std::sort(ids.begin(), ids.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;  // numeric ids: submit order
+  });
+  std::set<std::string> taken;  // promised to a job that grows in this pass
+  for (const auto& id : ids) {
+    JobEntry& j = jobs_.at(id);
+    const auto& res = j.rec.spec.resources();
+    // A job stored before these fields existed has them unset: the defaults of spec.proto apply.
+    const bool grow = !res.has_grow() || res.grow();
+    const double cooldown_s = res.has_resize_cooldown_seconds() ? res.resize_cooldown_seconds() : 60;
+    if (j.rec.state != v1::JOB_STATE_RUNNING || !j.current() || !grow) continue;
+    const AttemptRecord& a = *j.current();
+    if (static_cast<int>(a.nodes.size()) >= res.nodes().max()) continue;
+    if (!caps->has_value()) *caps = CapacitiesLocked();
+    GrowInput in;
+    in.running = true;
+    in.grow_enabled = grow;
+    in.nodes = static_cast<int>(a.nodes.size());
+    in.max_nodes = res.nodes().max();
+    // In name order, as PlaceGang takes nodes that are not the job's (CapacitiesLocked is sorted).
+    for (const auto& cap : **caps) {
+      if (cap.ready && !cap.drained && static_cast<int>(cap.free_slots.size()) >= res.gpus_per_node() &&
+          !taken.count(cap.name) && std::find(a.nodes.begin(), a.nodes.end(), cap.name) == a.nodes.end()) {
+        in.free_nodes.push_back(cap.name);
+      }
+    }
+    if (in.free_nodes.empty()) continue;
+    for (const auto& earlier : j.attempts) {
+      in.known_nodes.insert(in.known_nodes.end(), earlier.nodes.begin(), earlier.nodes.end());
+    }
+    in.now_ms = now_ms;
+    in.last_resize_ms = LastResizeMs(j.attempts);
+    in.cooldown_ms = static_cast<int64_t>(cooldown_s * 1000);
+    // The newest step any attempt reported: a fresh attempt near the end has not stepped yet.
+    in.step = j.progress.step();
+    in.total_steps = j.progress.total_steps();
+    in.checkpoint_every = j.rec.spec.checkpoint().every_steps();
+    const GrowDecision d = DecideGrow(in);
+    if (!d.grow) {
+      if (d.retry_at_ms > 0 && (grow_retry_ms_ == 0 || d.retry_at_ms < grow_retry_ms_)) grow_retry_ms_ = d.retry_at_ms;
+      if (d.reason != j.grow_held) {
+        EFT_LOG(INFO) << "job " << id << ": not growing onto " << in.free_nodes.front() << " yet (" << d.reason << ")";
+        j.grow_held = d.reason;
+      }
+      continue;
+    }
+    j.grow_held.clear();
+    if (ResizeLocked(j, ResizeReason::kGrow, d.reason).ok()) {
+      taken.insert(d.added.begin(), d.added.end());
+      caps->reset();
+    } else {
+      grow_epoch_ = 0;  // not written (the store failed): the next pass decides again
+    }
+  }
+}
+
+Status Controller::ResizeLocked(JobEntry& j, ResizeReason reason, const std::string& what) {
+  // Ending the attempt takes its ranks out of the desired state: each worker sends them SIGTERM, so
+  // they finish the step, save a checkpoint and exit 75 (the rank protocol), and the next attempt,
+  // placed once they are gone, resumes from that checkpoint. A rank that does not exit within
+  // stop_grace_seconds is killed, and the next attempt takes the newest checkpoint there is
+  // (StartAttemptLocked says how many steps that lost).
+  std::vector<EventRecord> events{MakeEvent(j, kResizedEvent, ResizedEventMessage(reason, what))};
+  return EndAttemptLocked(j, ResizedEndReason(what), Outcome::kRestart, std::move(events));
 }
 
 void Controller::MaybeScheduleLocked() {
@@ -188,6 +265,16 @@ void Controller::TryPlaceLocked(JobEntry& j, std::optional<std::vector<NodeCapac
   if (!p.placed) {
     j.unplaceable_epoch = capacity_epoch_;
     std::string reason = "waiting for nodes: " + p.why_not;
+    if (j.rec.state == v1::JOB_STATE_RECOVERING && j.current() && EndedForResize(*j.current())) {
+      // Stopped on purpose (an eviction, or a grow whose nodes went away) with its ranks gone: it
+      // waits for capacity in the queue like any job that does not fit, saying for what.
+      JobChange c{j.rec, {}, {}, {}};
+      c.rec.state = v1::JOB_STATE_QUEUED;
+      c.rec.reason = reason;
+      c.events.push_back(MakeEvent(j, "queued", reason));
+      if (Apply(j, std::move(c)).ok()) j.unplaceable_epoch = capacity_epoch_;
+      return;
+    }
     if (reason != j.rec.reason) {
       j.rec.reason = reason;  // informational; persisted with the next real transition
       Bump(j);
@@ -212,6 +299,12 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
     if (!newest || c.step > newest->step || (c.step == newest->step && c.time_ms >= newest->time_ms)) newest = &c;
   }
   if (newest) a.resume_from = newest->path;
+  const int64_t resume_step = newest ? newest->step : 0;
+  // Steps the previous attempt reported beyond the checkpoint this one resumes from are trained
+  // again: "steps lost". Known when that attempt reported steps since this controller started.
+  const AttemptRecord* previous = j.current();
+  const int64_t reached = previous ? j.reached_step : 0;
+  const int64_t lost = std::max<int64_t>(0, reached - resume_step);
 
   JobChange c{j.rec, {}, {}, {}};
   c.rec.state = v1::JOB_STATE_STARTING;
@@ -226,17 +319,35 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
   msg << "attempt " << a.number << ": world size " << a.world_size << " on " << JoinNodes(a.nodes) << " (master "
       << a.master_addr << ":" << a.master_port << "), "
       << (a.resume_from.empty() ? std::string("fresh start") : "resuming from " + a.resume_from);
+  if (reached > 0) {
+    msg << " (step " << resume_step << "; attempt " << previous->number << " reached step " << reached << ": " << lost
+        << (lost == 1 ? " step lost)" : " steps lost)");
+  }
+  if (lost > 0 && EndedForResize(*previous)) {
+    // The ranks were asked to stop with a checkpoint and did not deliver one (they ignored SIGTERM
+    // or were killed at the end of the grace period): say so, and what it cost.
+    std::ostringstream why;
+    why << "attempt " << previous->number << " was stopped for a resize but saved no checkpoint at its last step ("
+        << reached << ") within fault_tolerance.stop_grace_seconds ("
+        << j.rec.spec.fault_tolerance().stop_grace_seconds() << " s): "
+        << (newest ? "resuming from the newest periodic checkpoint, step " + std::to_string(resume_step)
+                   : std::string("no checkpoint at all, starting from scratch"))
+        << "; " << lost << (lost == 1 ? " step lost" : " steps lost");
+    c.events.push_back(MakeEvent(j, "stop_not_saved", why.str()));
+  }
   EventRecord e = MakeEvent(j, "attempt_started", msg.str());
   e.attempt = a.number;
   c.events.push_back(std::move(e));
   EFT_RETURN_IF_ERROR(Apply(j, std::move(c)));
   ++attempts_created_;
+  j.reached_step = 0;
   j.ranks.assign(a.world_size, RankView{});
   return Status::Ok();
 }
 
-Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, Outcome outcome) {
-  JobChange c{j.rec, {}, {}, {}};
+Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, Outcome outcome,
+                                    std::vector<EventRecord> first_events) {
+  JobChange c{j.rec, {}, {}, std::move(first_events)};
   int64_t now_ms = clock_->WallMillis();
   if (j.current() && j.current()->end_ms == 0) {
     AttemptRecord a = *j.current();

@@ -494,6 +494,15 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   EFT_RETURN_IF_ERROR(CheckRange("spec.resources.nodes.max", nodes->max(), 1, 10000));
   if (!res->has_gpus_per_node()) res->set_gpus_per_node(1);
   EFT_RETURN_IF_ERROR(CheckRange("spec.resources.gpus_per_node", res->gpus_per_node(), 1, 64));
+  if (!res->has_grow()) res->set_grow(true);
+  if (!res->has_resize_cooldown_seconds()) res->set_resize_cooldown_seconds(60);
+  const double cooldown = res->resize_cooldown_seconds();
+  // A week is far beyond any useful cooldown; the bound keeps the milliseconds the controller
+  // computes from it well inside int64.
+  if (!std::isfinite(cooldown) || !(cooldown >= 0) || cooldown > 604800) {
+    return Invalid("spec.resources.resize_cooldown_seconds (" + FormatDouble(cooldown) +
+                   ") must be >= 0 and <= 604800 (seconds between two resizes of the job)");
+  }
 
   v1::TrainingSpec* t = spec->mutable_training();
   if (!t->has_epochs()) t->set_epochs(1);

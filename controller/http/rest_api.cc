@@ -184,8 +184,13 @@ HttpReply RestApi::SetDrained(const RouteContext& ctx, bool drained) {
   Controller* c = Ready(&err);
   if (!c) return err;
   if (!Access(ctx, Action::kDrainNode, &err)) return err;
-  if (Status s = CheckQueryParams(ctx.target.query, {}); !s.ok()) return ErrorReply(s);
-  return Reply(c->SetDrained(ctx.params.at("name"), drained));
+  if (!drained) {
+    if (Status s = CheckQueryParams(ctx.target.query, {}); !s.ok()) return ErrorReply(s);
+    return Reply(c->SetDrained(ctx.params.at("name"), false));
+  }
+  auto req = ParseDrainQuery(ctx.params.at("name"), ctx.target.query);
+  if (!req.ok()) return ErrorReply(req.status());
+  return Reply(c->SetDrained(req->name(), true, req->evict()));
 }
 
 }  // namespace eft::controller::http

@@ -241,6 +241,19 @@ Result<v1::GetLogsRequest> ParseLogsQuery(const std::string& job_id, const Query
   return req;
 }
 
+Result<v1::DrainNodeRequest> ParseDrainQuery(const std::string& name, const QueryParams& query) {
+  v1::DrainNodeRequest req;
+  req.set_name(name);
+  std::vector<std::string> seen;
+  for (const auto& [key, value] : query) {
+    EFT_RETURN_IF_ERROR(Once(&seen, key));
+    if (key != "evict") return Status::InvalidArgument("unknown query parameter '" + key + "' (known: evict)");
+    EFT_ASSIGN_OR_RETURN(bool evict, ParseBool("evict", value));
+    req.set_evict(evict);
+  }
+  return req;
+}
+
 Status CheckQueryParams(const QueryParams& query, const std::vector<std::string>& allowed) {
   for (const auto& [key, value] : query) {
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {

@@ -14,6 +14,7 @@
 #include "common/http/http_types.h"
 #include "common/http/replies.h"
 #include "eft/v1/job.pb.h"
+#include "eft/v1/node.pb.h"
 
 namespace eft::controller::http {
 
@@ -51,6 +52,9 @@ Result<v1::ListJobsRequest> ParseListJobsQuery(const QueryParams& query);
 
 // GET /v1/jobs/{id}/logs: follow (true|false|1|0), rank, attempt.
 Result<v1::GetLogsRequest> ParseLogsQuery(const std::string& job_id, const QueryParams& query);
+
+// POST /v1/nodes/{name}:drain: evict (true|false|1|0; a bare "?evict" means true).
+Result<v1::DrainNodeRequest> ParseDrainQuery(const std::string& name, const QueryParams& query);
 
 // Fails with the first parameter not in `allowed` (for routes that take none or few).
 Status CheckQueryParams(const QueryParams& query, const std::vector<std::string>& allowed);

@@ -238,6 +238,19 @@ TEST_F(ControllerMetricsTest, RestartsCountAttemptsAndNeverGoDown) {
   EXPECT_EQ(Value("eft_job_restarts_total", job), 1.0);
 }
 
+// Both reasons from the job's first scrape (a dashboard query has data before any resize); an
+// eviction counts under evict.
+TEST_F(ControllerMetricsTest, ResizesAreCountedByReason) {
+  CreateMetrics();
+  Register("n1");
+  std::string id = Submit("moved", 1);
+  EXPECT_EQ(Value("eft_job_resizes_total", {{"job", id}, {"reason", "grow"}}), 0.0);
+  EXPECT_EQ(Value("eft_job_resizes_total", {{"job", id}, {"reason", "evict"}}), 0.0);
+  ASSERT_TRUE(c_->SetDrained("n1", true, /*evict=*/true).ok());
+  EXPECT_EQ(Value("eft_job_resizes_total", {{"job", id}, {"reason", "evict"}}), 1.0);
+  EXPECT_EQ(Value("eft_job_resizes_total", {{"job", id}, {"reason", "grow"}}), 0.0);
+}
+
 TEST_F(ControllerMetricsTest, PerJobSeriesAreBoundedToActiveAndNewestTerminalJobs) {
   CreateMetrics(ControllerMetricsOptions{.terminal_jobs_kept = 2});
   std::vector<std::string> ids;

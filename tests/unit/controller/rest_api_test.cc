@@ -171,6 +171,25 @@ TEST_F(RestApiTest, NodesDrainUndrain) {
   EXPECT_EQ(Call("GET", "/v1/nodes/n1:drain").status, 405);
 }
 
+TEST_F(RestApiTest, DrainWithEvictStopsWhatRunsThere) {
+  RegisterNode("n1");
+  json job = CallJson("POST", "/v1/jobs", 200, R"({"name": "one", "command": ["/bin/true"]})");
+  ASSERT_EQ(job["state"], "JOB_STATE_STARTING");
+  EXPECT_EQ(CallJson("POST", "/v1/nodes/n1:drain?evict=maybe", 400)["message"],
+            "evict: expected true or false, got 'maybe'");
+  EXPECT_EQ(CallJson("POST", "/v1/nodes/n1:drain?force=1", 400)["message"],
+            "unknown query parameter 'force' (known: evict)");
+  EXPECT_EQ(Call("POST", "/v1/nodes/n1:undrain?evict=true").status, 400);
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/" + job["id"].get<std::string>(), 200)["state"], "JOB_STATE_STARTING")
+      << "nothing happened on a refused request";
+  json node = CallJson("POST", "/v1/nodes/n1:drain?evict=true", 200);
+  EXPECT_EQ(node["drained"], true);
+  job = CallJson("GET", "/v1/jobs/" + job["id"].get<std::string>(), 200);
+  EXPECT_EQ(job["state"], "JOB_STATE_RECOVERING");
+  EXPECT_EQ(job["attempts"][0]["endReason"],
+            "resized: n1 drained with --evict, 1 -> 0 nodes, below nodes.min 1: the job waits for nodes");
+}
+
 TEST_F(RestApiTest, LogsStreamRawForOneRankAndPrefixedForAll) {
   CallJson("POST", "/v1/jobs", 200, kSpec);
   ASSERT_TRUE(controller_->logs().Append({"1", 1, 0}, 0, "a0\nb0\n").ok());

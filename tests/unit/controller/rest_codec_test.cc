@@ -173,6 +173,19 @@ TEST(RestCodec, LogsQuery) {
   EXPECT_FALSE(ParseLogsQuery("3", {{"tail", "10"}}).ok());
 }
 
+TEST(RestCodec, DrainQueryTakesEvictOnly) {
+  auto r = ParseDrainQuery("n1", {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->name(), "n1");
+  EXPECT_FALSE(r->evict());
+  EXPECT_TRUE(ParseDrainQuery("n1", {{"evict", "true"}})->evict());
+  EXPECT_TRUE(ParseDrainQuery("n1", {{"evict", ""}})->evict()) << "a bare ?evict";
+  EXPECT_FALSE(ParseDrainQuery("n1", {{"evict", "0"}})->evict());
+  EXPECT_FALSE(ParseDrainQuery("n1", {{"evict", "yes please"}}).ok());
+  EXPECT_FALSE(ParseDrainQuery("n1", {{"evict", "1"}, {"evict", "0"}}).ok());
+  EXPECT_FALSE(ParseDrainQuery("n1", {{"now", "1"}}).ok());
+}
+
 TEST(RestCodec, LogLinesGetTheirOriginAndPartialLinesWait) {
   LogLinePrefixer p;
   v1::LogChunk a;

@@ -110,6 +110,9 @@ TEST(JobSpecTest, ArchitectureExampleParsesAndNormalizes) {
   EXPECT_EQ(spec.fault_tolerance().max_restarts(), 5);
   EXPECT_DOUBLE_EQ(spec.fault_tolerance().stop_grace_seconds(), 30);
   EXPECT_EQ(spec.command_size(), 0);
+  EXPECT_TRUE(spec.resources().has_grow());
+  EXPECT_TRUE(spec.resources().grow());
+  EXPECT_DOUBLE_EQ(spec.resources().resize_cooldown_seconds(), 60);
 }
 
 TEST(JobSpecTest, MinimalSpecGetsEveryDefault) {
@@ -289,6 +292,9 @@ TEST(JobSpecTest, EveryValidationRuleNamesTheField) {
       {"/checkpoint/keep_last", -1, "spec.checkpoint.keep_last (-1) must be >= 1"},
       {"/fault_tolerance/max_restarts", -1, "spec.fault_tolerance.max_restarts (-1) must be >= 0"},
       {"/fault_tolerance/max_restarts", 1001, "spec.fault_tolerance.max_restarts (1001) must be <= 1000"},
+      {"/resources/resize_cooldown_seconds", -1,
+       "spec.resources.resize_cooldown_seconds (-1.0) must be >= 0 and <= 604800"},
+      {"/resources/resize_cooldown_seconds", 604801, "spec.resources.resize_cooldown_seconds (604801.0) must be >= 0"},
       {"/fault_tolerance/stop_grace_seconds", 0, "spec.fault_tolerance.stop_grace_seconds (0.0) must be > 0"},
       {"/fault_tolerance/stop_grace_seconds", 3601, "spec.fault_tolerance.stop_grace_seconds (3601.0) must be > 0 and <= 3600"},
       {"/command", {""}, "spec.command[0] is empty"},
@@ -485,6 +491,16 @@ TEST(JobSpecTest, JsonRoundTrip) {
   auto from_yaml = ParseJobSpec(JsonToYaml(j));
   ASSERT_TRUE(from_yaml.ok()) << from_yaml.status() << "\n" << JsonToYaml(j);
   EXPECT_TRUE(Equal(*from_yaml, spec));
+}
+
+// grow: false and a zero cooldown are explicit choices, not "unset": normalizing keeps them.
+TEST(JobSpecTest, ResizeSettingsKeepExplicitFalseAndZero) {
+  v1::JobSpec spec = MustNormalize("name: a\ncommand: [x]\nresources: {grow: false, resize_cooldown_seconds: 0}\n");
+  EXPECT_TRUE(spec.resources().has_grow());
+  EXPECT_FALSE(spec.resources().grow());
+  EXPECT_TRUE(spec.resources().has_resize_cooldown_seconds());
+  EXPECT_EQ(spec.resources().resize_cooldown_seconds(), 0);
+  EXPECT_EQ(JobSpecToJson(spec)["resources"]["grow"], false);
 }
 
 TEST(JobSpecTest, ToJsonOmitsUnsetOptionalFields) {

@@ -1,0 +1,80 @@
+// Resizing a running job (docs/architecture.md, "Resizing"): whether a RUNNING job should grow now
+// onto READY capacity that appeared, and the words the controller uses for resizes (end reasons,
+// `resized` events and their reason labels for /metrics).
+//
+// Pure functions of their inputs (no controller, no clock, no store), so every rule is unit-tested
+// on its own (tests/unit/controller/resize_policy_test.cc). The controller gathers the inputs under
+// its lock and acts on the decision: a grow ends the attempt (its ranks stop with a checkpoint, exit
+// 75) and the next attempt is placed at the larger size from that checkpoint.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "controller/records.h"
+
+namespace eft::controller {
+
+struct GrowInput {
+  bool running = false;       // the job is RUNNING: every rank of its current attempt started
+  bool grow_enabled = true;   // spec.resources.grow
+  int nodes = 0;              // nodes of the current attempt
+  int max_nodes = 0;          // spec.resources.nodes.max
+  // READY, undrained nodes that are not the job's and have gpus_per_node free slots, in the order
+  // placement would take them.
+  std::vector<std::string> free_nodes;
+  // Nodes that ran an earlier attempt of the job: one of them coming back "is back".
+  std::vector<std::string> known_nodes;
+  int64_t now_ms = 0;
+  int64_t last_resize_ms = 0;  // LastResizeMs(); 0: never resized
+  int64_t cooldown_ms = 0;     // spec.resources.resize_cooldown_seconds
+  int64_t step = 0;            // newest step the job reported; 0: none yet
+  int64_t total_steps = 0;     // as the trainer reported it; 0: not known
+  int64_t checkpoint_every = 0;  // spec.checkpoint.every_steps; 0: no periodic checkpoints
+};
+
+struct GrowDecision {
+  bool grow = false;
+  int from_nodes = 0;
+  int to_nodes = 0;
+  std::vector<std::string> added;  // the free nodes the next attempt is meant to take
+  // grow: what happened, "node2 is back, 2 -> 3 nodes". No grow although a node was free: why not
+  // ("cooldown: ..."). "" when there is nothing to decide (not running, at nodes.max, nothing free).
+  std::string reason;
+  // When only the cooldown stood in the way: the wall time (ms) it ends; 0 otherwise.
+  int64_t retry_at_ms = 0;
+};
+
+GrowDecision DecideGrow(const GrowInput& in);
+
+// When the job's world size last changed: the start of the newest attempt that runs on a different
+// number of nodes than the attempt before it (a grow, an eviction, a node loss). 0: never.
+int64_t LastResizeMs(const std::vector<AttemptRecord>& attempts);
+
+// What a resize is counted as (eft_job_resizes_total{reason}).
+enum class ResizeReason { kGrow, kEvict };
+inline constexpr std::array<ResizeReason, 2> kResizeReasons = {ResizeReason::kGrow, ResizeReason::kEvict};
+const char* ResizeReasonLabel(ResizeReason reason);  // "grow", "evict"
+
+// The `resized` job event: type kResizedEvent, message "<label>: <what happened>", e.g.
+// "grow: node2 is back, 2 -> 3 nodes". The label makes the count by reason derivable from the
+// durable events (after a controller restart too).
+inline constexpr const char* kResizedEvent = "resized";
+std::string ResizedEventMessage(ResizeReason reason, const std::string& what);
+// The reason of a `resized` event; nullopt for any other event.
+std::optional<ResizeReason> ResizeReasonOf(const EventRecord& event);
+
+// The attempt end reason of a planned resize: "resized: " + what. Attempts that ended so are the
+// ones whose ranks were asked to stop with a checkpoint.
+std::string ResizedEndReason(const std::string& what);
+bool EndedForResize(const AttemptRecord& attempt);
+
+// What draining `node` with --evict does to a job on `from` nodes that can continue on `to` (the
+// other nodes of its attempt plus free ones, at most nodes.max): "node1 drained with --evict, 3 -> 2
+// nodes", or "..., 2 -> 1 node, below nodes.min 2: the job waits for nodes".
+std::string EvictWhat(const std::string& node, int from, int to, int min_nodes);
+
+}  // namespace eft::controller
