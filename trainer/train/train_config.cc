@@ -97,6 +97,7 @@ const std::vector<std::string>& FieldsTheTrainerIgnores() {
   static const auto* kIgnored = new std::vector<std::string>{
       "resources.nodes.min",  "resources.nodes.max",
       "resources.gpus_per_node",  // the launcher's: it starts that many ranks
+      "resources.grow", "resources.resize_cooldown_seconds",  // the controller's (resizing)
       "fault_tolerance.max_restarts", "fault_tolerance.stop_grace_seconds",
       "command",                  // a job with a command does not run eft-train
       "env",                      // the worker puts it in every rank's environment
