@@ -356,18 +356,6 @@ at::Tensor ShardedLlama::ForwardLogits(const Batch& input) {
   return Logits(config_, root, hidden).to(at::kFloat);
 }
 
-std::vector<std::pair<std::string, at::Tensor>> ShardedLlama::FullParameters() {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (auto& u : units_) {
-    at::Tensor full = u->Gather(at::kFloat);
-    std::vector<at::Tensor> views = u->Views(full);
-    for (size_t i = 0; i < views.size(); ++i) {
-      out.emplace_back(u->specs()[i].name, views[i].to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true));
-    }
-  }
-  return out;
-}
-
 void ShardedLlama::ZeroGrad() {
   for (auto& u : units_) u->ZeroGrad();
 }

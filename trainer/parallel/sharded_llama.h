@@ -81,8 +81,6 @@ class ShardedLlama {
 
   // Collective: logits [B, T, vocab] in fp32 on the model's device, no gradients (evaluation and tests).
   at::Tensor ForwardLogits(const Batch& batch);
-  // Collective: every parameter whole, fp32, on the CPU, by HF name, in checkpoint order.
-  std::vector<std::pair<std::string, at::Tensor>> FullParameters();
   void ZeroGrad();
   // Bytes this rank keeps between steps for parameters and their gradients (the shards, and under
   // kNoShard the whole parameters in the compute dtype).
