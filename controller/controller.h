@@ -156,8 +156,9 @@ class Controller {
     SteadyTime ended_at{};
     bool end_counted = false;
     std::string spec_json;        // the normalized spec, sent once per attempt and node (AttemptSpec)
-    // The highest step the current attempt reported (0: none, or not since the controller started):
-    // what the next attempt's resume is measured against ("N steps lost").
+    // The highest step the current attempt reached: the step it resumed from, then the newest it
+    // reported (0: a fresh start, or not known since the controller started). What the next
+    // attempt's resume is measured against ("N steps lost").
     int64_t reached_step = 0;
     // Planned resizes by reason (index: ResizeReason), counted from `resized` events.
     std::array<int64_t, kResizeReasons.size()> resizes{};

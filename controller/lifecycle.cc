@@ -340,7 +340,8 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
   c.events.push_back(std::move(e));
   EFT_RETURN_IF_ERROR(Apply(j, std::move(c)));
   ++attempts_created_;
-  j.reached_step = 0;
+  // The attempt starts at its checkpoint's step: stopped before its first step, it lost nothing.
+  j.reached_step = resume_step;
   j.ranks.assign(a.world_size, RankView{});
   return Status::Ok();
 }

@@ -35,9 +35,14 @@ using google::protobuf::util::TimeUtil;
 constexpr int kEpochs = 100;
 constexpr int kTotalSteps = 4 * kEpochs;
 constexpr int kCheckpointEvery = 20;
-// Different world sizes add the same fp32 numbers in another order; checkpoint_test bounds the
-// difference of a resumed run by 1e-6 over 7 steps. Over hundreds of Adam steps with restarts at
-// several world sizes, rounding differences compound a little further.
+// Different world sizes add the same fp32 numbers in another order, and Adam carries those rounding
+// differences forward. How far depends on the learning rate (docs/checkpoints.md, "Equal weights at
+// another world size"): at 3e-4 uninterrupted runs at W=1 and W=3 end 4.4e-6 apart after 400 steps,
+// while one optimizer step in the middle of the run moves weights by 2e-4 to 4e-4, so a step lost,
+// repeated or resumed with the wrong state stands 10x above this tolerance. (At 3e-3 the model
+// memorizes the data, its gradients become rounding noise that Adam rescales to full steps, and W=1
+// and W=3 end 3.7e-3 apart: no test can tell a wrong resume from that.)
+constexpr double kLearningRate = 3e-4;
 constexpr double kWeightTolerance = 2e-5;
 
 int Shell(const std::string& cmd, std::string* output) {
@@ -49,6 +54,11 @@ int Shell(const std::string& cmd, std::string* output) {
   const int status = ::pclose(p);
   if (output) *output = out;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string ReadFileOrEmpty(const fs::path& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 std::map<std::string, at::Tensor> Weights(const std::string& dir) {
@@ -68,8 +78,12 @@ class ResizeTest : public ::testing::Test {
   static void SetUpTestSuite() {
     shared_ = fs::path(BuildDir()) / "tests" / "e2e" / "resize-fixture";
     const fs::path done = shared_ / "ref-ckpt" / ("step-" + std::to_string(kTotalSteps)) / "COMMITTED";
+    const std::string ref_config = spec::JobSpecToJson(Spec("ref", (shared_ / "ref-ckpt").string(), 1, 1, 0)).dump();
     std::error_code ec;
-    if (fs::exists(done) && fs::last_write_time(TrainerBinary(), ec) < fs::last_write_time(done, ec)) return;
+    if (fs::exists(done) && fs::last_write_time(TrainerBinary(), ec) < fs::last_write_time(done, ec) &&
+        ReadFileOrEmpty(shared_ / "ref.json") == ref_config) {
+      return;
+    }
     fs::remove_all(shared_);
     fs::create_directories(shared_);
     std::string out;
@@ -88,9 +102,8 @@ class ResizeTest : public ::testing::Test {
       f << nlohmann::json{{"input_ids", ids}}.dump() << "\n";
     }
     f.close();
-    v1::JobSpec ref = Spec("ref", (shared_ / "ref-ckpt").string(), 1, 1, 0);
     const std::string config = (shared_ / "ref.json").string();
-    std::ofstream(config) << spec::JobSpecToJson(ref).dump();
+    std::ofstream(config) << ref_config;
     const auto start = std::chrono::steady_clock::now();
     ASSERT_EQ(Shell("OMP_NUM_THREADS=1 " + TrainerBinary() + " train --config " + config + " --nproc 2 --threads 1", &out),
               0)
@@ -113,7 +126,7 @@ class ResizeTest : public ::testing::Test {
     t->set_epochs(kEpochs);
     t->set_global_batch_size(8);
     t->set_micro_batch_size(2);
-    t->set_lr(3e-3);
+    t->set_lr(kLearningRate);
     t->set_precision("fp32");
     spec.mutable_checkpoint()->set_dir(ckpt);
     spec.mutable_checkpoint()->set_every_steps(kCheckpointEvery);
@@ -305,6 +318,14 @@ TEST_F(ResizeTest, AStopTheRanksIgnoreFallsBackToTheNewestPeriodicCheckpoint) {
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(job);
   ASSERT_EQ(job.attempts_size(), 2) << DescribeJob(job);
   const auto why = Events(job, "stop_not_saved");
+  if (why.empty() && StepsLost(job, 2) == 0) {
+    // The kill at the end of the grace period landed right after a periodic checkpoint: nothing was
+    // lost and there is nothing to report (about 1 run in 20). The rest still holds.
+    std::printf("the ranks were killed at a checkpointed step: 0 steps lost, no stop_not_saved event\n");
+    EXPECT_EQ(job.restarts(), 0);
+    ExpectReferenceWeights(job);
+    return;
+  }
   ASSERT_EQ(why.size(), 1u) << DescribeJob(job);
   EXPECT_NE(why[0]->message().find("within fault_tolerance.stop_grace_seconds (2 s): resuming from the newest "
                                    "periodic checkpoint, step "),

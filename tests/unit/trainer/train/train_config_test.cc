@@ -208,6 +208,28 @@ TEST(TrainConfigTest, ASpecWithItsOwnCommandIsNotTheTrainers) {
       << config.status();
 }
 
+// A command that runs eft-train (a wrapper, extra flags) still trains the spec's model and data.
+TEST(TrainConfigTest, ACommandThatRunsTheTrainerKeepsTheSpec) {
+  auto spec = LoadJobSpec(Doc("name: t\nmodel: /m\ndata: {train: /d.jsonl}\n"
+                              "command: [numactl, --interleave=all, /opt/eft/bin/eft-train, train]\n"),
+                          {});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto config = TrainConfigFromJobSpec(*spec);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model, "/m");
+  EXPECT_EQ(config->train_data, "/d.jsonl");
+  // Not a program merely named like it, and not without a model.
+  auto other = LoadJobSpec(Doc("name: t\nmodel: /m\ndata: {train: /d.jsonl}\ncommand: [eft-train.sh]\n"), {});
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_FALSE(TrainConfigFromJobSpec(*other).ok());
+  auto no_model = LoadJobSpec(Doc("name: t\ncommand: [eft-train, train]\n"), {});
+  ASSERT_TRUE(no_model.ok()) << no_model.status();
+  auto c = TrainConfigFromJobSpec(*no_model);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("spec.model is required when spec.command runs eft-train"), std::string::npos)
+      << c.status();
+}
+
 // EFT_JOB_SPEC is the controller's normalized spec printed by JobSpecToJson: reading it back gives
 // the same run as the file it came from.
 TEST(TrainConfigTest, TheWorkersSpecReadsBackToTheSameRun) {
