@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Control-plane benchmarks: node-loss detection/relaunch and controller throughput.
+# Control-plane benchmarks: node-loss detection/relaunch, planned resizes and controller throughput.
 #
 # Usage: bench/run_control_plane.sh [BUILD_DIR]        (default: build)
 #   EFT_BENCH_RUNS=10      node-loss repetitions (the medians in docs/benchmarks.md use 10)
 #   EFT_BENCH_SECONDS=10   length of each controller load phase
 #   EFT_BENCH_WORKERS=1000 simulated workers for the heartbeat phases
-#   EFT_BENCH_ONLY=loss|load  run just one of the two programs
-# Builds the two programs (and what they start: eft-controller, eft-worker, eft-test-workload) with
+#   EFT_BENCH_ONLY=loss|resize|load  run just one of the three programs
+# Builds the programs (and what they start: eft-controller, eft-worker, eft-test-workload, eft-train) with
 # `cmake --build`, runs them, keeps their full output under BUILD_DIR/bench-results/<time>/ and ends
-# with a summary table. Takes about 3-4 minutes. Everything runs on 127.0.0.1; nothing is left behind
+# with a summary table. Takes about 6-8 minutes. Everything runs on 127.0.0.1; nothing is left behind
 # but the output files. The numbers depend on the machine and on what else runs: the script prints
 # the load average before and after, and a load above about 1.5 (on 2 cores) skews the results.
 set -euo pipefail
@@ -23,8 +23,10 @@ ONLY=${EFT_BENCH_ONLY:-}
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
-targets=(controller_load_bench)
-[[ "$ONLY" != load ]] && targets+=(node_loss_bench)
+targets=()
+[[ -z "$ONLY" || "$ONLY" == load ]] && targets+=(controller_load_bench)
+[[ -z "$ONLY" || "$ONLY" == loss ]] && targets+=(node_loss_bench)
+[[ -z "$ONLY" || "$ONLY" == resize ]] && targets+=(resize_bench)
 cmake --build "$BUILD_DIR" --target "${targets[@]}"
 
 out="$BUILD_DIR/bench-results/$(date +%Y%m%d-%H%M%S)"
@@ -40,12 +42,17 @@ if awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v n="$(nproc)" 'BEGIN { exit !(l >
   echo "warning: the machine is busy (1-minute load above 0.75 x cores): the numbers will be skewed"
 fi
 
-if [[ "$ONLY" != load ]]; then
+if [[ -z "$ONLY" || "$ONLY" == loss ]]; then
   echo "== node loss ($RUNS runs) =="
   "$BUILD_DIR/bench/node_loss_bench" --runs "$RUNS" | tee "$out/node_loss.txt" ||
     echo "node_loss_bench: some runs failed (see above)"
 fi
-if [[ "$ONLY" != loss ]]; then
+if [[ -z "$ONLY" || "$ONLY" == resize ]]; then
+  echo "== planned resize ($RUNS runs) =="
+  "$BUILD_DIR/bench/resize_bench" --runs "$RUNS" 2>"$out/resize.log" | tee "$out/resize.txt" ||
+    echo "resize_bench: some runs failed (see above and $out/resize.log)"
+fi
+if [[ -z "$ONLY" || "$ONLY" == load ]]; then
   echo "== controller load ($PHASE_S s per phase, $WORKERS simulated workers) =="
   "$BUILD_DIR/bench/controller_load_bench" --seconds "$PHASE_S" --workers "$WORKERS" --jobs "$WORKERS" \
     >"$out/controller_load.txt" || echo "controller_load_bench reported errors (see $out/controller_load.txt)"
@@ -62,7 +69,7 @@ result() {  # name file
   [[ -f "$2" ]] || return 0
   awk -v n="$1" '$1 == "RESULT" && $2 == n { print $3 }' "$2"
 }
-loss="$out/node_loss.txt" load="$out/controller_load.txt"
+loss="$out/node_loss.txt" load="$out/controller_load.txt" resize="$out/resize.txt"
 {
   echo
   echo "summary ($machine; results in $out)"
@@ -78,6 +85,20 @@ loss="$out/node_loss.txt" load="$out/controller_load.txt"
     printf '%-44s %-28s %s\n' "kill -> attempt 2 RUNNING" \
       "$(summary kill_to_running_ms median "$loss") ms (max $(summary kill_to_running_ms max "$loss"))" \
       "(torchrun ~15 s)"
+  fi
+  if [[ -f "$resize" ]]; then
+    for kind in shrink grow; do
+      label="shrink (drain --evict)"
+      [[ $kind == grow ]] && label="grow (undrain)"
+      printf '%-44s %-28s %s\n' "$label: -> stop checkpoint" \
+        "$(summary "${kind}_checkpoint_ms" median "$resize") ms (max $(summary "${kind}_checkpoint_ms" max "$resize"))" ""
+      printf '%-44s %-28s %s\n' "  -> old attempt ended" \
+        "$(summary "${kind}_ended_ms" median "$resize") ms (max $(summary "${kind}_ended_ms" max "$resize"))" ""
+      printf '%-44s %-28s %s\n' "  -> new attempt RUNNING" \
+        "$(summary "${kind}_running_ms" median "$resize") ms (max $(summary "${kind}_running_ms" max "$resize"))" ""
+      printf '%-44s %-28s %s\n' "  -> first step at the new size" \
+        "$(summary "${kind}_first_step_ms" median "$resize") ms (max $(summary "${kind}_first_step_ms" max "$resize"))" ""
+    done
   fi
   if [[ -f "$load" ]]; then
     printf '%-44s %-28s %s\n' "SubmitJob, 8 clients" \

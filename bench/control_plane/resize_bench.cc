@@ -1,0 +1,318 @@
+// resize_bench: how long a planned resize takes, from the request to training at the new size.
+//
+// Each run starts a real cluster on 127.0.0.1 (eft-controller + 3 eft-workers, heartbeat 1 s /
+// timeout 3 s as the controller's defaults) and an eft-train job on 1..3 nodes (a small random
+// Llama, fp32, resize_cooldown_seconds 0), waits until it trains at 3 nodes, then:
+//   shrink  `DrainNode(node2, evict)`: the ranks stop with a checkpoint, the job goes on at 2 nodes;
+//   grow    `UndrainNode(node2)`: the controller sees a free node, stops the ranks with a
+//           checkpoint, and the job goes on at 3 nodes.
+// and measures, from the request, on a steady clock polled every --poll-ms:
+//   checkpoint  the stop checkpoint is recorded (the ranks finished their step and saved)
+//   ended       the old attempt ended (every rank exited and was reported gone)
+//   running     the new attempt is RUNNING (every rank started)
+//   trained     the new attempt reported its first step (model loaded, rendezvous, resumed)
+// and reads the steps lost from the new attempt's attempt_started event (planned: must be 0).
+//
+// Usage: resize_bench [--runs 10] [--poll-ms 10] [--hidden 256] [--layers 4] [--keep]
+// Prints one line per resize, then "SUMMARY <metric> n= median= min= max=" lines
+// (bench/run_control_plane.sh collects them; docs/benchmarks.md "Resizing").
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <google/protobuf/util/time_util.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/e2e/cluster.h"
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using eft::testing::ClusterOptions;
+using eft::testing::TestCluster;
+namespace v1 = eft::v1;
+namespace fs = std::filesystem;
+
+struct Flags {
+  int runs = 10;
+  int poll_ms = 10;
+  int hidden = 256;
+  int layers = 4;
+  bool keep = false;
+};
+
+bool ParseFlags(int argc, char** argv, Flags* f) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](int* out) {
+      if (i + 1 >= argc) return false;
+      *out = std::atoi(argv[++i]);
+      return *out > 0;
+    };
+    if ((a == "--runs" && value(&f->runs)) || (a == "--poll-ms" && value(&f->poll_ms)) ||
+        (a == "--hidden" && value(&f->hidden)) || (a == "--layers" && value(&f->layers))) {
+      continue;
+    }
+    if (a == "--keep") {
+      f->keep = true;
+      continue;
+    }
+    std::fprintf(stderr,
+                 "resize_bench: bad or unknown argument '%s'\n"
+                 "usage: resize_bench [--runs N (10)] [--poll-ms MS (10)] [--hidden H (256)] [--layers L (4)] "
+                 "[--keep]\n",
+                 a.c_str());
+    return false;
+  }
+  return true;
+}
+
+double Ms(SteadyClock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+std::string BuildDir() { return std::getenv("EFT_BUILD_DIR"); }
+std::string Trainer() { return BuildDir() + "/trainer/eft-train"; }
+
+// The model and data every run trains: made once per benchmark in `dir`.
+bool MakeFixture(const Flags& flags, const fs::path& dir) {
+  fs::create_directories(dir);
+  const int heads = std::max(1, flags.hidden / 64);
+  const std::string cmd = Trainer() + " init-model --arch llama --hidden " + std::to_string(flags.hidden) +
+                          " --layers " + std::to_string(flags.layers) + " --heads " + std::to_string(heads) +
+                          " --kv-heads " + std::to_string(heads) + " --intermediate " +
+                          std::to_string(flags.hidden * 8 / 3) + " --vocab-size 2048 --dtype float32 --seed 1 --out " +
+                          (dir / "model").string() + " >/dev/null";
+  if (std::system(cmd.c_str()) != 0) {
+    std::fprintf(stderr, "resize_bench: %s failed\n", cmd.c_str());
+    return false;
+  }
+  std::mt19937 gen(5);
+  std::ofstream f(dir / "data.jsonl");
+  for (int i = 0; i < 96; ++i) {
+    nlohmann::json ids = nlohmann::json::array();
+    for (int t = 0; t < 64; ++t) ids.push_back(1 + static_cast<int>(gen() % 2047));
+    f << nlohmann::json{{"input_ids", ids}}.dump() << "\n";
+  }
+  return static_cast<bool>(f);
+}
+
+v1::JobSpec Spec(const fs::path& fixture, const std::string& ckpt) {
+  v1::JobSpec spec;
+  spec.set_name("resize");
+  spec.set_model((fixture / "model").string());
+  spec.mutable_data()->set_train((fixture / "data.jsonl").string());
+  spec.mutable_data()->set_max_seq_len(64);
+  spec.mutable_data()->set_packing(false);
+  spec.mutable_resources()->mutable_nodes()->set_min(1);
+  spec.mutable_resources()->mutable_nodes()->set_max(3);
+  spec.mutable_resources()->set_resize_cooldown_seconds(0);
+  auto* t = spec.mutable_training();
+  t->set_epochs(1000);  // never ends during a run
+  t->set_global_batch_size(12);
+  t->set_micro_batch_size(2);
+  t->set_precision("fp32");
+  spec.mutable_checkpoint()->set_dir(ckpt);
+  // No periodic checkpoints: the stop checkpoint is the one measured (and with none, the job is never
+  // "within one checkpoint interval of its end", which holds a grow back).
+  spec.mutable_checkpoint()->set_every_steps(0);
+  (*spec.mutable_env())["OMP_NUM_THREADS"] = "1";
+  return spec;
+}
+
+// One resize, in ms from the request; a phase not reached before the deadline stays unset.
+struct Phases {
+  std::optional<double> checkpoint, ended, running, trained;
+  int64_t steps_lost = -1;
+  int from = 0, to = 0;
+};
+
+int64_t StepsLost(const v1::Job& job, int attempt) {
+  for (const auto& e : job.events()) {
+    if (e.type() != "attempt_started" || e.message().rfind("attempt " + std::to_string(attempt) + ":", 0) != 0) continue;
+    std::smatch m;
+    if (std::regex_search(e.message(), m, std::regex(R"(: (\d+) steps? lost\))"))) return std::stoll(m[1]);
+  }
+  return -1;
+}
+
+// Polls the job after a resize request of the attempt `old_attempt` until the next attempt trains.
+Phases Measure(TestCluster& c, const std::string& id, int old_attempt, SteadyClock::time_point requested,
+               const Flags& flags) {
+  Phases p;
+  int64_t resume_step = -1;
+  const auto deadline = requested + std::chrono::seconds(120);
+  auto next = requested;
+  v1::Job job;
+  while (SteadyClock::now() < deadline && !p.trained) {
+    job = c.GetJob(id);
+    const double now = Ms(SteadyClock::now() - requested);
+    if (!p.checkpoint) {
+      for (const auto& ck : job.checkpoints()) {
+        // No periodic checkpoints: the old attempt's only one is its stop checkpoint.
+        if (ck.attempt() == old_attempt) p.checkpoint = now;
+      }
+    }
+    if (!p.ended && job.attempt() > old_attempt) p.ended = now;
+    if (!p.running && job.attempt() > old_attempt && job.state() == v1::JOB_STATE_RUNNING) p.running = now;
+    if (job.attempts_size() > old_attempt && resume_step < 0) {
+      const std::string& from = job.attempts(old_attempt).resume_from();
+      std::smatch m;
+      if (std::regex_search(from, m, std::regex(R"(step-(\d+)$)"))) resume_step = std::stoll(m[1]);
+    }
+    if (p.running && resume_step >= 0 && job.progress().step() > resume_step) p.trained = now;
+    next += std::chrono::milliseconds(flags.poll_ms);
+    std::this_thread::sleep_until(next);
+  }
+  if (job.attempts_size() > old_attempt) {
+    p.from = job.attempts(old_attempt - 1).world_size();
+    p.to = job.attempts(old_attempt).world_size();
+    p.steps_lost = StepsLost(job, old_attempt + 1);
+  }
+  return p;
+}
+
+bool SetDrained(TestCluster& c, const std::string& node, bool drained) {
+  grpc::ClientContext ctx;
+  c.AddToken(&ctx);
+  v1::Node out;
+  grpc::Status s;
+  if (drained) {
+    v1::DrainNodeRequest req;
+    req.set_name(node);
+    req.set_evict(true);
+    s = c.nodes().DrainNode(&ctx, req, &out);
+  } else {
+    v1::UndrainNodeRequest req;
+    req.set_name(node);
+    s = c.nodes().UndrainNode(&ctx, req, &out);
+  }
+  if (!s.ok()) std::fprintf(stderr, "resize_bench: %s %s: %s\n", drained ? "drain" : "undrain", node.c_str(),
+                            s.error_message().c_str());
+  return s.ok();
+}
+
+bool OneRun(const Flags& flags, const fs::path& fixture, int index, Phases* shrink, Phases* grow) {
+  ClusterOptions options;
+  options.workers = 3;
+  options.heartbeat_interval_s = 1.0;
+  options.heartbeat_timeout_s = 3.0;
+  TestCluster c(options);
+  if (flags.keep) c.KeepDirectory();
+  c.StartAll();
+  if (::testing::Test::HasFailure()) return false;
+  v1::Job job;
+  grpc::Status s = c.Submit(Spec(fixture, c.checkpoint_root() + "/resize"), &job);
+  if (!s.ok()) {
+    std::fprintf(stderr, "run %d: submit failed: %s\n", index, s.error_message().c_str());
+    return false;
+  }
+  const std::string id = job.id();
+  job = c.WaitForJob(id, [](const v1::Job& j) { return j.progress().step() >= 3 || eft::testing::IsTerminal(j); },
+                     std::chrono::seconds(120));
+  if (job.state() != v1::JOB_STATE_RUNNING || job.attempts_size() != 1 || job.attempts(0).world_size() != 3) {
+    std::fprintf(stderr, "run %d: the job did not train at 3 nodes:\n%s", index, eft::testing::DescribeJob(job).c_str());
+    c.KeepDirectory();
+    return false;
+  }
+  auto requested = SteadyClock::now();
+  if (!SetDrained(c, "node2", true)) return false;
+  *shrink = Measure(c, id, 1, requested, flags);
+  if (!shrink->trained) {
+    std::fprintf(stderr, "run %d: shrink did not finish:\n%s", index, eft::testing::DescribeJob(c.GetJob(id)).c_str());
+    c.KeepDirectory();
+    return false;
+  }
+  requested = SteadyClock::now();
+  if (!SetDrained(c, "node2", false)) return false;
+  *grow = Measure(c, id, 2, requested, flags);
+  if (!grow->trained) {
+    std::fprintf(stderr, "run %d: grow did not finish:\n%s", index, eft::testing::DescribeJob(c.GetJob(id)).c_str());
+    c.KeepDirectory();
+    return false;
+  }
+  if (index == 1) std::printf("  events of run 1:\n%s", eft::testing::DescribeJob(c.GetJob(id)).c_str());
+  return true;
+}
+
+std::string Fmt(const std::optional<double>& v) {
+  if (!v) return "     -";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%6.0f", *v);
+  return buf;
+}
+
+void Summary(const std::string& metric, std::vector<double> v) {
+  if (v.empty()) {
+    std::printf("SUMMARY %s n=0\n", metric.c_str());
+    return;
+  }
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  const double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  std::printf("SUMMARY %-28s n=%zu median=%.0f min=%.0f max=%.0f\n", metric.c_str(), n, median, v.front(), v.back());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, &flags)) return 2;
+  if (!std::getenv("EFT_BUILD_DIR")) {
+    std::error_code ec;
+    auto build = fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path();
+    ::setenv("EFT_BUILD_DIR", build.c_str(), 1);
+  }
+  const fs::path fixture = fs::temp_directory_path() / ("eft-resize-bench-" + std::to_string(::getpid()));
+  if (!MakeFixture(flags, fixture)) return 1;
+  std::printf("resize_bench: %d runs, controller + 3 workers, an eft-train job (llama hidden %d, %d layers, fp32) "
+              "on 1..3 nodes; each run shrinks it (drain --evict node2) and grows it back (undrain); ms from the "
+              "request\n",
+              flags.runs, flags.hidden, flags.layers);
+  std::printf("%4s %-6s %6s %6s %6s %6s %6s  %s\n", "run", "resize", "ckpt", "ended", "run", "step", "relnch",
+              "sizes, steps lost");
+  std::vector<double> values[2][5];
+  int failed = 0;
+  for (int i = 1; i <= flags.runs; ++i) {
+    Phases phases[2];
+    const bool ok = OneRun(flags, fixture, i, &phases[0], &phases[1]);
+    for (int k = 0; k < 2; ++k) {
+      const Phases& p = phases[k];
+      std::optional<double> relaunch;
+      if (p.ended && p.trained) relaunch = *p.trained - *p.ended;
+      std::printf("%4d %-6s %s %s %s %s %s  %d -> %d, %lld lost\n", i, k == 0 ? "shrink" : "grow",
+                  Fmt(p.checkpoint).c_str(), Fmt(p.ended).c_str(), Fmt(p.running).c_str(), Fmt(p.trained).c_str(),
+                  Fmt(relaunch).c_str(), p.from, p.to, static_cast<long long>(p.steps_lost));
+      if (!ok || !p.trained) continue;
+      if (p.checkpoint) values[k][0].push_back(*p.checkpoint);
+      values[k][1].push_back(*p.ended);
+      values[k][2].push_back(*p.running);
+      values[k][3].push_back(*p.trained);
+      values[k][4].push_back(*relaunch);
+      if (p.steps_lost != 0) ++failed;  // a planned resize must lose nothing
+    }
+    if (!ok) ++failed;
+    std::fflush(stdout);
+  }
+  std::printf("columns: ckpt = request -> stop checkpoint recorded; ended = -> old attempt ended (ranks exited);\n"
+              "run = -> new attempt RUNNING; step = -> its first step at the new size; relnch = ended -> step\n");
+  const char* names[5] = {"checkpoint_ms", "ended_ms", "running_ms", "first_step_ms", "relaunch_ms"};
+  for (int k = 0; k < 2; ++k) {
+    for (int m = 0; m < 5; ++m) Summary(std::string(k == 0 ? "shrink_" : "grow_") + names[m], values[k][m]);
+  }
+  std::error_code ec;
+  fs::remove_all(fixture, ec);
+  if (failed) std::printf("FAILED %d (a run that did not finish, or a resize that lost steps)\n", failed);
+  return failed ? 1 : 0;
+}
