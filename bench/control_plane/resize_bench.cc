@@ -305,7 +305,7 @@ int main(int argc, char** argv) {
     if (!ok) ++failed;
     std::fflush(stdout);
   }
-  std::printf("columns: ckpt = request -> stop checkpoint recorded; ended = -> old attempt ended (ranks exited);\n"
+  std::printf("columns: ckpt = request -> stop checkpoint recorded; ended = -> old ranks gone, next attempt placed;\n"
               "run = -> new attempt RUNNING; step = -> its first step at the new size; relnch = ended -> step\n");
   const char* names[5] = {"checkpoint_ms", "ended_ms", "running_ms", "first_step_ms", "relaunch_ms"};
   for (int k = 0; k < 2; ++k) {
