@@ -30,11 +30,15 @@
 #include <google/protobuf/util/time_util.h>
 #include <gtest/gtest.h>
 
+#include "bench/control_plane/bench_util.h"
 #include "tests/e2e/cluster.h"
 
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+using eft::bench::FormatMs;
+using eft::bench::Ms;
+using eft::bench::PrintSummary;
 using eft::testing::ClusterOptions;
 using eft::testing::TestCluster;
 namespace v1 = eft::v1;
@@ -47,32 +51,6 @@ struct Flags {
   bool keep = false;
 };
 
-bool ParseFlags(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](int* out) {
-      if (i + 1 >= argc) return false;
-      *out = std::atoi(argv[++i]);
-      return *out > 0;
-    };
-    if ((a == "--runs" && value(&f->runs)) || (a == "--step-ms" && value(&f->step_ms)) ||
-        (a == "--poll-ms" && value(&f->poll_ms))) {
-      continue;
-    }
-    if (a == "--keep") {
-      f->keep = true;
-      continue;
-    }
-    std::fprintf(stderr,
-                 "node_loss_bench: bad or unknown argument '%s'\n"
-                 "usage: node_loss_bench [--runs N (10)] [--step-ms MS (100)] [--poll-ms MS (10)] [--keep]\n",
-                 a.c_str());
-    return false;
-  }
-  return true;
-}
-
-double Ms(SteadyClock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 // One run, in ms from the kill; a phase that did not happen before the deadline stays unset.
 struct Run {
@@ -168,36 +146,17 @@ bool OneRun(const Flags& flags, int index, Run* run) {
   return ok;
 }
 
-std::string Fmt(const std::optional<double>& v) {
-  if (!v) return "   -   ";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%7.0f", *v);
-  return buf;
-}
-
-void Summary(const char* metric, std::vector<double> v) {
-  if (v.empty()) {
-    std::printf("SUMMARY %s n=0\n", metric);
-    return;
-  }
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  std::printf("SUMMARY %-26s n=%zu median=%.0f min=%.0f max=%.0f\n", metric, n, median, v.front(), v.back());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) return 2;
-  // The harness finds eft-controller, eft-worker and the workload under $EFT_BUILD_DIR; this binary
-  // lives in <build>/bench/.
-  if (!std::getenv("EFT_BUILD_DIR")) {
-    std::error_code ec;
-    auto build = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().parent_path();
-    ::setenv("EFT_BUILD_DIR", build.c_str(), 1);
+  if (!eft::bench::ParseFlags(argc, argv,
+                              {{"--runs", &flags.runs}, {"--step-ms", &flags.step_ms}, {"--poll-ms", &flags.poll_ms}},
+                              &flags.keep, "node_loss_bench",
+                              "[--runs N (10)] [--step-ms MS (100)] [--poll-ms MS (10)] [--keep]")) {
+    return 2;
   }
+  eft::bench::DefaultBuildDirToThisBinarys();
   std::printf("node_loss_bench: %d runs, controller + 3 workers, heartbeat 1 s / timeout 3 s, "
               "job on nodes 2..3, SIGKILL node2 after the first checkpoint (times in ms)\n",
               flags.runs);
@@ -213,8 +172,8 @@ int main(int argc, char** argv) {
     if (r.lost && r.placed) d_placed = std::max(0.0, *r.placed - *r.lost);
     if (r.lost && r.running) d_running = *r.running - *r.lost;
     std::printf("%4d %7d %9s %9s %9s %9s %9s %9.0f  %s (attempt 2: world size %d, %s)\n", i,
-                (i - 1) * 1000 / flags.runs, Fmt(r.attempt1_ended).c_str(), Fmt(r.lost).c_str(), Fmt(d_placed).c_str(), Fmt(d_running).c_str(),
-                Fmt(r.running).c_str(), r.controller_gap_ms, r.end_reason.c_str(), r.world_size,
+                (i - 1) * 1000 / flags.runs, FormatMs(r.attempt1_ended).c_str(), FormatMs(r.lost).c_str(), FormatMs(d_placed).c_str(), FormatMs(d_running).c_str(),
+                FormatMs(r.running).c_str(), r.controller_gap_ms, r.end_reason.c_str(), r.world_size,
                 r.resumed ? "resumed from a checkpoint" : "NOT resumed");
     std::fflush(stdout);
     if (!ok) {
@@ -231,11 +190,11 @@ int main(int argc, char** argv) {
               "no longer RUNNING; detect = kill -> node2 LOST; placed and running = detection -> attempt 2\n"
               "exists / is RUNNING; total = kill -> attempt 2 RUNNING; ctl-gap = attempt 2 start - attempt 1\n"
               "end as the controller recorded them\n");
-  Summary("attempt1_ended_ms", ended);
-  Summary("detection_ms", detect);
-  Summary("relaunch_placed_ms", placed);
-  Summary("relaunch_running_ms", running);
-  Summary("kill_to_running_ms", total);
+  PrintSummary("attempt1_ended_ms", ended);
+  PrintSummary("detection_ms", detect);
+  PrintSummary("relaunch_placed_ms", placed);
+  PrintSummary("relaunch_running_ms", running);
+  PrintSummary("kill_to_running_ms", total);
   if (failed) std::printf("FAILED RUNS %d of %d\n", failed, flags.runs);
   return failed ? 1 : 0;
 }

@@ -36,11 +36,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/control_plane/bench_util.h"
 #include "tests/e2e/cluster.h"
 
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+using eft::bench::FormatMs;
+using eft::bench::Ms;
+using eft::bench::PrintSummary;
 using eft::testing::ClusterOptions;
 using eft::testing::TestCluster;
 namespace v1 = eft::v1;
@@ -54,33 +58,6 @@ struct Flags {
   bool keep = false;
 };
 
-bool ParseFlags(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](int* out) {
-      if (i + 1 >= argc) return false;
-      *out = std::atoi(argv[++i]);
-      return *out > 0;
-    };
-    if ((a == "--runs" && value(&f->runs)) || (a == "--poll-ms" && value(&f->poll_ms)) ||
-        (a == "--hidden" && value(&f->hidden)) || (a == "--layers" && value(&f->layers))) {
-      continue;
-    }
-    if (a == "--keep") {
-      f->keep = true;
-      continue;
-    }
-    std::fprintf(stderr,
-                 "resize_bench: bad or unknown argument '%s'\n"
-                 "usage: resize_bench [--runs N (10)] [--poll-ms MS (10)] [--hidden H (256)] [--layers L (4)] "
-                 "[--keep]\n",
-                 a.c_str());
-    return false;
-  }
-  return true;
-}
-
-double Ms(SteadyClock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 std::string BuildDir() { return std::getenv("EFT_BUILD_DIR"); }
 std::string Trainer() { return BuildDir() + "/trainer/eft-train"; }
@@ -246,34 +223,18 @@ bool OneRun(const Flags& flags, const fs::path& fixture, int index, Phases* shri
   return true;
 }
 
-std::string Fmt(const std::optional<double>& v) {
-  if (!v) return "     -";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%6.0f", *v);
-  return buf;
-}
-
-void Summary(const std::string& metric, std::vector<double> v) {
-  if (v.empty()) {
-    std::printf("SUMMARY %s n=0\n", metric.c_str());
-    return;
-  }
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  const double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  std::printf("SUMMARY %-28s n=%zu median=%.0f min=%.0f max=%.0f\n", metric.c_str(), n, median, v.front(), v.back());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) return 2;
-  if (!std::getenv("EFT_BUILD_DIR")) {
-    std::error_code ec;
-    auto build = fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path();
-    ::setenv("EFT_BUILD_DIR", build.c_str(), 1);
+  if (!eft::bench::ParseFlags(argc, argv,
+                              {{"--runs", &flags.runs}, {"--poll-ms", &flags.poll_ms}, {"--hidden", &flags.hidden},
+                               {"--layers", &flags.layers}},
+                              &flags.keep, "resize_bench",
+                              "[--runs N (10)] [--poll-ms MS (10)] [--hidden H (256)] [--layers L (4)] [--keep]")) {
+    return 2;
   }
+  eft::bench::DefaultBuildDirToThisBinarys();
   const fs::path fixture = fs::temp_directory_path() / ("eft-resize-bench-" + std::to_string(::getpid()));
   if (!MakeFixture(flags, fixture)) return 1;
   std::printf("resize_bench: %d runs, controller + 3 workers, an eft-train job (llama hidden %d, %d layers, fp32) "
@@ -292,8 +253,8 @@ int main(int argc, char** argv) {
       std::optional<double> relaunch;
       if (p.ended && p.trained) relaunch = *p.trained - *p.ended;
       std::printf("%4d %-6s %s %s %s %s %s  %d -> %d, %lld lost\n", i, k == 0 ? "shrink" : "grow",
-                  Fmt(p.checkpoint).c_str(), Fmt(p.ended).c_str(), Fmt(p.running).c_str(), Fmt(p.trained).c_str(),
-                  Fmt(relaunch).c_str(), p.from, p.to, static_cast<long long>(p.steps_lost));
+                  FormatMs(p.checkpoint, 6).c_str(), FormatMs(p.ended, 6).c_str(), FormatMs(p.running, 6).c_str(), FormatMs(p.trained, 6).c_str(),
+                  FormatMs(relaunch, 6).c_str(), p.from, p.to, static_cast<long long>(p.steps_lost));
       if (!ok || !p.trained) continue;
       if (p.checkpoint) values[k][0].push_back(*p.checkpoint);
       values[k][1].push_back(*p.ended);
@@ -309,7 +270,7 @@ int main(int argc, char** argv) {
               "run = -> new attempt RUNNING; step = -> its first step at the new size; relnch = ended -> step\n");
   const char* names[5] = {"checkpoint_ms", "ended_ms", "running_ms", "first_step_ms", "relaunch_ms"};
   for (int k = 0; k < 2; ++k) {
-    for (int m = 0; m < 5; ++m) Summary(std::string(k == 0 ? "shrink_" : "grow_") + names[m], values[k][m]);
+    for (int m = 0; m < 5; ++m) PrintSummary(std::string(k == 0 ? "shrink_" : "grow_") + names[m], values[k][m]);
   }
   std::error_code ec;
   fs::remove_all(fixture, ec);
