@@ -267,7 +267,17 @@ void Controller::TryPlaceLocked(JobEntry& j, std::optional<std::vector<NodeCapac
   req.max_nodes = j.rec.spec.resources().nodes().max();
   req.slots_per_node = j.rec.spec.resources().gpus_per_node();
   if (j.current()) req.previous_nodes = j.current()->nodes;
-  Placement p = PlaceGang(req, mine);
+  // Holding reservations for all it needs (nodes freed for it by lower-priority jobs, or held while
+  // it waited), it starts on exactly those: the jobs that made room restart on the nodes they kept
+  // (which may free a moment earlier), and it grows later like any job.
+  std::vector<NodeCapacity> held;
+  for (const auto& cap : mine) {
+    auto r = reserved_.find(cap.name);
+    if (r != reserved_.end() && r->second == j.rec.id) held.push_back(cap);
+  }
+  const bool only_held = static_cast<int>(held.size()) >= req.min_nodes;
+  if (only_held) req.max_nodes = std::max(req.min_nodes, std::min(req.max_nodes, static_cast<int>(held.size())));
+  Placement p = PlaceGang(req, only_held ? held : mine);
   if (!p.placed) {
     j.unplaceable_epoch = capacity_epoch_;
     std::string reason = "waiting for nodes: " + p.why_not;

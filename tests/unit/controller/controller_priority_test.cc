@@ -116,6 +116,31 @@ TEST_F(ControllerPriorityTest, AHigherJobShrinksALowerElasticOneWhichGrowsBackAf
   EXPECT_EQ(Snap(low).preemptions, 0);
 }
 
+TEST_F(ControllerPriorityTest, TheWaitingJobStartsOnTheNodesFreedForItEvenWhenOthersFreeFirst) {
+  for (const char* n : {"n1", "n2", "n3"}) Register(n);
+  std::string low = Submit(PrioSpec("low", 1, 3, 0));
+  auto ranks = StartRanks({"n1", "n2", "n3"});
+  std::string high = Submit(PrioSpec("high", 1, 3, 5));  // could take three, needs one
+  ASSERT_EQ(Job(low).state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(Job(low).attempts(0).end_reason(), "resized: for job 2 (priority 5): gives up n3, 3 -> 2 nodes");
+  // The low job's rank 0 is gone first: n1 is free, but not the high job's to take.
+  SaveAndExit("n1", ranks["n1"], 4);
+  EXPECT_EQ(Job(high).state(), v1::JOB_STATE_QUEUED) << Job(high).reason();
+  SaveAndExit("n2", ranks["n2"], 4);
+  EXPECT_EQ(Job(high).state(), v1::JOB_STATE_QUEUED) << Job(high).reason();
+  SaveAndExit("n3", ranks["n3"], 4);
+  v1::Job h = Job(high);
+  ASSERT_EQ(h.state(), v1::JOB_STATE_STARTING) << h.reason();
+  EXPECT_EQ(std::vector<std::string>(h.attempts(0).nodes().begin(), h.attempts(0).nodes().end()),
+            (std::vector<std::string>{"n3"}))
+      << "only the node freed for it, though nodes.max is 3";
+  v1::Job l = Job(low);
+  ASSERT_EQ(l.state(), v1::JOB_STATE_STARTING) << l.reason();
+  EXPECT_EQ(std::vector<std::string>(l.attempts(1).nodes().begin(), l.attempts(1).nodes().end()),
+            (std::vector<std::string>{"n1", "n2"}))
+      << "rank 0 stays put";
+}
+
 TEST_F(ControllerPriorityTest, APreemptedJobWaitsQueuedUncountedAndResumesFromItsCheckpoint) {
   for (const char* n : {"n1", "n2"}) Register(n);
   std::string low = Submit(PrioSpec("low", 2, 2, 0));
