@@ -47,6 +47,8 @@ TEST(Priority, AHighJobShrinksALowElasticJobWhichGrowsBackAfterwards) {
   c.StartAll();
   v1::JobSpec low_spec = c.WorkloadJob("low", 1, 3, 80, 100, 5);
   low_spec.mutable_resources()->set_resize_cooldown_seconds(0);
+  // What DecideGrow reads as the checkpoint interval (no grow within one of the end): the workload's.
+  low_spec.mutable_checkpoint()->set_every_steps(5);
   v1::Job low, high;
   ASSERT_TRUE(c.Submit(low_spec, &low).ok());
   low = c.WaitForJob(low.id(), [](const v1::Job& j) { return j.progress().step() >= 6 || IsTerminal(j); }, 60s);
