@@ -2,6 +2,7 @@
 // eft-controller, real eft-workers and the c10d test workload on 127.0.0.1. The workload's result is
 // sum(1..steps) only when every step ran exactly once across attempts, and every attempt_started
 // event must say "0 steps lost": the stops for a job of higher priority are planned, with a checkpoint.
+#include <cstdio>
 #include <regex>
 #include <thread>
 
@@ -36,6 +37,19 @@ int ExpectNoStepsLost(const v1::Job& job) {
                            [](const v1::JobEvent& e) { return e.type() == "stop_not_saved"; }))
       << DescribeJob(job);
   return seen;
+}
+
+// eftctl's output (stdout and stderr) against the cluster.
+std::string Eftctl(TestCluster& c, const std::string& args) {
+  std::string cmd = BuildDir() + "/cli/eftctl --controller " + c.controller_address() + " " + args + " 2>&1";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
 }
 
 bool HasEvent(const v1::Job& job, const std::string& type) {
@@ -101,6 +115,13 @@ TEST(Priority, APreemptedJobWaitsQueuedAndFinishesWithoutLosingSteps) {
   EXPECT_NE(rigid.reason().find("held by job " + urgent.id() + " (priority 3, not lower) which is at its nodes.min"),
             std::string::npos)
       << rigid.reason();
+  // eftctl shows the priority and the wait.
+  std::string described = Eftctl(c, "job describe " + rigid.id());
+  EXPECT_NE(described.find("Priority:    0"), std::string::npos) << described;
+  EXPECT_NE(described.find("held by job " + urgent.id() + " (priority 3, not lower)"), std::string::npos) << described;
+  EXPECT_NE(Eftctl(c, "job describe " + urgent.id()).find("Priority:    3"), std::string::npos);
+  std::string list = Eftctl(c, "job list");
+  EXPECT_NE(list.find("PRIO"), std::string::npos) << list;
 
   urgent = c.WaitForJob(urgent.id(), IsTerminal, 60s);
   ASSERT_EQ(urgent.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(urgent);
