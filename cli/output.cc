@@ -104,11 +104,12 @@ std::string StepText(const v1::Job& j) {
 std::string JobsTable(const std::vector<v1::Job>& jobs) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& j : jobs) {
-    rows.push_back({j.id(), j.spec().name(), ShortState(j.state()), std::to_string(j.attempt()),
+    rows.push_back({j.id(), j.spec().name(), ShortState(j.state()), std::to_string(j.spec().priority()),
+                    std::to_string(j.attempt()),
                     j.world_size() ? std::to_string(j.world_size()) : "-", StepText(j),
                     j.has_progress() ? Num(j.progress().loss()) : "-", Age(j.create_time())});
   }
-  return FormatTable({"ID", "NAME", "STATE", "ATTEMPT", "WORLD", "STEP", "LOSS", "AGE"}, rows);
+  return FormatTable({"ID", "NAME", "STATE", "PRIO", "ATTEMPT", "WORLD", "STEP", "LOSS", "AGE"}, rows);
 }
 
 std::string NodesTable(const std::vector<v1::Node>& nodes) {
@@ -138,6 +139,7 @@ std::string DescribeJob(const v1::Job& j) {
   out << "ID:          " << j.id() << "\n"
       << "Name:        " << j.spec().name() << "\n"
       << "State:       " << ShortState(j.state()) << (j.reason().empty() ? "" : " (" + j.reason() + ")") << "\n"
+      << "Priority:    " << j.spec().priority() << "\n"
       << "Created:     " << FormatTime(j.create_time()) << "\n"
       << "Started:     " << FormatTime(j.start_time()) << "\n"
       << "Ended:       " << FormatTime(j.end_time()) << "\n"

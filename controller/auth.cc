@@ -201,6 +201,15 @@ std::string BearerToken(const std::string& header) {
   return Trim(h.substr(7));
 }
 
+Status AuthorizePriority(const Principal& who, int64_t priority, int64_t max_submitter_priority) {
+  if (who.anonymous || (!who.worker && who.role == Role::kAdmin) || priority <= max_submitter_priority) {
+    return Status::Ok();
+  }
+  return Status::PermissionDenied("user " + who.user + " (role " + RoleName(who.role) + ") may submit jobs of priority at most " +
+                                  std::to_string(max_submitter_priority) + " (the controller's max_submitter_priority); " +
+                                  "priority " + std::to_string(priority) + " takes an admin");
+}
+
 Status Authorize(const Principal& who, Action action, const std::string& job_owner) {
   if (who.anonymous) return Status::Ok();
   if (who.worker) {

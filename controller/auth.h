@@ -74,6 +74,9 @@ std::string BearerToken(const std::string& authorization_header);
 // The policy: may `who` do `action` (on a job owned by `job_owner`, for kCancelJob)?
 // PERMISSION_DENIED with a message that says who may not do what ("role viewer may not cancel jobs").
 Status Authorize(const Principal& who, Action action, const std::string& job_owner = "");
+// Submitting a job of `priority` above `max_submitter_priority` (the controller's setting) takes an
+// admin: PERMISSION_DENIED naming the limit otherwise. Anonymous callers are admins.
+Status AuthorizePriority(const Principal& who, int64_t priority, int64_t max_submitter_priority);
 
 class Authenticator {
  public:

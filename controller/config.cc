@@ -34,6 +34,9 @@ void AddControllerSettings(DaemonSettings* s, ControllerConfig* c) {
   s->AddSeconds({"tick_interval_s", "", ""}, &c->tick_interval);
   s->AddInt({"master_port_base", "", ""}, &c->master_port_base);
   s->AddInt({"master_port_count", "", ""}, &c->master_port_count);
+  s->AddInt({"max_submitter_priority", "--max-submitter-priority",
+             "highest job priority a non-admin may submit (docs/auth.md)"},
+            &c->max_submitter_priority);
   s->AddSeconds({"restart_backoff_initial_s", "", ""}, &c->restart_backoff_initial);
   s->AddSeconds({"restart_backoff_max_s", "", ""}, &c->restart_backoff_max);
   s->AddSeconds({"stop_report_slack_s", "", ""}, &c->stop_report_slack);

@@ -66,6 +66,7 @@ Status Controller::Load() {
     EFT_ASSIGN_OR_RETURN(j.events, store_->LoadEvents(j.rec.id));
     for (const auto& e : j.events) {
       if (auto r = ResizeReasonOf(e)) ++j.resizes[static_cast<size_t>(*r)];
+      if (e.type == kPreemptedEvent) ++j.preemptions;
     }
     j.spec_json = eft::spec::JobSpecToJson(j.rec.spec).dump();
     if (j.active() && j.current()) {
@@ -131,6 +132,7 @@ Status Controller::Apply(JobEntry& job, JobChange change) {
   if (change.update_attempt && !job.attempts.empty()) job.attempts.back() = *change.update_attempt;
   for (const auto& e : change.events) {
     if (auto r = ResizeReasonOf(e)) ++job.resizes[static_cast<size_t>(*r)];
+    if (e.type == kPreemptedEvent) ++job.preemptions;
   }
   job.events.insert(job.events.end(), change.events.begin(), change.events.end());
   job.rec = std::move(change.rec);
@@ -384,6 +386,7 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
       v.last_checkpoint_ms = newest.time_ms;
     }
     v.resizes = j.resizes;
+    v.preemptions = j.preemptions;
   }
   const SteadyTime now = clock_->Now();
   for (const auto& [name, n] : nodes_) {

@@ -16,7 +16,8 @@
 // Where the code is: controller.cc (creation, loading, the client API), lifecycle.cc (the state
 // machine), agents.cc (workers). What does not need the Controller is its own file: JobIndex
 // (job_index.h), the submit group commit (group_commit.h), the wire conversions (wire.h), what a
-// rank event means (rank_events.h), placement (scheduler.h).
+// rank event means (rank_events.h), placement (scheduler.h), who gives way to whom
+// (priority_policy.h; carried out in priority.cc).
 #pragma once
 
 #include <array>
@@ -66,6 +67,7 @@ struct ControllerSnapshot {
     int64_t last_checkpoint_ms = 0;  // wall time the newest checkpoint was reported; 0: none
     // Planned resizes by reason (index: ResizeReason), from the job's `resized` events.
     std::array<int64_t, kResizeReasons.size()> resizes{};
+    int64_t preemptions = 0;  // from the job's `preempted` events
   };
   struct Node {
     std::string name;
@@ -162,6 +164,7 @@ class Controller {
     int64_t reached_step = 0;
     // Planned resizes by reason (index: ResizeReason), counted from `resized` events.
     std::array<int64_t, kResizeReasons.size()> resizes{};
+    int64_t preemptions = 0;  // counted from `preempted` events
     // Why the job last did not grow although a node was free, so it is logged once, not every pass.
     std::string grow_held;
     uint64_t version = 1;
@@ -239,6 +242,24 @@ class Controller {
   // after pending jobs were placed. Skipped when neither capacity nor a cooldown changed since the
   // last look.
   void GrowLocked(std::optional<std::vector<NodeCapacity>>* caps) REQUIRES(mu_);
+  // priority.cc: priorities and preemption (priority_policy.h). Pending jobs in the order a pass
+  // places them: higher priority first, submit order within a priority.
+  std::vector<std::string> PendingByPriorityLocked() const REQUIRES(mu_);
+  // Whether waiting job `a` goes before `b`: higher priority, or equal and submitted earlier.
+  bool OutranksLocked(const JobEntry& a, const JobEntry& b) const REQUIRES(mu_);
+  // `caps` as `job` may use them: nodes reserved for a job it does not outrank get reserved_for.
+  std::vector<NodeCapacity> WithReservationsLocked(const JobEntry& job, const std::vector<NodeCapacity>& caps) const
+      REQUIRES(mu_);
+  // `job` did not fit on `caps` (as WithReservationsLocked gave them): plans what lower-priority
+  // jobs give up for it (PlanForWaitingJob), stops them, reserves the nodes it counts on, and
+  // returns what its reason should add ("" for nothing).
+  std::string MakeRoomLocked(JobEntry& job, const std::vector<NodeCapacity>& caps) REQUIRES(mu_);
+  // Ends the attempt as a preemption ("preempted: <what>", a `preempted` event), not counted; the
+  // ranks stop with a checkpoint and the job goes back to the queue when it does not fit.
+  Status PreemptLocked(JobEntry& job, const std::string& what) REQUIRES(mu_);
+  void ReleaseReservationsLocked(const std::string& job_id) REQUIRES(mu_);
+  // Reservations of jobs that no longer wait (started, cancelled, ended) are forgotten.
+  void DropStaleReservationsLocked() REQUIRES(mu_);
   void OnRankExitLocked(JobEntry& job, int rank, const v1::RankStatus& status) REQUIRES(mu_);
   void MarkNodeLostLocked(NodeEntry& node, const std::string& reason) REQUIRES(mu_);
   void ForgiveLastFailureLocked(JobEntry& job, const std::string& cause) REQUIRES(mu_);
@@ -275,6 +296,10 @@ class Controller {
   uint64_t grow_epoch_ GUARDED_BY(mu_) = 0;
   int64_t grow_retry_ms_ GUARDED_BY(mu_) = 0;
   std::function<void(const CheckpointReport&)> checkpoint_observer_ GUARDED_BY(mu_);
+  // Nodes held for a waiting job (node -> job id): the free ones it counts on and the ones being
+  // freed for it, so no job it outranks takes them before it starts. Memory only: after a restart
+  // the next pass plans again.
+  std::map<std::string, std::string> reserved_ GUARDED_BY(mu_);
 
   // Submits are written in groups, one transaction for all that arrived meanwhile (group_commit.h).
   SubmitBatch submits_{[this](const std::vector<SubmitBatch::Item*>& batch) { CommitSubmits(batch); }};

@@ -193,7 +193,8 @@ Status ControllerMetrics::RegisterAll() {
 
   // Both reasons for every job, so a dashboard query for one job returns data (0) before any resize.
   EFT_RETURN_IF_ERROR(Add(kCounter, "eft_job_resizes_total",
-                          "Planned resizes of the job by reason: grow (capacity came back), evict (drain --evict).",
+                          "Planned resizes of the job by reason: grow (capacity came back), evict (drain --evict), "
+                          "shrink (gave nodes to a job of higher priority).",
                           {"job", "reason"}, [](const ControllerSnapshot& s) {
                             Samples out;
                             for (const Job& j : s.jobs) {
@@ -204,6 +205,10 @@ Status ControllerMetrics::RegisterAll() {
                             }
                             return out;
                           }));
+  EFT_RETURN_IF_ERROR(AddPerJob(kCounter, "eft_job_preemptions_total",
+                                "Times the whole job was stopped with a checkpoint and queued again for a job of "
+                                "higher priority.",
+                                always([](const Job& j) { return double(j.preemptions); })));
   EFT_RETURN_IF_ERROR(AddPerJob(kCounter, "eft_job_checkpoints_total", "Checkpoints the job's ranks reported.",
                                 always([](const Job& j) { return double(j.checkpoints); })));
   EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_checkpoint_bytes", "Size of the job's newest checkpoint.",

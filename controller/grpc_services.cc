@@ -53,6 +53,9 @@ grpc::Status Reply(Result<T> result, T* out) {
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req, v1::Job* out) {
   auto who = CheckAccess(auth_, c_, AuthorizationMetadata(ctx), Action::kSubmitJob);
   if (!who.ok()) return ToGrpc(who.status());
+  if (Status s = AuthorizePriority(*who, req->spec().priority(), c_->config().max_submitter_priority); !s.ok()) {
+    return ToGrpc(s);
+  }
   return Reply(c_->SubmitJob(req->spec(), req->request_id(), who->anonymous ? "" : who->user), out);
 }
 

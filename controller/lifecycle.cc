@@ -156,9 +156,11 @@ bool Controller::PreviousNodesSettledLocked(const JobEntry& job) const {
 
 void Controller::ScheduleLocked() {
   last_pass_epoch_ = capacity_epoch_;
+  DropStaleReservationsLocked();
   std::optional<std::vector<NodeCapacity>> caps;
-  // Pending() is a copy: starting an attempt refiles the job.
-  for (const auto& id : index_.Pending()) TryPlaceLocked(jobs_.at(id), &caps);
+  // Pending() is a copy: starting an attempt refiles the job. Higher priority first, submit order
+  // within a priority (docs/architecture.md, "Priorities and preemption").
+  for (const auto& id : PendingByPriorityLocked()) TryPlaceLocked(jobs_.at(id), &caps);
   // Waiting jobs first: a running job grows only onto what none of them could start on.
   GrowLocked(&caps);
 }
@@ -191,7 +193,9 @@ void Controller::GrowLocked(std::optional<std::vector<NodeCapacity>>* caps) {
     in.max_nodes = res.nodes().max();
     // In name order, as PlaceGang takes nodes that are not the job's (CapacitiesLocked is sorted).
     for (const auto& cap : **caps) {
-      if (cap.ready && !cap.drained && static_cast<int>(cap.free_slots.size()) >= res.gpus_per_node() &&
+      // A node reserved for a waiting job is that job's: growing onto it would only be undone.
+      if (cap.ready && !cap.drained && !reserved_.count(cap.name) &&
+          static_cast<int>(cap.free_slots.size()) >= res.gpus_per_node() &&
           !taken.count(cap.name) && std::find(a.nodes.begin(), a.nodes.end(), cap.name) == a.nodes.end()) {
         in.free_nodes.push_back(cap.name);
       }
@@ -256,18 +260,33 @@ void Controller::TryPlaceLocked(JobEntry& j, std::optional<std::vector<NodeCapac
     }
   }
   if (!caps->has_value()) *caps = CapacitiesLocked();
+  // Nodes held for a waiting job that outranks this one are not this one's to take.
+  const std::vector<NodeCapacity> mine = WithReservationsLocked(j, **caps);
   PlacementRequest req;
   req.min_nodes = j.rec.spec.resources().nodes().min();
   req.max_nodes = j.rec.spec.resources().nodes().max();
   req.slots_per_node = j.rec.spec.resources().gpus_per_node();
   if (j.current()) req.previous_nodes = j.current()->nodes;
-  Placement p = PlaceGang(req, **caps);
+  // Holding reservations for all it needs (nodes freed for it by lower-priority jobs, or held while
+  // it waited), it starts on exactly those: the jobs that made room restart on the nodes they kept
+  // (which may free a moment earlier), and it grows later like any job.
+  std::vector<NodeCapacity> held;
+  for (const auto& cap : mine) {
+    auto r = reserved_.find(cap.name);
+    if (r != reserved_.end() && r->second == j.rec.id) held.push_back(cap);
+  }
+  const bool only_held = static_cast<int>(held.size()) >= req.min_nodes;
+  if (only_held) req.max_nodes = std::max(req.min_nodes, std::min(req.max_nodes, static_cast<int>(held.size())));
+  Placement p = PlaceGang(req, only_held ? held : mine);
   if (!p.placed) {
     j.unplaceable_epoch = capacity_epoch_;
     std::string reason = "waiting for nodes: " + p.why_not;
-    if (j.rec.state == v1::JOB_STATE_RECOVERING && j.current() && EndedForResize(*j.current())) {
-      // Stopped on purpose (an eviction, or a grow whose nodes went away) with its ranks gone: it
-      // waits for capacity in the queue like any job that does not fit, saying for what.
+    // Jobs of lower priority may give way (priority.cc); either way the reason says for whom it waits.
+    const std::string more = MakeRoomLocked(j, mine);
+    if (!more.empty()) reason += "; " + more;
+    if (j.rec.state == v1::JOB_STATE_RECOVERING && j.current() && EndedForPlannedStop(*j.current())) {
+      // Stopped on purpose (an eviction, a preemption, or a grow whose nodes went away) with its
+      // ranks gone: it waits for capacity in the queue like any job that does not fit, saying for what.
       JobChange c{j.rec, {}, {}, {}};
       c.rec.state = v1::JOB_STATE_QUEUED;
       c.rec.reason = reason;
@@ -323,11 +342,13 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
     msg << " (step " << resume_step << "; attempt " << previous->number << " reached step " << reached << ": " << lost
         << (lost == 1 ? " step lost)" : " steps lost)");
   }
-  if (lost > 0 && EndedForResize(*previous)) {
+  if (lost > 0 && EndedForPlannedStop(*previous)) {
     // The ranks were asked to stop with a checkpoint and did not deliver one (they ignored SIGTERM
     // or were killed at the end of the grace period): say so, and what it cost.
     std::ostringstream why;
-    why << "attempt " << previous->number << " was stopped for a resize but saved no checkpoint at its last step ("
+    why << "attempt " << previous->number
+        << (EndedForResize(*previous) ? " was stopped for a resize" : " was preempted")
+        << " but saved no checkpoint at its last step ("
         << reached << ") within fault_tolerance.stop_grace_seconds ("
         << j.rec.spec.fault_tolerance().stop_grace_seconds() << " s): "
         << (newest ? "resuming from the newest periodic checkpoint, step " + std::to_string(resume_step)
@@ -339,6 +360,7 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
   e.attempt = a.number;
   c.events.push_back(std::move(e));
   EFT_RETURN_IF_ERROR(Apply(j, std::move(c)));
+  ReleaseReservationsLocked(j.rec.id);
   ++attempts_created_;
   // The attempt starts at its checkpoint's step: stopped before its first step, it lost nothing.
   j.reached_step = resume_step;

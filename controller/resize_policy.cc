@@ -8,6 +8,7 @@ namespace eft::controller {
 namespace {
 
 constexpr std::string_view kResizedPrefix = "resized: ";
+constexpr std::string_view kPreemptedPrefix = "preempted: ";
 
 std::string OneDecimal(double seconds) {
   std::ostringstream os;
@@ -74,6 +75,8 @@ const char* ResizeReasonLabel(ResizeReason reason) {
       return "grow";
     case ResizeReason::kEvict:
       return "evict";
+    case ResizeReason::kShrink:
+      return "shrink";
   }
   return "grow";
 }
@@ -95,6 +98,13 @@ std::string ResizedEndReason(const std::string& what) { return std::string(kResi
 
 bool EndedForResize(const AttemptRecord& attempt) {
   return attempt.end_ms != 0 && attempt.end_reason.rfind(kResizedPrefix, 0) == 0;
+}
+
+std::string PreemptedEndReason(const std::string& what) { return std::string(kPreemptedPrefix) + what; }
+
+bool EndedForPlannedStop(const AttemptRecord& attempt) {
+  return EndedForResize(attempt) ||
+         (attempt.end_ms != 0 && attempt.end_reason.rfind(kPreemptedPrefix, 0) == 0);
 }
 
 std::string EvictWhat(const std::string& node, int from, int to, int min_nodes) {

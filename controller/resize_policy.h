@@ -55,9 +55,11 @@ GrowDecision DecideGrow(const GrowInput& in);
 int64_t LastResizeMs(const std::vector<AttemptRecord>& attempts);
 
 // What a resize is counted as (eft_job_resizes_total{reason}).
-enum class ResizeReason { kGrow, kEvict };
-inline constexpr std::array<ResizeReason, 2> kResizeReasons = {ResizeReason::kGrow, ResizeReason::kEvict};
-const char* ResizeReasonLabel(ResizeReason reason);  // "grow", "evict"
+// kShrink: gave nodes to a waiting job of higher priority (priority_policy.h).
+enum class ResizeReason { kGrow, kEvict, kShrink };
+inline constexpr std::array<ResizeReason, 3> kResizeReasons = {ResizeReason::kGrow, ResizeReason::kEvict,
+                                                               ResizeReason::kShrink};
+const char* ResizeReasonLabel(ResizeReason reason);  // "grow", "evict", "shrink"
 
 // The `resized` job event: type kResizedEvent, message "<label>: <what happened>", e.g.
 // "grow: node2 is back, 2 -> 3 nodes". The label makes the count by reason derivable from the
@@ -71,6 +73,14 @@ std::optional<ResizeReason> ResizeReasonOf(const EventRecord& event);
 // ones whose ranks were asked to stop with a checkpoint.
 std::string ResizedEndReason(const std::string& what);
 bool EndedForResize(const AttemptRecord& attempt);
+
+// Preemption for a job of higher priority: the attempt ends with "preempted: <what>" and a
+// `preempted` event (eft_job_preemptions_total); its ranks stop with a checkpoint as for a resize,
+// and the job waits QUEUED until it fits again.
+inline constexpr const char* kPreemptedEvent = "preempted";
+std::string PreemptedEndReason(const std::string& what);
+// A resize or a preemption: the ranks were asked to stop with a checkpoint.
+bool EndedForPlannedStop(const AttemptRecord& attempt);
 
 // What draining `node` with --evict does to a job on `from` nodes that can continue on `to` (the
 // other nodes of its attempt plus free ones, at most nodes.max): "node1 drained with --evict, 3 -> 2

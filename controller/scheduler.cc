@@ -13,6 +13,8 @@ Placement PlaceGang(const PlacementRequest& request, const std::vector<NodeCapac
       unfit.push_back(n.name + ": lost");
     } else if (n.drained) {
       unfit.push_back(n.name + ": drained");
+    } else if (!n.reserved_for.empty()) {
+      unfit.push_back(n.name + ": reserved for job " + n.reserved_for);
     } else if (static_cast<int>(n.free_slots.size()) < request.slots_per_node) {
       unfit.push_back(n.name + ": " + std::to_string(n.free_slots.size()) + " free slots");
     } else {

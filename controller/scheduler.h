@@ -15,6 +15,8 @@ struct NodeCapacity {
   std::string name;
   bool ready = false;
   bool drained = false;
+  // Non-empty: held for that waiting job (priority_policy.h), so not this one's to take.
+  std::string reserved_for;
   // Slot indices (0..slots-1) not used by any rank the controller wants or a worker still runs.
   std::vector<int> free_slots;
 };

@@ -504,6 +504,8 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
                    ") must be >= 0 and <= 604800 (seconds between two resizes of the job)");
   }
 
+  EFT_RETURN_IF_ERROR(CheckRange("spec.priority", spec->priority(), -1000000, 1000000));
+
   v1::TrainingSpec* t = spec->mutable_training();
   if (!t->has_epochs()) t->set_epochs(1);
   EFT_RETURN_IF_ERROR(CheckRange("spec.training.epochs", t->epochs(), 1, std::numeric_limits<int32_t>::max()));

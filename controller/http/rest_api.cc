@@ -118,6 +118,9 @@ HttpReply RestApi::SubmitJob(const RouteContext& ctx) {
   if (Status s = CheckQueryParams(ctx.target.query, {}); !s.ok()) return ErrorReply(s);
   auto req = ParseSubmitJobBody(ctx.request.content_type, ctx.request.body);
   if (!req.ok()) return ErrorReply(req.status());
+  if (Status s = AuthorizePriority(*who, req->spec().priority(), c->config().max_submitter_priority); !s.ok()) {
+    return ErrorReply(s);
+  }
   return Reply(c->SubmitJob(req->spec(), req->request_id(), who->anonymous ? "" : who->user));
 }
 

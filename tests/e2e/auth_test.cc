@@ -354,6 +354,48 @@ TEST(Auth, GrpcMatrix) {
   }
 }
 
+// docs/auth.md: above max_submitter_priority only an admin may submit, over REST and gRPC alike.
+TEST(Auth, APriorityAboveTheSubmittersLimitTakesAnAdmin) {
+  AuthFiles files;
+  ClusterOptions o = AuthCluster(files, 1);
+  o.controller_args.insert(o.controller_args.end(), {"--max-submitter-priority", "2"});
+  TestCluster c(o);
+  c.StartAll();
+  auto body = [&](const std::string& name, int priority) {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = c.WorkloadJob(name, 2, 2, 3, 10, 0);
+    req.mutable_spec()->set_priority(priority);
+    std::string out;
+    EXPECT_TRUE(google::protobuf::util::MessageToJsonString(req, &out).ok());
+    return out;
+  };
+  EXPECT_EQ(Rest(c, kAlice, "POST", "/v1/jobs", body("at-limit", 2)), 200);
+  EXPECT_EQ(Rest(c, kAlice, "POST", "/v1/jobs", body("low", -7)), 200);
+  auto r = HttpCall(c.http_port(), "POST", "/v1/jobs", body("above", 3),
+                    "Content-Type: application/json\r\nAuthorization: Bearer " + kAliceToken + "\r\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  auto j = nlohmann::json::parse(r->body, nullptr, false);
+  EXPECT_EQ(j.value("message", std::string()),
+            "user alice (role submitter) may submit jobs of priority at most 2 (the controller's "
+            "max_submitter_priority); priority 3 takes an admin");
+  EXPECT_EQ(Rest(c, kAdmin, "POST", "/v1/jobs", body("admin-above", 1000)), 200);
+
+  Grpc g(c);
+  auto submit = [&](Caller who, int priority) {
+    grpc::ClientContext ctx;
+    Grpc::Prepare(&ctx, who);
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = c.WorkloadJob("grpc-" + std::to_string(priority), 2, 2, 3, 10, 0);
+    req.mutable_spec()->set_priority(priority);
+    v1::Job job;
+    return g.jobs->SubmitJob(&ctx, req, &job).error_code();
+  };
+  EXPECT_EQ(submit(kBob, 3), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(submit(kBob, 2), grpc::StatusCode::OK);
+  EXPECT_EQ(submit(kAdmin, 50), grpc::StatusCode::OK);
+}
+
 TEST(Auth, WorkersNeedTheJoinTokenAndEftctlATokenAndTheLoopbackRule) {
   AuthFiles files;
   ClusterOptions o = AuthCluster(files, 1);

@@ -122,6 +122,7 @@ const std::vector<std::string>& FieldsTheTrainerIgnores() {
       "fault_tolerance.max_restarts", "fault_tolerance.stop_grace_seconds",
       "command",                  // a job with a command does not run eft-train
       "env",                      // the worker puts it in every rank's environment
+      "priority",                 // the controller's (scheduling)
   };
   return *kIgnored;
 }

@@ -230,3 +230,27 @@ TEST(ControllerConfigAuth, LoadsAuthSettings) {
 
 }  // namespace
 }  // namespace eft::controller
+
+namespace eft::controller {
+namespace {
+
+// docs/auth.md: a priority above max_submitter_priority takes an admin.
+TEST(AuthorizePriority, AboveTheLimitOnlyAdmins) {
+  Principal alice{"alice", Role::kSubmitter, false, false};
+  Principal root{"root", Role::kAdmin, false, false};
+  Principal anonymous{"", Role::kAdmin, false, true};
+  EXPECT_TRUE(AuthorizePriority(alice, 0, 0).ok());
+  EXPECT_TRUE(AuthorizePriority(alice, -5, 0).ok());
+  EXPECT_TRUE(AuthorizePriority(alice, 3, 3).ok());
+  Status s = AuthorizePriority(alice, 5, 0);
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(),
+            "user alice (role submitter) may submit jobs of priority at most 0 (the controller's "
+            "max_submitter_priority); priority 5 takes an admin");
+  EXPECT_EQ(AuthorizePriority(alice, 4, 3).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(AuthorizePriority(root, 1000000, 0).ok());
+  EXPECT_TRUE(AuthorizePriority(anonymous, 1000000, 0).ok());
+}
+
+}  // namespace
+}  // namespace eft::controller

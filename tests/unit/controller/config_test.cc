@@ -22,18 +22,20 @@ TEST(ControllerConfig, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.heartbeat_timeout.count(), 3000);
   EXPECT_EQ(c.restart_backoff_max.count(), 30000);
   EXPECT_EQ(c.data_dir, "/var/lib/eft/c.db.d");
+  EXPECT_EQ(c.max_submitter_priority, 0);
 }
 
 TEST(ControllerConfig, LoadsOverridesInSeconds) {
   ControllerConfig c;
   std::string path = WriteTemp("listen: 127.0.0.1:9000\nheartbeat_interval_s: 0.5\nheartbeat_timeout_s: 2\n"
-                               "master_port_base: 40000\ndata_dir: /data\n");
+                               "master_port_base: 40000\ndata_dir: /data\nmax_submitter_priority: -2\n");
   ASSERT_TRUE(LoadControllerConfig(path, &c).ok());
   EXPECT_EQ(c.listen, "127.0.0.1:9000");
   EXPECT_EQ(c.heartbeat_interval.count(), 500);
   EXPECT_EQ(c.heartbeat_timeout.count(), 2000);
   EXPECT_EQ(c.master_port_base, 40000);
   EXPECT_EQ(c.data_dir, "/data");
+  EXPECT_EQ(c.max_submitter_priority, -2);
   std::filesystem::remove(path);
 }
 

@@ -251,6 +251,36 @@ TEST_F(ControllerMetricsTest, ResizesAreCountedByReason) {
   EXPECT_EQ(Value("eft_job_resizes_total", {{"job", id}, {"reason", "grow"}}), 0.0);
 }
 
+// docs/architecture.md, "Priorities and preemption": a job of higher priority preempts a rigid one
+// (eft_job_preemptions_total) and shrinks an elastic one (reason shrink).
+TEST_F(ControllerMetricsTest, PreemptionsAndShrinksForPriorityAreCounted) {
+  CreateMetrics();
+  for (const char* n : {"n1", "n2", "n3"}) Register(n);
+  v1::JobSpec low;
+  low.set_name("rigid");
+  low.add_command("/bin/true");
+  low.set_priority(-1);  // the first to give way
+  auto r = c_->SubmitJob(low, "");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string rigid = r->id();
+  v1::JobSpec elastic;
+  elastic.set_name("elastic");
+  elastic.add_command("/bin/true");
+  elastic.mutable_resources()->mutable_nodes()->set_min(1);
+  elastic.mutable_resources()->mutable_nodes()->set_max(2);
+  auto e = c_->SubmitJob(elastic, "");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(Value("eft_job_preemptions_total", {{"job", rigid}}), 0.0);
+  EXPECT_EQ(Value("eft_job_resizes_total", {{"job", e->id()}, {"reason", "shrink"}}), 0.0);
+  v1::JobSpec urgent = elastic;
+  urgent.set_name("urgent");
+  urgent.set_priority(1);
+  urgent.mutable_resources()->mutable_nodes()->set_min(2);
+  ASSERT_TRUE(c_->SubmitJob(urgent, "").ok());
+  EXPECT_EQ(Value("eft_job_resizes_total", {{"job", e->id()}, {"reason", "shrink"}}), 1.0);
+  EXPECT_EQ(Value("eft_job_preemptions_total", {{"job", rigid}}), 1.0);
+}
+
 TEST_F(ControllerMetricsTest, PerJobSeriesAreBoundedToActiveAndNewestTerminalJobs) {
   CreateMetrics(ControllerMetricsOptions{.terminal_jobs_kept = 2});
   std::vector<std::string> ids;

@@ -139,7 +139,7 @@ TEST(ResizeEvents, TheReasonLabelRoundTripsThroughTheEventMessage) {
   other.message = "grow: looks like one";
   EXPECT_FALSE(ResizeReasonOf(other).has_value());
   other.type = kResizedEvent;
-  other.message = "shrink: unknown label";
+  other.message = "spin: unknown label";
   EXPECT_FALSE(ResizeReasonOf(other).has_value());
 }
 

@@ -295,6 +295,8 @@ TEST(JobSpecTest, EveryValidationRuleNamesTheField) {
       {"/resources/resize_cooldown_seconds", -1,
        "spec.resources.resize_cooldown_seconds (-1.0) must be >= 0 and <= 604800"},
       {"/resources/resize_cooldown_seconds", 604801, "spec.resources.resize_cooldown_seconds (604801.0) must be >= 0"},
+      {"/priority", 1000001, "spec.priority (1000001) must be <= 1000000"},
+      {"/priority", -1000001, "spec.priority (-1000001) must be >= -1000000"},
       {"/fault_tolerance/stop_grace_seconds", 0, "spec.fault_tolerance.stop_grace_seconds (0.0) must be > 0"},
       {"/fault_tolerance/stop_grace_seconds", 3601, "spec.fault_tolerance.stop_grace_seconds (3601.0) must be > 0 and <= 3600"},
       {"/command", {""}, "spec.command[0] is empty"},
@@ -501,6 +503,13 @@ TEST(JobSpecTest, ResizeSettingsKeepExplicitFalseAndZero) {
   EXPECT_TRUE(spec.resources().has_resize_cooldown_seconds());
   EXPECT_EQ(spec.resources().resize_cooldown_seconds(), 0);
   EXPECT_EQ(JobSpecToJson(spec)["resources"]["grow"], false);
+}
+
+TEST(JobSpecTest, PriorityDefaultsToZeroAndKeepsNegatives) {
+  EXPECT_EQ(MustNormalize("name: a\ncommand: [x]\n").priority(), 0);
+  v1::JobSpec spec = MustNormalize("name: a\ncommand: [x]\npriority: -3\n");
+  EXPECT_EQ(spec.priority(), -3);
+  EXPECT_EQ(JobSpecToJson(spec)["priority"], -3);
 }
 
 TEST(JobSpecTest, ToJsonOmitsUnsetOptionalFields) {

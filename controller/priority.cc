@@ -1,0 +1,153 @@
+// Controller: priorities and preemption (docs/architecture.md, "Priorities and preemption"). The
+// decisions are PlanForWaitingJob's (priority_policy.h); this file gathers its inputs under the
+// lock, carries the plan out and keeps the reservations.
+#include <algorithm>
+#include <set>
+
+#include "common/logging.h"
+#include "controller/controller.h"
+#include "controller/priority_policy.h"
+
+namespace eft::controller {
+namespace {
+
+int64_t Order(const std::string& id) {
+  // Ids are the store's decimal row ids: their numeric order is submit order.
+  return id.empty() ? 0 : std::stoll(id);
+}
+
+}  // namespace
+
+bool Controller::OutranksLocked(const JobEntry& a, const JobEntry& b) const {
+  if (a.rec.spec.priority() != b.rec.spec.priority()) return a.rec.spec.priority() > b.rec.spec.priority();
+  return Order(a.rec.id) < Order(b.rec.id);
+}
+
+std::vector<std::string> Controller::PendingByPriorityLocked() const {
+  std::vector<std::string> ids = index_.Pending();  // submit order
+  std::stable_sort(ids.begin(), ids.end(), [this](const std::string& a, const std::string& b) REQUIRES(mu_) {
+    return jobs_.at(a).rec.spec.priority() > jobs_.at(b).rec.spec.priority();
+  });
+  return ids;
+}
+
+std::vector<NodeCapacity> Controller::WithReservationsLocked(const JobEntry& job,
+                                                             const std::vector<NodeCapacity>& caps) const {
+  std::vector<NodeCapacity> out = caps;
+  for (auto& cap : out) {
+    auto it = reserved_.find(cap.name);
+    if (it == reserved_.end() || it->second == job.rec.id) continue;
+    auto holder = jobs_.find(it->second);
+    if (holder != jobs_.end() && OutranksLocked(job, holder->second)) continue;
+    cap.reserved_for = it->second;
+  }
+  return out;
+}
+
+void Controller::ReleaseReservationsLocked(const std::string& job_id) {
+  bool changed = false;
+  for (auto it = reserved_.begin(); it != reserved_.end();) {
+    if (it->second == job_id) {
+      it = reserved_.erase(it);
+      changed = true;
+    } else {
+      ++it;
+    }
+  }
+  if (changed) CapacityChangedLocked();
+}
+
+void Controller::DropStaleReservationsLocked() {
+  std::set<std::string> stale;
+  for (const auto& [node, id] : reserved_) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || (it->second.rec.state != v1::JOB_STATE_QUEUED &&
+                              it->second.rec.state != v1::JOB_STATE_RECOVERING)) {
+      stale.insert(id);
+    }
+  }
+  for (const auto& id : stale) ReleaseReservationsLocked(id);
+}
+
+Status Controller::PreemptLocked(JobEntry& j, const std::string& what) {
+  // The same planned stop as a resize (ResizeLocked): out of the desired state, SIGTERM, a
+  // checkpoint, exit 75; not counted against max_restarts. When its ranks are gone and it does not
+  // fit (its nodes are reserved for the job that preempted it) it waits QUEUED (TryPlaceLocked).
+  std::vector<EventRecord> events{MakeEvent(j, kPreemptedEvent, what)};
+  return EndAttemptLocked(j, PreemptedEndReason(what), Outcome::kRestart, std::move(events));
+}
+
+std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapacity>& caps) {
+  const auto& res = j.rec.spec.resources();
+  PriorityWaiting waiting;
+  waiting.id = j.rec.id;
+  waiting.priority = j.rec.spec.priority();
+  waiting.min_nodes = res.nodes().min();
+  waiting.slots_per_node = res.gpus_per_node();
+  std::vector<PriorityNode> nodes;
+  for (const auto& cap : caps) {
+    PriorityNode n;
+    n.name = cap.name;
+    n.usable = cap.ready && !cap.drained && cap.reserved_for.empty();
+    auto node = nodes_.find(cap.name);
+    n.slots = node == nodes_.end() ? 0 : node->second.rec.slots;
+    n.free_slots = static_cast<int>(cap.free_slots.size());
+    auto r = reserved_.find(cap.name);
+    n.reserved_for_job = r != reserved_.end() && r->second == j.rec.id;
+    nodes.push_back(std::move(n));
+  }
+  std::vector<PriorityRunning> running;
+  for (const auto& id : index_.Active()) {
+    const JobEntry& a = jobs_.at(id);
+    if (!a.current()) continue;
+    PriorityRunning r;
+    r.id = id;
+    r.priority = a.rec.spec.priority();
+    r.order = Order(id);
+    r.nodes = a.current()->nodes;
+    r.slots_per_node = a.current()->ranks_per_node;
+    r.min_nodes = a.rec.spec.resources().nodes().min();
+    running.push_back(std::move(r));
+  }
+  const PriorityPlan plan = PlanForWaitingJob(waiting, nodes, running);
+
+  if (plan.acts()) {
+    // Say on the waiting job what is done for it, then do it. A stop the store refuses is retried
+    // by the next pass (nothing was reserved for it).
+    JobChange c{j.rec, {}, {}, {}};
+    c.events.push_back(MakeEvent(j, "making_room", plan.reason));
+    if (!Apply(j, std::move(c)).ok()) return plan.reason;
+    for (const auto& s : plan.shrinks) {
+      JobEntry& victim = jobs_.at(s.job);
+      if (!ResizeLocked(victim, ResizeReason::kShrink, ShrinkWhat(s, waiting)).ok()) return plan.reason;
+    }
+    for (const auto& id : plan.preempt) {
+      if (!PreemptLocked(jobs_.at(id), PreemptWhat(waiting)).ok()) return plan.reason;
+    }
+  }
+  // Hold exactly what the plan counts on.
+  bool changed = false;
+  std::set<std::string> keep(plan.reserve.begin(), plan.reserve.end());
+  for (auto it = reserved_.begin(); it != reserved_.end();) {
+    if (it->second == j.rec.id && !keep.count(it->first)) {
+      it = reserved_.erase(it);
+      changed = true;
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& node : plan.reserve) {
+    auto& holder = reserved_[node];
+    if (holder != j.rec.id) {
+      if (!holder.empty()) {
+        EFT_LOG(INFO) << "node " << node << ": reserved for job " << j.rec.id << " instead of job " << holder;
+      }
+      holder = j.rec.id;
+      changed = true;
+    }
+  }
+  if (changed) CapacityChangedLocked();
+  return plan.reason;
+}
+
+}  // namespace eft::controller
