@@ -4,6 +4,8 @@
 // tests/unit/trainer/train/evaluation_test.cc's.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "tests/e2e/trainer_fixture.h"
 
 namespace eft::testing {
@@ -82,6 +84,42 @@ TEST_F(EvalTest, AnEvalFileIsEvaluatedAtFullCheckpointsAndAtTheEnd) {
   EXPECT_LT(evals[3].loss, 0.5 * evals[0].loss) << r.output;
   // Same data, same weights as the last step's forward minus one update: the two losses are close.
   EXPECT_LT(evals[3].loss, 1.5 * r.losses.back() + 0.05) << r.output;
+}
+
+// checkpoint.keep_best with keep_last 1: what is left is the newest checkpoint and the one saved
+// at the step with the lowest eval loss (whichever that turns out to be), nothing else. A high
+// learning rate on random tokens makes the held-out loss move both ways.
+TEST_F(EvalTest, KeepBestLeavesTheNewestAndTheLowestEvalLoss) {
+  epochs_ = 1;
+  InitModel();
+  WriteData(40);
+  extra_yaml_ = "checkpoint: {dir: " + (dir_ / "ckpt").string() + ", every_steps: 1, keep_last: 1, keep_best: true}\n";
+  const std::string spec = WriteSpec(4, 1, 5e-2);
+  Run r = TrainRun("best", 2, spec, 8, " --set data.eval_fraction=0.25 --set training.eval_every_steps=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<EvalPoint> evals = Evals(r);
+  ASSERT_EQ(evals.size(), 9u) << r.output;  // steps 0..8
+  int64_t best_step = 1;
+  double best = evals[1].loss;
+  for (size_t i = 1; i < evals.size(); ++i) {  // step 0 has no checkpoint
+    if (evals[i].loss <= best) {  // the newest of equals
+      best = evals[i].loss;
+      best_step = evals[i].step;
+    }
+  }
+  std::set<std::string> want = {"step-8", "step-" + std::to_string(best_step)}, left;
+  for (const auto& e : fs::directory_iterator(dir_ / "ckpt")) {
+    if (e.path().filename().string().rfind("step-", 0) == 0) left.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(left, want) << "eval losses: " << [&] {
+    std::string s;
+    for (const auto& e : evals) s += std::to_string(e.step) + ":" + std::to_string(e.loss) + " ";
+    return s;
+  }();
+  // Every checkpoint retention deleted was reported, so the controller never offers it.
+  int reported = 0;
+  for (const auto& e : r.events) reported += e["event"] == "checkpoint_deleted";
+  EXPECT_EQ(reported, 8 - static_cast<int>(want.size())) << "8 checkpoints written, " << want.size() << " kept";
 }
 
 TEST_F(EvalTest, BadEvalConfigurationsExitTwoWithTheReason) {

@@ -169,6 +169,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   policy.keep_last = c.keep_last;
   policy.tokenizer_dir = c.model;
   policy.require_resume = c.require_resume;
+  policy.keep_best = c.keep_best;
   t->checkpointer_ = std::make_unique<Checkpointer>(policy, t->comm_.get(), t->model_.get(), t->optimizer_.get(),
                                                     &t->events_);
   t->compat_ = CompatibilityRecord(c, model_config, t->dataset_.stats().examples, t->dataset_.stats().tokens);
@@ -247,6 +248,8 @@ bool Trainer::EvalDue(bool last) const {
 
 EvalResult Trainer::RunEval() {
   EvalResult r = Evaluate(*model_, *comm_, eval_set_, config_.micro_batch_size, pad_token_id_);
+  last_eval_step_ = step_;
+  last_eval_loss_ = r.loss;
   if (env_.rank == 0) {
     std::printf("eval  %lld/%lld | eval_loss %.4f | %lld tokens | %.1fs\n", static_cast<long long>(step_),
                 static_cast<long long>(total_steps_), r.loss, static_cast<long long>(r.tokens), r.seconds);
@@ -367,6 +370,7 @@ TrainerState Trainer::State() const {
   s.loss_tail = loss_tail_;
   s.compat = compat_;
   s.seed = config_.seed;
+  if (last_eval_step_ == step_) s.eval_loss = last_eval_loss_;
   return s;
 }
 

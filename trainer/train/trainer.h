@@ -93,6 +93,8 @@ class Trainer {
   nlohmann::json compat_;
   bool has_eval_ = false;
   TokenDataset eval_set_;  // packed like dataset_
+  int64_t last_eval_step_ = -1;  // the newest evaluation, for the checkpoint saved at that step
+  double last_eval_loss_ = 0;
 };
 
 }  // namespace eft::trainer
