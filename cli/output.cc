@@ -169,6 +169,11 @@ std::string DescribeJob(const v1::Job& j) {
     }
     out << "\n";
   }
+  if (j.has_progress() && j.progress().has_eval_loss()) {
+    const auto& p = j.progress();
+    out << "Eval:        loss " << Num(p.eval_loss()) << " at step " << p.eval_step() << " ("
+        << p.eval_tokens() << " tokens)\n";
+  }
   out << "\nAttempts:\n";
   std::vector<std::vector<std::string>> rows;
   for (const auto& a : j.attempts()) {
@@ -198,6 +203,9 @@ std::string ProgressLine(const v1::Job& j) {
   if (j.attempt()) out << " attempt " << j.attempt();
   if (j.world_size()) out << " world " << j.world_size();
   if (j.has_progress()) out << " step " << StepText(j) << " loss " << Num(j.progress().loss());
+  if (j.has_progress() && j.progress().has_eval_loss()) {
+    out << " eval_loss " << Num(j.progress().eval_loss()) << " (step " << j.progress().eval_step() << ")";
+  }
   if (!j.reason().empty() && j.state() != v1::JOB_STATE_RUNNING) out << " (" << j.reason() << ")";
   return out.str();
 }

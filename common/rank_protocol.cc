@@ -128,6 +128,7 @@ std::string EventTypeName(const Event& event) {
                         [](const ErrorEvent&) { return std::string("error"); },
                         [](const NoValidCheckpointEvent&) { return std::string("no_valid_checkpoint"); },
                         [](const UnknownEvent& e) { return e.type; },
+                        [](const EvalEvent&) { return std::string("eval"); },
                     },
                     event);
 }
@@ -176,6 +177,10 @@ std::string EncodeEvent(const Event& event) {
                  },
                  [&](const NoValidCheckpointEvent& e) { doc.update({{"dir", e.dir}, {"skipped", e.skipped}}); },
                  [&](const UnknownEvent&) {},
+                 [&](const EvalEvent& e) {
+                   doc.update({{"step", e.step}, {"loss", e.loss}, {"tokens", e.tokens}});
+                   if (e.seconds >= 0) doc["seconds"] = e.seconds;
+                 },
              },
              event);
   // Paths and reasons are the only free text; replace what is not UTF-8 rather than throw.
@@ -251,6 +256,13 @@ Result<Event> DecodeEvent(std::string_view line) {
     NoValidCheckpointEvent e;
     r.String("dir", &e.dir);
     r.Number("skipped", &e.skipped);
+    out = e;
+  } else if (type == "eval") {
+    EvalEvent e;
+    r.Number("step", &e.step, /*required=*/true);
+    r.Number("loss", &e.loss, /*required=*/true);
+    r.Number("tokens", &e.tokens);
+    r.Number("seconds", &e.seconds);
     out = e;
   } else {
     out = UnknownEvent{type};

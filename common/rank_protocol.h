@@ -160,11 +160,21 @@ struct UnknownEvent {
   std::string type;
 };
 
+// The model was evaluated on the held-out set after `step` optimizer steps (rank 0): the
+// token-weighted mean loss over all `tokens` trained targets of the eval set.
+struct EvalEvent {
+  int64_t step = 0;
+  double loss = 0;
+  int64_t tokens = 0;
+  double seconds = -1;  // the evaluation's wall time; < 0: not reported
+};
+
 using Event = std::variant<StepEvent, CheckpointEvent, CheckpointDeletedEvent, ResumedEvent, FinishedEvent,
-                           MemoryEvent, ErrorEvent, NoValidCheckpointEvent, UnknownEvent>;
+                           MemoryEvent, ErrorEvent, NoValidCheckpointEvent, UnknownEvent,
+                           EvalEvent>;
 
 // The "event" value of each type: "step", "checkpoint", "checkpoint_deleted", "resumed", "finished",
-// "memory", "error", "no_valid_checkpoint" (an UnknownEvent's own type).
+// "memory", "error", "no_valid_checkpoint", "eval" (an UnknownEvent's own type).
 std::string EventTypeName(const Event& event);
 
 // One line of JSON, without the newline. Optional fields that are "not reported" are left out; an

@@ -26,6 +26,14 @@ std::vector<std::tuple<std::string, int, int, int>> LiveSlots(const Ranks& ranks
   return out;
 }
 
+// A step event carries no eval fields: the newest evaluation stays until the next one.
+void KeepEval(const v1::TrainingProgress& before, v1::TrainingProgress* now) {
+  if (!before.has_eval_loss()) return;
+  now->set_eval_loss(before.eval_loss());
+  now->set_eval_step(before.eval_step());
+  now->set_eval_tokens(before.eval_tokens());
+}
+
 }  // namespace
 
 Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req) {
@@ -157,12 +165,20 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
         break;
       case Kind::kProgress: {
         const int64_t total = j->progress.total_steps();
+        const v1::TrainingProgress before = j->progress;
         j->progress = effect.progress;
         if (j->progress.total_steps() == 0) j->progress.set_total_steps(total);
+        KeepEval(before, &j->progress);
         j->reached_step = std::max(j->reached_step, effect.progress.step());
         Bump(*j);
         break;
       }
+      case Kind::kEval:
+        j->progress.set_eval_loss(effect.progress.eval_loss());
+        j->progress.set_eval_step(effect.progress.eval_step());
+        j->progress.set_eval_tokens(effect.progress.eval_tokens());
+        Bump(*j);
+        break;
       case Kind::kRankError:
         // Arrives before the exit it explains (the worker reads a rank's events to EOF before
         // reporting its exit), and goes into the attempt's end reason.

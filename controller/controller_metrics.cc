@@ -173,6 +173,12 @@ Status ControllerMetrics::RegisterAll() {
                                 }));
   EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_loss", "Training loss of the job's newest step event.",
                                 [](const Job& j) { return IfTraining(j, j.progress.loss()); }));
+  EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_eval_loss",
+                                "Eval loss of the job's newest eval event (token-weighted mean over the eval set).",
+                                [](const Job& j) {
+                                  return j.progress.has_eval_loss() ? std::optional<double>(j.progress.eval_loss())
+                                                                    : std::nullopt;
+                                }));
   EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_learning_rate", "Learning rate of the job's newest step event.",
                                 [](const Job& j) { return IfTraining(j, j.progress.lr()); }));
   EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_grad_norm",

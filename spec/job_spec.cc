@@ -481,6 +481,15 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   EFT_RETURN_IF_ERROR(CheckChoice("spec.data.on_bad_line", data->mutable_on_bad_line(), "error", {"error", "skip"}));
   EFT_RETURN_IF_ERROR(
       CheckChoice("spec.data.truncation", data->mutable_truncation(), "truncate", {"truncate", "drop"}));
+  // Evaluation data (docs/data.md, "Evaluation").
+  if (!std::isfinite(data->eval_fraction()) || !(data->eval_fraction() >= 0) || !(data->eval_fraction() < 1)) {
+    return Invalid("spec.data.eval_fraction (" + FormatDouble(data->eval_fraction()) +
+                   ") must be >= 0 and < 1 (the fraction of data.train held out for evaluation, e.g. 0.02)");
+  }
+  if (!data->eval().empty() && data->eval_fraction() > 0) {
+    return Invalid("spec.data.eval and spec.data.eval_fraction are both set: evaluate on a file or on a held-out "
+                   "part of data.train, not both");
+  }
 
   v1::ResourceSpec* res = spec->mutable_resources();
   v1::NodeRange* nodes = res->mutable_nodes();
@@ -544,6 +553,8 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   EFT_RETURN_IF_ERROR(CheckChoice("spec.training.device", t->mutable_device(), "auto", {"auto", "cpu", "cuda"}));
   if (!t->has_seed()) t->set_seed(42);
   EFT_RETURN_IF_ERROR(CheckRange("spec.training.max_steps", t->max_steps(), 0, std::numeric_limits<int32_t>::max()));
+  EFT_RETURN_IF_ERROR(CheckRange("spec.training.eval_every_steps", t->eval_every_steps(), 0,
+                                 std::numeric_limits<int32_t>::max()));
 
   EFT_RETURN_IF_ERROR(CheckChoice("spec.parallel.sharding", spec->mutable_parallel()->mutable_sharding(), "grad_op",
                                   {"full", "grad_op", "no_shard"}));

@@ -336,6 +336,8 @@ int run(const Config& c) {
       std::printf("step %lld/%lld acc=%lld\n", s, c.steps, acc);
       std::fflush(stdout);
       if (c.ckpt_every > 0 && s % c.ckpt_every == 0) {
+        // An evaluation before each checkpoint, as eft-train does by default (stand-in loss).
+        emit(c, eft::rank::EvalEvent{s, 1.5 / static_cast<double>(s), 500});
         save_checkpoint(c, s, acc);
         last_ckpt = s;
       }

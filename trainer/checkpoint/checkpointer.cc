@@ -170,7 +170,8 @@ Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::ve
   EFT_LOG(INFO) << "checkpoint " << final_dir << " (" << kind << ", " << m.total_bytes() / 1048576.0 << " MiB, "
                 << seconds << " s to write, the step loop waited " << stall_seconds << " s)";
   events_->Emit(rank::CheckpointEvent{kind, step, final_dir, m.total_bytes(), seconds, stall_seconds});
-  auto deleted = ApplyRetention(policy_.root, std::max(1, policy_.keep_last));
+  auto deleted = ApplyRetention(policy_.root, std::max(1, policy_.keep_last),
+                                policy_.keep_best ? BestEvaluatedCheckpoint(policy_.root) : std::string());
   if (!deleted.ok()) {
     EFT_LOG(WARNING) << "checkpoint retention: " << deleted.status();
   } else {

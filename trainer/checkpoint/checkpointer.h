@@ -37,6 +37,7 @@ struct CheckpointPolicy {
   int keep_last = 3;
   std::string tokenizer_dir;   // copied into full checkpoints
   bool require_resume = false; // checkpoint.require_resume: all found checkpoints unusable -> fail
+  bool keep_best = false;      // checkpoint.keep_best: retention spares BestEvaluatedCheckpoint (manifest.h)
 };
 
 class Checkpointer {

@@ -9,7 +9,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "common/crc32c.h"
 #include "common/file_util.h"
@@ -269,7 +272,26 @@ Status CommitCheckpointDir(const std::string& tmp, const std::string& final_dir)
   return Status::Ok();
 }
 
-Result<std::vector<std::string>> ApplyRetention(const std::string& root, int keep_last) {
+std::string BestEvaluatedCheckpoint(const std::string& root) {
+  std::string best;
+  double best_loss = 0;
+  for (const auto& d : ListCheckpointDirs(root)) {  // newest first: a later equal loss does not win
+    if (!LooksComplete(d.path)) continue;
+    Result<std::string> text = ReadFileToString(d.path + "/trainer_state.json");
+    if (!text.ok()) continue;
+    nlohmann::json state = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!state.is_object() || !state.contains("eval_loss") || !state["eval_loss"].is_number()) continue;
+    const double loss = state["eval_loss"].get<double>();
+    if (!std::isfinite(loss)) continue;
+    if (best.empty() || loss < best_loss) {
+      best = d.path;
+      best_loss = loss;
+    }
+  }
+  return best;
+}
+
+Result<std::vector<std::string>> ApplyRetention(const std::string& root, int keep_last, const std::string& also_keep) {
   if (keep_last < 1) return Status::InvalidArgument("keep_last must be at least 1");
   std::vector<std::string> deleted;
   std::set<std::string> keep;
@@ -282,6 +304,7 @@ Result<std::vector<std::string>> ApplyRetention(const std::string& root, int kee
     newest_kept = std::max(newest_kept, d.step);
   }
   if (keep.empty()) return deleted;  // nothing known good: delete nothing
+  if (!also_keep.empty()) keep.insert(also_keep);
   std::error_code ec;
   for (const auto& d : dirs) {
     if (keep.count(d.path)) continue;

@@ -84,7 +84,14 @@ Status CommitCheckpointDir(const std::string& tmp, const std::string& final_dir)
 
 // Deletes all but the newest `keep_last` (>= 1) checkpoints that have a manifest, older directories
 // without one, and leftover step-N.tmp directories older than the newest checkpoint. Never deletes
-// the newest checkpoint that verifies. Returns the paths deleted.
-Result<std::vector<std::string>> ApplyRetention(const std::string& root, int keep_last);
+// the newest checkpoint that verifies, nor `also_keep` (checkpoint.keep_best's checkpoint). Returns
+// the paths deleted.
+Result<std::vector<std::string>> ApplyRetention(const std::string& root, int keep_last,
+                                                const std::string& also_keep = "");
+
+// checkpoint.keep_best: the checkpoint under `root` with a manifest whose trainer_state.json has the
+// lowest finite "eval_loss" (the newest of equals); "" when none was evaluated. A checkpoint whose
+// state file is missing or unreadable is passed over.
+std::string BestEvaluatedCheckpoint(const std::string& root);
 
 }  // namespace eft::trainer

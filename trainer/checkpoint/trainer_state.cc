@@ -1,5 +1,6 @@
 #include "trainer/checkpoint/trainer_state.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "trainer/checkpoint/manifest.h"
@@ -9,9 +10,11 @@ namespace eft::trainer {
 using nlohmann::json;
 
 json TrainerState::ToJson() const {
-  return {{"format", 1},           {"step", step},         {"optimizer_step", optimizer_step}, {"epoch", epoch},           {"samples_consumed", samples_consumed},
+  json j = {{"format", 1},           {"step", step},         {"optimizer_step", optimizer_step}, {"epoch", epoch},           {"samples_consumed", samples_consumed},
           {"total_steps", total_steps}, {"world_size", world_size}, {"loss_tail", loss_tail}, {"compat", compat},
           {"seed", seed}, {"config_hash", config_hash()}};
+  if (std::isfinite(eval_loss)) j["eval_loss"] = eval_loss;
+  return j;
 }
 
 Result<TrainerState> TrainerState::FromJson(const json& j) {
@@ -27,6 +30,7 @@ Result<TrainerState> TrainerState::FromJson(const json& j) {
     s.loss_tail = j.at("loss_tail").get<std::vector<double>>();
     s.compat = j.at("compat");
     s.seed = j.value("seed", uint64_t{0});
+    if (j.contains("eval_loss")) s.eval_loss = j.at("eval_loss").get<double>();
   } catch (const std::exception& e) {
     return Status::DataLoss(std::string("trainer_state.json: ") + e.what());
   }

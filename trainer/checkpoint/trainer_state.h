@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,8 @@ struct TrainerState {
   // The data order and every random choice derive from this seed and the step (training itself
   // draws no random numbers: no dropout), so it is the whole RNG state.
   uint64_t seed = 0;
+  // The eval loss at this very step (checkpoint.keep_best compares it); NaN: not evaluated at it.
+  double eval_loss = std::numeric_limits<double>::quiet_NaN();
   std::string config_hash() const;  // CRC-32C of the compatibility record, for humans and logs
   nlohmann::json ToJson() const;
   static Result<TrainerState> FromJson(const nlohmann::json& j);

@@ -356,6 +356,21 @@ at::Tensor ShardedLlama::ForwardLogits(const Batch& input) {
   return Logits(config_, root, hidden).to(at::kFloat);
 }
 
+double ShardedLlama::EvalLossSum(int64_t count, const std::function<Batch(int64_t)>& batch_at) {
+  at::NoGradGuard no_grad;
+  at::Tensor root_full = units_[0]->Gather(options_.compute_dtype);
+  RootWeights root = BindRoot(config_, units_[0]->Views(root_full));
+  double total = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const Batch batch = OnDevice(batch_at(i));
+    AttentionContext ctx = MakeAttentionContext(config_, batch, options_.compute_dtype);
+    at::Tensor hidden = RunLayers(Embed(root, batch.input_ids), ctx, /*with_grad=*/false);
+    total += LossSum(config_, root, hidden, batch.labels).item<double>();
+  }
+  calls_.clear();
+  return total;
+}
+
 void ShardedLlama::ZeroGrad() {
   for (auto& u : units_) u->ZeroGrad();
 }

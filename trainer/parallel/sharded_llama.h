@@ -81,6 +81,10 @@ class ShardedLlama {
 
   // Collective: logits [B, T, vocab] in fp32 on the model's device, no gradients (evaluation and tests).
   at::Tensor ForwardLogits(const Batch& batch);
+  // Collective, between steps: the summed token loss (labels != -100, as ForwardBackward) of
+  // batch_at(0) .. batch_at(count - 1), forward only; the root is gathered once for all of them.
+  // Every rank passes the same count; an empty batch joins the collectives and adds 0.
+  double EvalLossSum(int64_t count, const std::function<Batch(int64_t)>& batch_at);
   void ZeroGrad();
   // Bytes this rank keeps between steps for parameters and their gradients (the shards, and under
   // kNoShard the whole parameters in the compute dtype).

@@ -80,6 +80,10 @@ Result<TrainConfig> TrainConfigFromJobSpec(const v1::JobSpec& s) {
   c.checkpoint_full_every_steps = k.full_every_steps();
   c.keep_last = k.keep_last();
   c.require_resume = k.require_resume();
+  c.eval_data = d.eval();
+  c.eval_fraction = d.eval_fraction();
+  c.eval_every_steps = t.eval_every_steps();
+  c.keep_best = k.keep_best();
   return c;
 }
 

@@ -50,6 +50,12 @@ struct TrainConfig {
   int keep_last = 3;
   bool require_resume = false;  // a resume that finds only unusable checkpoints fails
 
+  // Evaluation (trainer/train/evaluation.h).
+  std::string eval_data;         // JSONL held-out set; empty: none
+  double eval_fraction = 0;      // > 0: hold out this part of train_data instead
+  int64_t eval_every_steps = 0;  // 0: at every full checkpoint and at the end
+  bool keep_best = false;        // the lowest-eval-loss checkpoint outlives keep_last's rotation
+
   // Command line only.
   std::string output_dir;  // also write the final model as a plain Hugging Face directory here
   int threads = 0;         // intra-op threads per rank; 0: cores / local ranks

@@ -19,6 +19,7 @@
 #include "trainer/io/safetensors.h"
 #include "trainer/data/packing.h"
 #include "trainer/train/debug_hooks.h"
+#include "trainer/train/evaluation.h"
 #include "trainer/train/training_data.h"
 #include "trainer/optim/clip.h"
 #include "trainer/optim/schedule.h"
@@ -112,6 +113,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
                   << (st.first_bad.empty() ? std::string() : " (first: " + st.first_bad + ")") << ", "
                   << st.no_trained << " with nothing to train";
   }
+  EFT_RETURN_IF_ERROR(t->PrepareEval(model_config.vocab_size, text.pipeline()));
   PackingStats packing;
   if (c.packing) t->dataset_ = PackDataset(t->dataset_, c.max_seq_len, &packing);
 
@@ -167,6 +169,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   policy.keep_last = c.keep_last;
   policy.tokenizer_dir = c.model;
   policy.require_resume = c.require_resume;
+  policy.keep_best = c.keep_best;
   t->checkpointer_ = std::make_unique<Checkpointer>(policy, t->comm_.get(), t->model_.get(), t->optimizer_.get(),
                                                     &t->events_);
   t->compat_ = CompatibilityRecord(c, model_config, t->dataset_.stats().examples, t->dataset_.stats().tokens);
@@ -202,6 +205,58 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
                   << " threads per rank";
   }
   return t;
+}
+
+Status Trainer::PrepareEval(int64_t vocab_size, const TextPipeline& text) {
+  const TrainConfig& c = config_;
+  if (c.eval_fraction > 0) {
+    EFT_ASSIGN_OR_RETURN(HeldOutSplit split, SplitHeldOut(dataset_, c.eval_fraction));
+    dataset_ = std::move(split.train);
+    eval_set_ = std::move(split.eval);
+  } else if (!c.eval_data.empty()) {
+    EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareEvalData(c, vocab_size, text));
+    eval_set_ = std::move(data.documents);
+  } else if (c.keep_best) {
+    return Status::InvalidArgument("spec.checkpoint.keep_best needs eval data: set spec.data.eval or "
+                                   "spec.data.eval_fraction");
+  } else {
+    return Status::Ok();
+  }
+  if (eval_set_.stats().trained_tokens == 0) {
+    return Status::InvalidArgument(std::string(c.eval_fraction > 0 ? "spec.data.eval_fraction" : "spec.data.eval") +
+                                   ": the eval set (" + std::to_string(eval_set_.size()) +
+                                   " examples) has no trained tokens to compute a loss on");
+  }
+  if (env_.rank == 0) {
+    EFT_LOG(INFO) << "eval set: " << eval_set_.size() << " examples, " << eval_set_.stats().trained_tokens
+                  << " trained tokens, from "
+                  << (c.eval_fraction > 0 ? "a held-out " + std::to_string(c.eval_fraction) + " of " + c.train_data
+                                          : c.eval_data);
+  }
+  if (c.packing) eval_set_ = PackDataset(eval_set_, c.max_seq_len);
+  has_eval_ = true;
+  return Status::Ok();
+}
+
+bool Trainer::EvalDue(bool last) const {
+  if (!has_eval_) return false;
+  if (last) return true;
+  if (config_.eval_every_steps > 0) return step_ % config_.eval_every_steps == 0;
+  const int64_t full = config_.checkpoint_full_every_steps;
+  return checkpointer_->enabled() && full > 0 && step_ % full == 0;
+}
+
+EvalResult Trainer::RunEval() {
+  EvalResult r = Evaluate(*model_, *comm_, eval_set_, config_.micro_batch_size, pad_token_id_);
+  last_eval_step_ = step_;
+  last_eval_loss_ = r.loss;
+  if (env_.rank == 0) {
+    std::printf("eval  %lld/%lld | eval_loss %.4f | %lld tokens | %.1fs\n", static_cast<long long>(step_),
+                static_cast<long long>(total_steps_), r.loss, static_cast<long long>(r.tokens), r.seconds);
+    std::fflush(stdout);
+    events_.Emit(rank::EvalEvent{step_, r.loss, r.tokens, r.seconds});
+  }
+  return r;
 }
 
 Result<StepResult> Trainer::Step() {
@@ -315,6 +370,7 @@ TrainerState Trainer::State() const {
   s.loss_tail = loss_tail_;
   s.compat = compat_;
   s.seed = config_.seed;
+  if (last_eval_step_ == step_) s.eval_loss = last_eval_loss_;
   return s;
 }
 
@@ -324,6 +380,8 @@ Status Trainer::Run() {
   started_at_ = Now();
   const int64_t first_step = step_;
   const CheckpointPolicy& policy = checkpointer_->policy();
+  // The loss before fine-tuning, for comparison (a resumed run has its earlier evaluations).
+  if (has_eval_ && step_ == 0 && total_steps_ > 0) RunEval();
   while (step_ < total_steps_) {
     EFT_ASSIGN_OR_RETURN(StepResult r, Step());
     loss_tail_.push_back(r.loss);
@@ -331,6 +389,8 @@ Status Trainer::Run() {
     Report(r);
     if (step_ == first_step + 1) ReportMemory();
     const bool last = step_ == total_steps_;
+    // Before this step's checkpoint, so the checkpoint can carry its eval loss.
+    if (EvalDue(last)) RunEval();
     bool saved = false;
     if (checkpointer_->enabled() && !last) {
       if (policy.full_every_steps > 0 && step_ % policy.full_every_steps == 0) {

@@ -16,9 +16,11 @@
 #include "trainer/parallel/device.h"
 #include "trainer/parallel/sharded_llama.h"
 #include "trainer/parallel/timed_communicator.h"
+#include "trainer/train/evaluation.h"
 #include "trainer/train/events.h"
 #include "trainer/train/launch.h"
 #include "trainer/train/train_config.h"
+#include "trainer/train/training_data.h"
 
 namespace eft::trainer {
 
@@ -65,6 +67,12 @@ class Trainer {
   TrainerState State() const;
   void ReportMemory();
   Status SaveFinalModel();
+  // Evaluation (trainer/train/evaluation.h): the eval set from data.eval or data.eval_fraction
+  // (which also takes it out of dataset_); whether this step is evaluated; the evaluation itself,
+  // reported on the progress line and as an EvalEvent. RunEval is collective.
+  Status PrepareEval(int64_t vocab_size, const TextPipeline& text);
+  bool EvalDue(bool last) const;
+  EvalResult RunEval();
 
   TrainConfig config_;
   RankEnv env_;
@@ -83,6 +91,10 @@ class Trainer {
   std::unique_ptr<Checkpointer> checkpointer_;
   std::vector<double> loss_tail_;
   nlohmann::json compat_;
+  bool has_eval_ = false;
+  TokenDataset eval_set_;  // packed like dataset_
+  int64_t last_eval_step_ = -1;  // the newest evaluation, for the checkpoint saved at that step
+  double last_eval_loss_ = 0;
 };
 
 }  // namespace eft::trainer

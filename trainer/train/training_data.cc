@@ -122,13 +122,13 @@ SftDataOptions SftOptionsFrom(const TrainConfig& c, int64_t vocab_size) {
 }
 
 Result<PreparedData> PrepareTrainingData(const TrainConfig& c, int64_t vocab_size, const TextPipeline& text,
-                                         const BuildProgress& progress) {
+                                         const BuildProgress& progress, const char* field) {
   EFT_RETURN_IF_ERROR(ParseDataFormat(c.data_format).status());
   EFT_RETURN_IF_ERROR(ParseLossOn(c.loss_on).status());
   const SftDataOptions options = SftOptionsFrom(c, vocab_size);
   CacheKey key;
   key.AddText(kPipelineVersion);
-  EFT_RETURN_IF_ERROR(key.AddFile(c.train_data).WithContext("spec.data.train"));
+  EFT_RETURN_IF_ERROR(key.AddFile(c.train_data).WithContext(field));
   for (const auto& f : text.key_files) EFT_RETURN_IF_ERROR(key.AddFile(f));
   key.AddText(text.template_source);
   key.AddText(options.ToJson().dump());
@@ -167,6 +167,12 @@ Result<PreparedData> PrepareTrainingData(const TrainConfig& c, int64_t vocab_siz
   out.stats.trained_tokens = info.value("trained_tokens", int64_t{0});
   if (info.contains("formats")) out.stats.formats = info["formats"].get<std::map<std::string, std::string>>();
   return out;
+}
+
+Result<PreparedData> PrepareEvalData(const TrainConfig& config, int64_t vocab_size, const TextPipeline& text) {
+  TrainConfig c = config;
+  c.train_data = config.eval_data;
+  return PrepareTrainingData(c, vocab_size, text, {}, "spec.data.eval");
 }
 
 }  // namespace eft::trainer

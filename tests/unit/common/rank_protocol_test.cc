@@ -141,10 +141,10 @@ TEST(RankProtocolTest, DecodingIsLenientAboutExtrasAndStrictAboutWhatMatters) {
   EXPECT_EQ(std::get<CheckpointEvent>(*e).step, 3);
   EXPECT_EQ(std::get<CheckpointEvent>(*e).kind, "sharded");
   // A newer rank's event type passes as unknown.
-  auto unknown = DecodeEvent(R"({"event":"eval","loss":1.0})");
+  auto unknown = DecodeEvent(R"({"event":"calibrated","loss":1.0})");
   ASSERT_TRUE(unknown.ok());
-  EXPECT_EQ(std::get<UnknownEvent>(*unknown).type, "eval");
-  EXPECT_EQ(EventTypeName(*unknown), "eval");
+  EXPECT_EQ(std::get<UnknownEvent>(*unknown).type, "calibrated");
+  EXPECT_EQ(EventTypeName(*unknown), "calibrated");
 
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"not json", "event: not a JSON object"},
@@ -165,6 +165,28 @@ TEST(RankProtocolTest, DecodingIsLenientAboutExtrasAndStrictAboutWhatMatters) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << line;
     EXPECT_EQ(r.status().message(), message) << line;
   }
+}
+
+}  // namespace
+}  // namespace eft::rank
+
+namespace eft::rank {
+namespace {
+
+// Evaluation (issue 19): {"event":"eval","step":S,"loss":L,"tokens":N}; step and loss are required.
+TEST(RankProtocolTest, EvalEventsRoundTripAndNeedStepAndLoss) {
+  EXPECT_EQ(EncodeEvent(EvalEvent{40, 1.5, 1200}), R"({"event":"eval","loss":1.5,"step":40,"tokens":1200})");
+  auto back = DecodeEvent(EncodeEvent(EvalEvent{40, 1.25, 1200, 3.5}));
+  ASSERT_TRUE(back.ok()) << back.status();
+  const EvalEvent& e = std::get<EvalEvent>(*back);
+  EXPECT_EQ(e.step, 40);
+  EXPECT_DOUBLE_EQ(e.loss, 1.25);
+  EXPECT_EQ(e.tokens, 1200);
+  EXPECT_DOUBLE_EQ(e.seconds, 3.5);
+  EXPECT_EQ(EventTypeName(e), "eval");
+  EXPECT_FALSE(DecodeEvent(R"({"event":"eval","loss":1.0})").ok());
+  EXPECT_FALSE(DecodeEvent(R"({"event":"eval","step":3})").ok());
+  EXPECT_FALSE(DecodeEvent(R"({"event":"eval","step":3,"loss":"low"})").ok());
 }
 
 }  // namespace

@@ -165,6 +165,10 @@ TEST_F(ControllerMetricsTest, ValuesFollowJobNodeAndTrainingState) {
   EXPECT_EQ(SampleValue(text, "eft_job_tokens_per_second", job), 8192.5);
   EXPECT_EQ(SampleValue(text, "eft_job_mfu", job), 0.375);
   EXPECT_EQ(SampleValue(text, "eft_job_last_step_timestamp_seconds", job), 1'700'000'123.0);
+  EXPECT_FALSE(SampleValue(text, "eft_job_eval_loss", job)) << "no eval series before the first eval event";
+  Heartbeat("n1", {Rank(r0, v1::RANK_STATE_RUNNING)}, {R"({"event":"eval","step":40,"loss":1.5,"tokens":900})"});
+  text = metrics_->Scrape();
+  EXPECT_EQ(SampleValue(text, "eft_job_eval_loss", job), 1.5);
   EXPECT_EQ(SampleValue(text, "eft_job_checkpoints_total", job), 1.0);
   EXPECT_EQ(SampleValue(text, "eft_job_checkpoint_bytes", job), 123456.0);
   EXPECT_EQ(SampleValue(text, "eft_job_last_checkpoint_step", job), 40.0);

@@ -436,3 +436,34 @@ TEST_F(ControllerTest, EventsAreAcknowledgedOnceAndBadOnesIgnored) {
 
 }  // namespace
 }  // namespace eft::controller
+
+namespace eft::controller {
+namespace {
+
+// Evaluation (issue 19): an eval event sets the job's eval fields, even before the first step, and
+// later step events keep them until the next evaluation.
+TEST_F(ControllerTest, EvalLossIsProgressAndOutlivesStepEvents) {
+  Register("n1");
+  std::string id = Submit(Spec("a", 1, 1));
+  auto d = Heartbeat("n1");
+  const auto& r0 = d.desired(0);
+  Heartbeat("n1", {Rank(r0, v1::RANK_STATE_RUNNING)}, {Event(r0, 1, R"({"event":"eval","step":0,"loss":2.5,"tokens":80})")});
+  v1::Job job = Job(id);
+  ASSERT_TRUE(job.has_progress()) << "the loss before training shows before any step";
+  EXPECT_DOUBLE_EQ(job.progress().eval_loss(), 2.5);
+  EXPECT_EQ(job.progress().eval_step(), 0);
+  Heartbeat("n1", {Rank(r0, v1::RANK_STATE_RUNNING)},
+            {Event(r0, 2, R"({"event":"step","step":1,"loss":2.4,"total_steps":4})"),
+             Event(r0, 3, R"({"event":"step","step":2,"loss":2.1,"total_steps":4})"),
+             Event(r0, 4, R"({"event":"eval","step":2,"loss":1.9,"tokens":80})"),
+             Event(r0, 5, R"({"event":"step","step":3,"loss":1.8,"total_steps":4})")});
+  job = Job(id);
+  EXPECT_EQ(job.progress().step(), 3);
+  EXPECT_DOUBLE_EQ(job.progress().loss(), 1.8);
+  EXPECT_DOUBLE_EQ(job.progress().eval_loss(), 1.9);
+  EXPECT_EQ(job.progress().eval_step(), 2);
+  EXPECT_EQ(job.progress().eval_tokens(), 80);
+}
+
+}  // namespace
+}  // namespace eft::controller

@@ -83,11 +83,24 @@ TEST(RankEventsTest, LostProgressIsAJobEvent) {
 TEST(RankEventsTest, WhatTheControllerDoesNotKeepIsIgnoredQuietly) {
   for (const rank::Event& ev : std::vector<rank::Event>{rank::ResumedEvent{3, "sharded", "/p", 1, 0, 0},
                                                         rank::FinishedEvent{9}, rank::MemoryEvent{0, 1, 2},
-                                                        rank::UnknownEvent{"eval"}}) {
+                                                        rank::UnknownEvent{"calibrated"}}) {
     RankEventEffect e = InterpretRankEvent(Event(1, rank::EncodeEvent(ev)), 1);
     EXPECT_EQ(e.kind, Kind::kIgnore) << rank::EncodeEvent(ev);
     EXPECT_EQ(e.problem, "") << rank::EncodeEvent(ev);
   }
+}
+
+TEST(RankEventsTest, EvaluationsOfTheCurrentAttemptAreProgress) {
+  RankEventEffect e = InterpretRankEvent(Event(2, rank::EncodeEvent(rank::EvalEvent{40, 1.75, 900, 2.0})), 2);
+  ASSERT_EQ(e.kind, Kind::kEval);
+  ASSERT_TRUE(e.progress.has_eval_loss());
+  EXPECT_DOUBLE_EQ(e.progress.eval_loss(), 1.75);
+  EXPECT_EQ(e.progress.eval_step(), 40);
+  EXPECT_EQ(e.progress.eval_tokens(), 900);
+  EXPECT_EQ(e.progress.step(), 0) << "an eval event carries no step progress";
+  EXPECT_EQ(InterpretRankEvent(Event(1, rank::EncodeEvent(rank::EvalEvent{40, 1.75, 900})), 2).kind, Kind::kIgnore);
+  EXPECT_EQ(InterpretRankEvent(Event(2, R"({"event":"eval","step":4})"), 2).problem,
+            "eval event: \"loss\" is missing");
 }
 
 TEST(RankEventsTest, MalformedLinesSayWhy) {

@@ -528,3 +528,33 @@ TEST(JobSpecTest, ToJsonOmitsUnsetOptionalFields) {
 
 }  // namespace
 }  // namespace eft::spec
+
+namespace eft::spec {
+namespace {
+
+// Evaluation fields (issue 19): a fraction in [0, 1), a step count >= 0, and one eval source.
+TEST(JobSpecTest, EvalFieldsAreValidated) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"data: {eval_fraction: 1}", "spec.data.eval_fraction (1.0) must be >= 0 and < 1"},
+      {"data: {eval_fraction: -0.1}", "spec.data.eval_fraction (-0.1) must be >= 0 and < 1"},
+      {"data: {eval: /e.jsonl, eval_fraction: 0.1}", "spec.data.eval and spec.data.eval_fraction are both set"},
+      {"training: {eval_every_steps: -1}", "spec.training.eval_every_steps (-1) must be >= 0"},
+  };
+  for (const auto& [yaml, message] : cases) {
+    auto spec = ParseJobSpec("name: a\ncommand: [x]\n" + yaml + "\n");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    Status s = NormalizeJobSpec(&*spec);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << yaml;
+    EXPECT_EQ(s.message().rfind(message, 0), 0u) << yaml << ": " << s.message();
+  }
+  auto ok = ParseJobSpec("name: a\ncommand: [x]\ndata: {eval_fraction: 0.02}\ntraining: {eval_every_steps: 50}\n"
+                         "checkpoint: {keep_best: true}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_TRUE(NormalizeJobSpec(&*ok).ok());
+  EXPECT_DOUBLE_EQ(ok->data().eval_fraction(), 0.02);
+  EXPECT_EQ(ok->training().eval_every_steps(), 50);
+  EXPECT_TRUE(ok->checkpoint().keep_best());
+}
+
+}  // namespace
+}  // namespace eft::spec

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 namespace eft::trainer {
 namespace {
 
@@ -195,6 +197,26 @@ TEST_F(ManifestTest, RetentionKeepsTheNewestAndNeverTheLastGoodOne) {
   ASSERT_TRUE(deleted.ok());
   EXPECT_TRUE(VerifyCheckpoint((root_ / "step-4").string()).ok());
   EXPECT_EQ(ApplyRetention(root_.string(), 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+// checkpoint.keep_best: the lowest eval loss among checkpoints (newest of equals) survives
+// keep_last; checkpoints without an eval loss, or with a damaged state file, are not candidates.
+TEST_F(ManifestTest, KeepBestSparesTheLowestEvalLossFromRetention) {
+  const std::map<int, std::string> states = {{1, R"({"eval_loss": 2.0})"}, {2, R"({"eval_loss": 1.25})"},
+                                             {3, "{}"},                      {4, R"({"eval_loss": 1.25})"},
+                                             {5, "not json"},                {6, R"({"eval_loss": 3.0})"}};
+  for (const auto& [step, text] : states) Write(Make(step) + "/trainer_state.json", text);
+  EXPECT_EQ(BestEvaluatedCheckpoint(root_.string()), (root_ / "step-4").string());
+  fs::remove(root_ / "step-4" / "COMMITTED");  // incomplete: no longer a candidate
+  const std::string best = BestEvaluatedCheckpoint(root_.string());
+  EXPECT_EQ(best, (root_ / "step-2").string());
+  auto deleted = ApplyRetention(root_.string(), 2, best);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(root_)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step-2", "step-5", "step-6"}));
+  EXPECT_EQ(BestEvaluatedCheckpoint((root_ / "nowhere").string()), "");
 }
 
 TEST_F(ManifestTest, WritingAManifestForAMissingFileFails) {

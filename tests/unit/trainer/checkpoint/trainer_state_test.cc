@@ -19,6 +19,11 @@ TEST(TrainerState, RoundTripsThroughJson) {
   auto back = TrainerState::FromJson(s.ToJson());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->ToJson(), s.ToJson());
+  EXPECT_FALSE(s.ToJson().contains("eval_loss")) << "not evaluated at this step: no eval_loss";
+  s.eval_loss = 1.5;
+  back = TrainerState::FromJson(s.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_DOUBLE_EQ(back->eval_loss, 1.5);
   auto bad = TrainerState::FromJson({{"format", 1}, {"step", "x"}});
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
 }

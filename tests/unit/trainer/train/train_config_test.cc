@@ -87,6 +87,10 @@ const std::map<std::string, std::string>& ChangedValues() {
       {"checkpoint.full_every_steps", "100"},
       {"checkpoint.keep_last", "5"},
       {"checkpoint.require_resume", "true"},
+      {"data.eval", "/data/eval.jsonl"},
+      {"data.eval_fraction", "0.02"},
+      {"training.eval_every_steps", "25"},
+      {"checkpoint.keep_best", "true"},
   };
   return *kValues;
 }
