@@ -65,6 +65,8 @@ class Trainer {
   TrainerState State() const;
   void ReportMemory();
   Status SaveFinalModel();
+  // LoRA: PEFT's initialisation (seeded), or training.lora.init_from's adapter.
+  Status InitAdapters();
 
   TrainConfig config_;
   RankEnv env_;
