@@ -438,7 +438,7 @@ at::Tensor ShardedLlama::ForwardLogits(const Batch& input) {
 }
 
 void ShardedLlama::ZeroGrad() {
-  for (auto& u : units_) u->ZeroGrad();
+  for (FlatParamUnit* u : trainable_units()) u->ZeroGrad();
 }
 
 int64_t ShardedLlama::ShardBytes() const {

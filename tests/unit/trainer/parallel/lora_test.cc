@@ -104,6 +104,9 @@ Outcome Train(int world, const ModelConfig& config, ShardingOptions options, Lor
       adamw.Step(1e-2);
       model.AfterOptimizerStep();
       model.ZeroGrad();
+      for (FlatParamUnit* u : model.trainable_units()) {
+        ASSERT_EQ(u->grad().abs().max().item<double>(), 0.0) << "ZeroGrad clears the adapters' gradients";
+      }
     }
     std::vector<std::pair<std::string, at::Tensor>> base_after;
     for (auto& u : model.units()) {
