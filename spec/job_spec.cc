@@ -20,6 +20,7 @@
 #include <initializer_list>
 #include <limits>
 #include <map>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -325,6 +326,11 @@ Status CheckMessage(const pb::Descriptor* d, const json& in, const std::string& 
         EFT_RETURN_IF_ERROR(CheckValue(value_field, item, field_path + "." + k, &converted[k]));
       }
     } else if (f->is_repeated()) {
+      // PEFT spells "every linear layer" as a plain string: `target_modules: all-linear`.
+      if (value.is_string() && f->full_name() == "eft.v1.LoraSpec.target_modules") {
+        (*out)[f->name()] = json::array({value});
+        continue;
+      }
       if (!value.is_array()) return TypeError(field_path, ExpectedContainer(f), value);
       converted = json::array();
       for (size_t i = 0; i < value.size(); ++i) {
@@ -555,6 +561,7 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   EFT_RETURN_IF_ERROR(CheckRange("spec.training.max_steps", t->max_steps(), 0, std::numeric_limits<int32_t>::max()));
   EFT_RETURN_IF_ERROR(CheckRange("spec.training.eval_every_steps", t->eval_every_steps(), 0,
                                  std::numeric_limits<int32_t>::max()));
+  if (t->has_lora()) EFT_RETURN_IF_ERROR(NormalizeLora(t->mutable_lora()));
 
   EFT_RETURN_IF_ERROR(CheckChoice("spec.parallel.sharding", spec->mutable_parallel()->mutable_sharding(), "grad_op",
                                   {"full", "grad_op", "no_shard"}));
@@ -583,6 +590,41 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
     return Invalid("spec.command[0] is empty: it must name the program every rank runs (e.g. [python, train.py])");
   }
   return CheckEnv(*spec);
+}
+
+Status NormalizeLora(v1::LoraSpec* lora) {
+  if (!lora->has_r()) lora->set_r(16);
+  EFT_RETURN_IF_ERROR(CheckRange("spec.training.lora.r", lora->r(), 1, 65536));
+  if (!lora->has_alpha()) lora->set_alpha(32);
+  if (!std::isfinite(lora->alpha()) || !(lora->alpha() > 0)) {
+    return Invalid("spec.training.lora.alpha (" + FormatDouble(lora->alpha()) + ") must be a finite number > 0");
+  }
+  if (!std::isfinite(lora->dropout()) || !(lora->dropout() >= 0) || !(lora->dropout() < 1)) {
+    return Invalid("spec.training.lora.dropout (" + FormatDouble(lora->dropout()) + ") must be >= 0 and < 1");
+  }
+  if (lora->target_modules_size() == 0) lora->add_target_modules("all-linear");
+  const auto& known = LoraModuleNames();
+  std::set<std::string> seen;
+  for (const std::string& m : lora->target_modules()) {
+    const std::string field = "spec.training.lora.target_modules";
+    if (m == "all-linear") {
+      if (lora->target_modules_size() > 1) return Invalid(field + ": all-linear already names every module; use it alone");
+      continue;
+    }
+    if (std::find(known.begin(), known.end(), m) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      return Invalid(field + ": unknown module " + Quote(m) + "; use all-linear or names from " + list);
+    }
+    if (!seen.insert(m).second) return Invalid(field + ": " + Quote(m) + " is given twice");
+  }
+  return Status::Ok();
+}
+
+const std::vector<std::string>& LoraModuleNames() {
+  static const auto* kNames =
+      new std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return *kNames;
 }
 
 json JobSpecToJson(const v1::JobSpec& spec) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -37,5 +38,10 @@ Status NormalizeJobSpec(v1::JobSpec* spec);
 
 // The spec as JSON with snake_case field names (as YAML files write them).
 nlohmann::json JobSpecToJson(const v1::JobSpec& spec);
+
+// The HF module names training.lora.target_modules may list (besides all-linear), in layer order.
+const std::vector<std::string>& LoraModuleNames();
+// Defaults and checks of training.lora (part of NormalizeJobSpec).
+Status NormalizeLora(v1::LoraSpec* lora);
 
 }  // namespace eft::spec

@@ -6,6 +6,7 @@
 //   eft-train chat-template --tokenizer MODEL_DIR --messages F.json [--add-generation-prompt]
 //   eft-train init-model --arch qwen3 --hidden 256 --layers 4 --heads 4 --kv-heads 2 ... --out DIR
 //   eft-train generate --model DIR --prompt TEXT ...   /   eft-train chat --model DIR (docs/generate.md)
+//   eft-train merge-lora --base DIR --adapter DIR --out DIR (docs/lora.md)
 //
 // Without --config the job spec comes from EFT_JOB_SPEC (set by eft-worker). Exit codes are the rank
 // protocol's (common/rank_protocol.h, docs/architecture.md): 0 done, 2 bad configuration or input,
@@ -24,6 +25,7 @@
 #include "common/rank_protocol.h"
 #include "common/yaml_json.h"
 #include "trainer/checkpoint/full_state.h"
+#include "trainer/checkpoint/merge_lora.h"
 #include "trainer/model/llama.h"
 #include "trainer/model/model_config.h"
 #include "trainer/chat_template/chat_template.h"
@@ -248,6 +250,12 @@ int main(int argc, char** argv) {
   init->add_option("--tokenizer", im.tokenizer, "copy tokenizer files from this directory");
   init->add_option("--seed", im.seed, "random seed (default 0)");
 
+  std::string merge_base, merge_adapter, merge_out;
+  auto* merge = app.add_subcommand("merge-lora", "merge a PEFT LoRA adapter into its base model (docs/lora.md)");
+  merge->add_option("--base", merge_base, "the base Hugging Face model directory")->required();
+  merge->add_option("--adapter", merge_adapter, "the PEFT LoRA adapter directory")->required();
+  merge->add_option("--out", merge_out, "output directory (a Hugging Face model in the base's dtype)")->required();
+
   GenerateCommands generate_commands(app);  // generate, chat
 
   try {
@@ -257,6 +265,11 @@ int main(int argc, char** argv) {
   }
   if (generate_commands.selected()) return generate_commands.Run(std::cin, std::cout, std::cerr);
   if (*init) return InitModel(im);
+  if (*merge) {
+    if (Status s = MergeLoraAdapter(merge_base, merge_adapter, merge_out); !s.ok()) return Fail(s);
+    std::printf("merged %s into %s: %s\n", merge_adapter.c_str(), merge_base.c_str(), merge_out.c_str());
+    return 0;
+  }
   if (*tokenize) return RunTokenizeCommand(tk, std::cin, std::cout, std::cerr);
   if (*chat) return RunChatTemplateCommand(ct_dir, ct_messages, ct_tools, ct_generation, std::cout, std::cerr);
   if (*prepare) {

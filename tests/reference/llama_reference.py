@@ -10,9 +10,14 @@ DIR/manifest.json:
   {"config": {...HF config.json...},
    "tensors": {NAME: {"file": F, "dtype": "float32"|"float64"|"int64", "shape": [...]}, ...},
      parameters under their HF names, the batch as input_ids, labels, position_ids, segment_ids
-   "want_grads": true|false}
+   "want_grads": true|false,
+   "lora": {"r": R, "alpha": A}  (optional: LoRA, see below)}
   or, instead of "config" and the parameters, "hf_dir": a Hugging Face model directory whose
   config.json and safetensors files (single or sharded with an index) this script parses itself.
+LoRA (docs/lora.md): the parameters then also hold adapters under PEFT's names
+("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight" [r, in], "...lora_B.weight"
+[out, r]); an adapted linear layer computes x W^T + (alpha / r) * (x A^T) B^T, the adapter term in
+float32 (no dropout). Only the adapters then get gradients.
 Writes DIR/logits.bin (raw little-endian, [B, T, V], the parameters' dtype) and DIR/result.json:
   {"loss_sum": float, "trained_tokens": int, "grads": {NAME: {"file": F, "shape": [...]}}}
 """
@@ -103,12 +108,23 @@ def attention(q, k, v, allowed):
     return torch.einsum("bhqk,bhkd->bhqd", weights, v)
 
 
-def decoder_layer(cfg, p, x, angles, allowed):
+def adapted(p, lora, module, x, bias=None):
+    """The linear layer `module` ("self_attn.q_proj") on x, plus its LoRA update when it has one."""
+    y = F.linear(x, p[f"{module}.weight"], bias)
+    a = p.get(f"lora.{module}.lora_A.weight")
+    if a is None:
+        return y
+    b = p[f"lora.{module}.lora_B.weight"]
+    update = (lora["alpha"] / lora["r"]) * ((x.to(a.dtype) @ a.t()) @ b.t())
+    return (y.to(update.dtype) + update).to(y.dtype)
+
+
+def decoder_layer(cfg, p, x, angles, allowed, lora=None):
     B, T, _ = x.shape
     h = rms_norm(x, p["input_layernorm.weight"], cfg.eps)
 
     def project(name, heads):
-        out = F.linear(h, p[f"self_attn.{name}_proj.weight"], p.get(f"self_attn.{name}_proj.bias"))
+        out = adapted(p, lora, f"self_attn.{name}_proj", h, p.get(f"self_attn.{name}_proj.bias"))
         return out.view(B, T, heads, cfg.head_dim)
 
     q, k, v = project("q", cfg.heads), project("k", cfg.kv_heads), project("v", cfg.kv_heads)
@@ -117,14 +133,14 @@ def decoder_layer(cfg, p, x, angles, allowed):
         k = rms_norm(k, p["self_attn.k_norm.weight"], cfg.eps)
     q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
     out = attention(rotate(q, angles), rotate(k, angles), v, allowed)
-    x = x + F.linear(out.permute(0, 2, 1, 3).reshape(B, T, -1), p["self_attn.o_proj.weight"])
+    x = x + adapted(p, lora, "self_attn.o_proj", out.permute(0, 2, 1, 3).reshape(B, T, -1))
     h = rms_norm(x, p["post_attention_layernorm.weight"], cfg.eps)
-    mlp = F.linear(F.silu(F.linear(h, p["mlp.gate_proj.weight"])) * F.linear(h, p["mlp.up_proj.weight"]),
-                   p["mlp.down_proj.weight"])
+    mlp = adapted(p, lora, "mlp.down_proj",
+                  F.silu(adapted(p, lora, "mlp.gate_proj", h)) * adapted(p, lora, "mlp.up_proj", h))
     return x + mlp
 
 
-def forward(cfg, params, batch):
+def forward(cfg, params, batch, lora=None):
     ids, positions, segments = batch["input_ids"], batch["position_ids"], batch["segment_ids"]
     T = ids.shape[1]
     # Causal within a segment; padding (segment 0) therefore sees itself and earlier padding.
@@ -134,7 +150,9 @@ def forward(cfg, params, batch):
     for i in range(cfg.layers):
         prefix = f"model.layers.{i}."
         layer = {name[len(prefix):]: t for name, t in params.items() if name.startswith(prefix)}
-        x = decoder_layer(cfg, layer, x, angles, allowed)
+        peft = "base_model.model." + prefix
+        layer.update({"lora." + name[len(peft):]: t for name, t in params.items() if name.startswith(peft)})
+        x = decoder_layer(cfg, layer, x, angles, allowed, lora)
     x = rms_norm(x, params["model.norm.weight"], cfg.eps)
     head = params["model.embed_tokens.weight"] if cfg.tied else params["lm_head.weight"]
     logits = x @ head.t()
@@ -202,14 +220,21 @@ def main():
     batch = {k: tensors.pop(k) for k in batch_keys}
     params = tensors
     want_grads = manifest.get("want_grads", False)
-    for t in params.values():
-        t.requires_grad_(want_grads)
-    logits, loss = forward(cfg, params, batch)
+    lora = manifest.get("lora")
+    if lora is not None:  # the base is frozen: only adapters train
+        params = {n: t.requires_grad_(want_grads) for n, t in params.items() if ".lora_" in n} | \
+                 {n: t for n, t in params.items() if ".lora_" not in n}
+    else:
+        for t in params.values():
+            t.requires_grad_(want_grads)
+    logits, loss = forward(cfg, params, batch, lora)
     result = {"loss_sum": loss.item(), "trained_tokens": int((batch["labels"] != -100).sum()), "grads": {}}
     write_tensor(directory, "logits.bin", logits)
     if want_grads:
         loss.backward()
         for i, (name, t) in enumerate(params.items()):
+            if not t.requires_grad:
+                continue
             file = f"grad{i}.bin"
             write_tensor(directory, file, t.grad)
             result["grads"][name] = {"file": file, "shape": list(t.shape)}

@@ -49,9 +49,8 @@ Checkpointer::~Checkpointer() {
 std::vector<UnitState> Checkpointer::Units() {
   std::vector<UnitState> out;
   auto& params = optimizer_->params();
-  for (size_t i = 0; i < model_->units().size(); ++i) {
-    out.push_back(UnitState{model_->units()[i].get(), params[i].exp_avg, params[i].exp_avg_sq});
-  }
+  std::vector<FlatParamUnit*> units = model_->trainable_units();
+  for (size_t i = 0; i < units.size(); ++i) out.push_back(UnitState{units[i], params[i].exp_avg, params[i].exp_avg_sq});
   return out;
 }
 

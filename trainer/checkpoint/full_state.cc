@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "trainer/checkpoint/peft_adapter.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/io/safetensors_writer.h"
 
@@ -77,9 +78,12 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
                                                  bool writer, bool with_optimizer) {
   // Declared up front, so both files stream: each unit is gathered (every rank takes part), written
   // by the writer and freed before the next, and no rank ever holds the whole model or its moments.
-  const at::ScalarType dtype = HfDtype(model.config());
+  // LoRA: a PEFT adapter directory (fp32 adapters, as PEFT keeps them) instead of a model.
+  const bool lora = model.lora().enabled;
+  const at::ScalarType dtype = lora ? at::kFloat : HfDtype(model.config());
   const bool with_master = with_optimizer && dtype != at::kFloat;
   std::unique_ptr<SafetensorsDirWriter> weights;
+  std::unique_ptr<SafetensorsWriter> adapters;
   std::unique_ptr<SafetensorsWriter> optimizer;
   if (writer) {
     std::vector<TensorDecl> w, o;
@@ -93,7 +97,14 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
         if (with_master) o.push_back({"master." + spec.name, at::kFloat, spec.shape});
       }
     }
-    EFT_ASSIGN_OR_RETURN(weights, SafetensorsDirWriter::Create(dir, std::move(w), kMaxModelShardBytes));
+    if (lora) {
+      std::error_code ec;
+      fs::create_directories(dir, ec);  // SafetensorsDirWriter does this for a model
+      EFT_ASSIGN_OR_RETURN(adapters, SafetensorsWriter::Create(dir + "/" + kAdapterWeightsFile, std::move(w),
+                                                               {{"format", "pt"}}));
+    } else {
+      EFT_ASSIGN_OR_RETURN(weights, SafetensorsDirWriter::Create(dir, std::move(w), kMaxModelShardBytes));
+    }
     if (with_optimizer) {
       EFT_ASSIGN_OR_RETURN(optimizer, SafetensorsWriter::Create(dir + "/optimizer.safetensors", std::move(o),
                                                                 {{"format", "eft-optimizer"}}));
@@ -114,7 +125,7 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
     std::vector<at::Tensor> views_m, views_v;
     if (with_optimizer) views_m = s.unit->Views(m), views_v = s.unit->Views(v);
     for (size_t i = 0; i < views_p.size() && status.ok(); ++i) {
-      status = weights->Append(views_p[i]);
+      status = lora ? adapters->Append(views_p[i]) : weights->Append(views_p[i]);
       if (!with_optimizer || !status.ok()) continue;
       status = optimizer->Append(views_m[i]);
       if (status.ok()) status = optimizer->Append(views_v[i]);
@@ -124,14 +135,31 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
   if (!writer) return std::vector<ManifestFile>{};
   EFT_RETURN_IF_ERROR(status);
   std::vector<WrittenFile> written;
-  EFT_ASSIGN_OR_RETURN(written, weights->Finish());
+  if (lora) {
+    EFT_ASSIGN_OR_RETURN(WrittenFile f, adapters->Finish());
+    written.push_back(f);
+  } else {
+    EFT_ASSIGN_OR_RETURN(written, weights->Finish());
+  }
   if (with_optimizer) {
     EFT_ASSIGN_OR_RETURN(WrittenFile f, optimizer->Finish());
     written.push_back(f);
   }
   std::vector<ManifestFile> files;
   for (const WrittenFile& f : written) files.push_back({Relative(dir, f.path), f.bytes, f.crc32c});
-  EFT_ASSIGN_OR_RETURN(std::vector<std::string> sidecar, WriteHfSidecarFiles(dir, model.config(), tokenizer_dir));
+  std::vector<std::string> sidecar;
+  if (lora) {
+    // No config.json: PEFT reads the base model's; the tokenizer files travel with the adapter.
+    const LoraOptions& l = model.lora();
+    EFT_RETURN_IF_ERROR(WriteAdapterConfig(dir, {l.r, l.scale * static_cast<double>(l.r), l.dropout, l.modules, tokenizer_dir}));
+    EFT_ASSIGN_OR_RETURN(sidecar, WriteHfSidecarFiles(dir, model.config(), tokenizer_dir));
+    std::error_code ec;
+    fs::remove(dir + "/config.json", ec);
+    sidecar.erase(sidecar.begin());  // config.json is always first
+    sidecar.insert(sidecar.begin(), kAdapterConfigFile);
+  } else {
+    EFT_ASSIGN_OR_RETURN(sidecar, WriteHfSidecarFiles(dir, model.config(), tokenizer_dir));
+  }
   for (const std::string& name : sidecar) {
     EFT_ASSIGN_OR_RETURN(ManifestFile f, SealFile(dir, name));
     files.push_back(std::move(f));
@@ -140,8 +168,18 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
 }
 
 Status LoadFullState(const std::string& dir, const std::vector<UnitState>& units) {
-  EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDir::Open(dir));
   EFT_ASSIGN_OR_RETURN(auto optimizer, SafetensorsFile::Open(dir + "/optimizer.safetensors"));
+  if (fs::exists(dir + "/" + kAdapterWeightsFile)) {  // LoRA: the adapters are the whole trained state
+    EFT_ASSIGN_OR_RETURN(auto adapters, SafetensorsFile::Open(dir + "/" + kAdapterWeightsFile));
+    for (const UnitState& s : units) {
+      EFT_RETURN_IF_ERROR(s.unit->InitShard([&](const ParamSpec& spec) { return adapters->Load(spec.name, at::kFloat); }));
+      at::Tensor m = s.exp_avg, v = s.exp_avg_sq;
+      EFT_RETURN_IF_ERROR(s.unit->FillSlice(m, [&](const ParamSpec& spec) { return optimizer->Load("exp_avg." + spec.name, at::kFloat); }));
+      EFT_RETURN_IF_ERROR(s.unit->FillSlice(v, [&](const ParamSpec& spec) { return optimizer->Load("exp_avg_sq." + spec.name, at::kFloat); }));
+    }
+    return Status::Ok();
+  }
+  EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDir::Open(dir));
   auto from = [&](const std::string& prefix) {
     return [&, prefix](const ParamSpec& spec) -> Result<at::Tensor> {
       return optimizer->Load(prefix + spec.name, at::kFloat);

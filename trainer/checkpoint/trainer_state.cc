@@ -44,7 +44,19 @@ std::string TrainerState::config_hash() const {
   return buf;
 }
 
+static json CompatibilityRecordWithoutLora(const TrainConfig& c, const ModelConfig& model, int64_t examples, int64_t tokens);
+
 json CompatibilityRecord(const TrainConfig& c, const ModelConfig& model, int64_t examples, int64_t tokens) {
+  json record = CompatibilityRecordWithoutLora(c, model, examples, tokens);
+  // Only for LoRA runs, so full fine-tuning checkpoints written before LoRA existed still resume.
+  if (c.lora.enabled) {
+    record["training.lora"] = {{"r", c.lora.r}, {"alpha", c.lora.alpha}, {"dropout", c.lora.dropout},
+                               {"target_modules", c.lora.target_modules}};
+  }
+  return record;
+}
+
+static json CompatibilityRecordWithoutLora(const TrainConfig& c, const ModelConfig& model, int64_t examples, int64_t tokens) {
   return {{"model", model.ToHfJson()},
           {"data.examples", examples},
           {"data.tokens", tokens},
@@ -84,6 +96,11 @@ Status CheckCompatible(const json& saved, const json& current) {
         diffs += (diffs.empty() ? "" : "; ") + key + ": checkpoint " + it->dump() + ", now " + now.dump();
       }
     }
+  }
+  // A LoRA checkpoint holds no base weights: a full fine-tuning run cannot resume from it.
+  if (saved.contains("training.lora") && !current.contains("training.lora")) {
+    diffs += (diffs.empty() ? "" : "; ") + std::string("training.lora: checkpoint ") + saved["training.lora"].dump() +
+             ", now absent (full fine-tuning)";
   }
   if (diffs.empty()) return Status::Ok();
   return Status::FailedPrecondition("the checkpoint comes from an incompatible run (" + diffs +

@@ -67,6 +67,53 @@ std::string LayerSuffix(const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// Where each LoRA target sits in a layer and its [out, in] shape.
+struct LoraTarget {
+  const char* block;  // "self_attn" or "mlp"
+  LoraAdapter LayerLora::*slot;
+};
+const std::map<std::string, LoraTarget>& LoraTargets() {
+  static const auto* kTargets = new std::map<std::string, LoraTarget>{
+      {"q_proj", {"self_attn", &LayerLora::q}},  {"k_proj", {"self_attn", &LayerLora::k}},
+      {"v_proj", {"self_attn", &LayerLora::v}},  {"o_proj", {"self_attn", &LayerLora::o}},
+      {"gate_proj", {"mlp", &LayerLora::gate}}, {"up_proj", {"mlp", &LayerLora::up}},
+      {"down_proj", {"mlp", &LayerLora::down}},
+  };
+  return *kTargets;
+}
+
+}  // namespace
+
+std::vector<ParamSpec> LoraParamSpecs(const ModelConfig& c, int layer, const std::vector<std::string>& modules,
+                                      int64_t r) {
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const std::map<std::string, std::pair<int64_t, int64_t>> shape = {
+      {"q_proj", {q, h}},  {"k_proj", {kv, h}}, {"v_proj", {kv, h}},
+      {"o_proj", {h, q}},  {"gate_proj", {c.intermediate_size, h}},
+      {"up_proj", {c.intermediate_size, h}}, {"down_proj", {h, c.intermediate_size}},
+  };
+  std::vector<ParamSpec> specs;
+  for (const std::string& m : modules) {
+    TORCH_CHECK(LoraTargets().count(m), "LoRA: unknown target module ", m);
+    const std::string p = "base_model.model.model.layers." + std::to_string(layer) + "." +
+                          LoraTargets().at(m).block + "." + m + ".";
+    const auto [out, in] = shape.at(m);
+    specs.push_back({p + "lora_A.weight", {r, in}, true});
+    specs.push_back({p + "lora_B.weight", {out, r}, true});
+  }
+  return specs;
+}
+
+LayerLora BindLora(const std::vector<std::string>& modules, const std::vector<at::Tensor>& tensors) {
+  TORCH_CHECK(tensors.size() == 2 * modules.size(), "BindLora: expected ", 2 * modules.size(), " tensors, got ",
+              tensors.size());
+  LayerLora l;
+  for (size_t i = 0; i < modules.size(); ++i) l.*(LoraTargets().at(modules[i]).slot) = {tensors[2 * i], tensors[2 * i + 1]};
+  return l;
+}
+
 LayerWeights BindLayer(const ModelConfig& c, const std::vector<at::Tensor>& tensors) {
   const std::vector<ParamSpec> specs = LayerParamSpecs(c, 0);
   CheckShapes(specs, tensors, "BindLayer");
@@ -119,15 +166,44 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b 
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
+uint64_t Mix(uint64_t h, uint64_t v) {  // splitmix64 step: distinct (seed, module) pairs, distinct streams
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  return h ^ (h >> 31);
+}
+
+// y plus module `module`'s adapter applied to x (PEFT's order: the input cast to the adapters' fp32,
+// dropout, A, B, scale; the sum in fp32, cast back).
+at::Tensor WithLora(const at::Tensor& y, const at::Tensor& x, const LayerLora* lora, LoraAdapter LayerLora::*slot,
+                    uint64_t module) {
+  if (lora == nullptr) return y;
+  const LoraAdapter& ad = lora->*slot;
+  if (!ad.a.defined()) return y;
+  at::Tensor in = x.to(ad.a.scalar_type());
+  if (lora->dropout > 0) {
+    // Drawn on the CPU from a private generator: the same mask on every device and in the
+    // activation-checkpointing recompute.
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(Mix(lora->dropout_seed, module));
+    at::Tensor keep = at::empty(in.sizes(), at::TensorOptions().dtype(at::kFloat));
+    keep.bernoulli_(1.0 - lora->dropout, gen);
+    in = in * keep.to(in.device(), in.scalar_type()) * (1.0 / (1.0 - lora->dropout));
+  }
+  at::Tensor delta = at::linear(at::linear(in, ad.a), ad.b) * lora->scale;
+  return (y + delta).to(y.scalar_type());
+}
+
 }  // namespace
 
 at::Tensor DecoderLayer(const ModelConfig& c, const LayerWeights& w, const at::Tensor& hidden,
-                        const AttentionContext& ctx) {
+                        const AttentionContext& ctx, const LayerLora* lora) {
   const int64_t B = hidden.size(0), T = hidden.size(1), D = c.head_dim;
   at::Tensor x = RmsNorm(hidden, w.input_norm, c.rms_norm_eps);
-  at::Tensor q = Linear(x, w.q_proj, w.q_bias).view({B, T, c.num_attention_heads, D});
-  at::Tensor k = Linear(x, w.k_proj, w.k_bias).view({B, T, c.num_key_value_heads, D});
-  at::Tensor v = Linear(x, w.v_proj, w.v_bias).view({B, T, c.num_key_value_heads, D});
+  at::Tensor q = WithLora(Linear(x, w.q_proj, w.q_bias), x, lora, &LayerLora::q, 0).view({B, T, c.num_attention_heads, D});
+  at::Tensor k = WithLora(Linear(x, w.k_proj, w.k_bias), x, lora, &LayerLora::k, 1).view({B, T, c.num_key_value_heads, D});
+  at::Tensor v = WithLora(Linear(x, w.v_proj, w.v_bias), x, lora, &LayerLora::v, 2).view({B, T, c.num_key_value_heads, D});
   if (c.qk_norm) {  // Qwen3 normalises each head before RoPE
     q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
     k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
@@ -135,9 +211,13 @@ at::Tensor DecoderLayer(const ModelConfig& c, const LayerWeights& w, const at::T
   q = internal::ApplyRope(q.transpose(1, 2), ctx);
   k = internal::ApplyRope(k.transpose(1, 2), ctx);
   v = v.transpose(1, 2);
-  at::Tensor h = hidden + at::linear(Attention(q, k, v, ctx), w.o_proj);
+  at::Tensor attn = Attention(q, k, v, ctx);
+  at::Tensor h = hidden + WithLora(at::linear(attn, w.o_proj), attn, lora, &LayerLora::o, 3);
   x = RmsNorm(h, w.post_norm, c.rms_norm_eps);
-  return h + at::linear(at::silu(at::linear(x, w.gate_proj)) * at::linear(x, w.up_proj), w.down_proj);
+  at::Tensor gate = WithLora(at::linear(x, w.gate_proj), x, lora, &LayerLora::gate, 4);
+  at::Tensor up = WithLora(at::linear(x, w.up_proj), x, lora, &LayerLora::up, 5);
+  at::Tensor act = at::silu(gate) * up;
+  return h + WithLora(at::linear(act, w.down_proj), act, lora, &LayerLora::down, 6);
 }
 
 at::Tensor Logits(const ModelConfig& c, const RootWeights& root, const at::Tensor& hidden) {
@@ -165,7 +245,7 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 at::Tensor InitParameter(const ModelConfig& c, const ParamSpec& spec, uint64_t seed) {
   const auto options = at::TensorOptions().dtype(at::kFloat);
   if (EndsWith(spec.name, "norm.weight")) return at::ones(spec.shape, options);
-  if (EndsWith(spec.name, ".bias")) return at::zeros(spec.shape, options);
+  if (EndsWith(spec.name, ".bias") || EndsWith(spec.name, ".lora_B.weight")) return at::zeros(spec.shape, options);
   unsigned char seed_bytes[8];
   for (int i = 0; i < 8; ++i) seed_bytes[i] = static_cast<unsigned char>(seed >> (8 * i));  // little-endian
   uint64_t h = Fnv1a(0xcbf29ce484222325ULL, seed_bytes, sizeof(seed_bytes));
@@ -174,6 +254,10 @@ at::Tensor InitParameter(const ModelConfig& c, const ParamSpec& spec, uint64_t s
   // rank, world size and initialisation order produces the same bits.
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(h);
   at::Tensor t = at::empty(spec.shape, options);
+  if (EndsWith(spec.name, ".lora_A.weight")) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(spec.shape[1]));
+    return t.uniform_(-bound, bound, gen);
+  }
   t.normal_(0.0, c.initializer_range, gen);
   // HF's embedding has padding_idx = pad_token_id, and its _init_weights zeroes that row.
   if (spec.name == "model.embed_tokens.weight" && c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size)

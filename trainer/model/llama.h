@@ -42,6 +42,26 @@ struct RootWeights {
   int64_t padding_idx = -1;  // config.pad_token_id when inside the vocabulary (set by BindRoot)
 };
 
+// LoRA (docs/lora.md): a targeted linear layer computes y = x W^T + scale * dropout(x) A^T B^T with
+// A [r, in] and B [out, r] in fp32, as PEFT does (the adapter path in fp32, the sum cast back to the
+// layer's dtype).
+// The adapters of decoder layer `layer` for `modules` (HF names, layer order: q_proj, k_proj, v_proj,
+// o_proj, gate_proj, up_proj, down_proj), A then B for each, named as PEFT saves them:
+// "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight".
+std::vector<ParamSpec> LoraParamSpecs(const ModelConfig& config, int layer, const std::vector<std::string>& modules,
+                                      int64_t r);
+struct LoraAdapter {
+  at::Tensor a, b;  // undefined: the module has no adapter
+};
+struct LayerLora {
+  LoraAdapter q, k, v, o, gate, up, down;
+  double scale = 1;
+  double dropout = 0;         // 0: none (always so when evaluating)
+  uint64_t dropout_seed = 0;  // the masks are a function of this and the module, so a recompute repeats them
+};
+// `tensors` in the order of LoraParamSpecs(config, *, modules, r).
+LayerLora BindLora(const std::vector<std::string>& modules, const std::vector<at::Tensor>& tensors);
+
 // `tensors` in the order of LayerParamSpecs / RootParamSpecs (e.g. views of a gathered flat param).
 LayerWeights BindLayer(const ModelConfig& config, const std::vector<at::Tensor>& tensors);
 RootWeights BindRoot(const ModelConfig& config, const std::vector<at::Tensor>& tensors);
@@ -70,7 +90,7 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // gradient from here (it still does through a tied lm_head).
 at::Tensor Embed(const RootWeights& root, const at::Tensor& input_ids);
 at::Tensor DecoderLayer(const ModelConfig& config, const LayerWeights& w, const at::Tensor& hidden,
-                        const AttentionContext& ctx);
+                        const AttentionContext& ctx, const LayerLora* lora = nullptr);
 at::Tensor Logits(const ModelConfig& config, const RootWeights& root, const at::Tensor& hidden);  // [B, T, vocab]
 // Sum over positions with label != -100 of the token cross-entropy (fp32). Computes the head in
 // chunks of rows so the [tokens, vocab] logits never exist all at once.
@@ -86,6 +106,7 @@ at::Tensor LossSum(const ModelConfig& config, const RootWeights& root, const at:
 
 // Hugging Face's initialisation: normal(0, initializer_range) for linear and embedding weights,
 // zeros for biases, ones for norms (and, as HF, a zero embedding row for pad_token_id), fp32.
+// LoRA adapters as PEFT: A Kaiming-uniform (a = sqrt(5): uniform(-1/sqrt(in), 1/sqrt(in))), B zeros.
 // Deterministic in (seed, parameter name), so any sharding of the
 // parameters initialises them identically.
 at::Tensor InitParameter(const ModelConfig& config, const ParamSpec& spec, uint64_t seed);

@@ -4,7 +4,8 @@
 
 namespace eft::trainer {
 
-FlatParamUnit::FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Communicator* comm, c10::Device device)
+FlatParamUnit::FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Communicator* comm, c10::Device device,
+                             std::optional<at::ScalarType> frozen_dtype)
     : name_(std::move(name)), specs_(std::move(specs)), comm_(comm) {
   for (const auto& s : specs_) {
     offsets_.push_back(numel_);
@@ -13,6 +14,10 @@ FlatParamUnit::FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Com
   const int64_t world = comm_->world();
   shard_numel_ = (numel_ + world - 1) / world;
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  if (frozen_dtype) {
+    shard_ = at::zeros({shard_numel_}, fp32.dtype(*frozen_dtype));
+    return;
+  }
   shard_ = at::zeros({shard_numel_}, fp32);
   grad_ = at::zeros({shard_numel_}, fp32);
   decay_mask_ = at::zeros({shard_numel_}, fp32);
@@ -45,7 +50,7 @@ Status FlatParamUnit::FillSlice(at::Tensor& slice, const WholeValue& value) cons
       return Status::InvalidArgument(specs_[i].name + ": shape " + c10::str(whole.sizes()) + ", expected " +
                                      c10::str(at::IntArrayRef(specs_[i].shape)));
     }
-    at::Tensor flat = whole.reshape({-1}).to(slice.device(), at::kFloat);
+    at::Tensor flat = whole.reshape({-1}).to(slice.device(), slice.scalar_type());
     slice.slice(0, a - lo, b - lo).copy_(flat.slice(0, a - offsets_[i], b - offsets_[i]));
   }
   return Status::Ok();
@@ -65,7 +70,7 @@ std::function<void()> FlatParamUnit::GatherIntoAsync(const at::Tensor& full) con
   at::Tensor alias = at::empty({0}, full.options());
   alias.set_(full.storage(), full.storage_offset(), full.sizes(), full.strides());
   // Casting before the gather halves the traffic in bf16.
-  at::Tensor local = full.scalar_type() == at::kFloat ? shard_ : shard_.to(full.scalar_type());
+  at::Tensor local = full.scalar_type() == shard_.scalar_type() ? shard_ : shard_.to(full.scalar_type());
   std::function<void()> wait = comm_->AllGatherAsync(local, alias);
   return [wait, local, alias] { wait(); };
 }
@@ -80,6 +85,7 @@ std::vector<at::Tensor> FlatParamUnit::Views(const at::Tensor& full) const {
 }
 
 void FlatParamUnit::ReduceGrad(const at::Tensor& full_grad) {
+  TORCH_CHECK(!frozen(), "ReduceGrad: unit ", name_, " is frozen");
   at::Tensor g = full_grad.to(at::kFloat).contiguous();
   if (comm_->world() == 1) {
     grad_.add_(g);

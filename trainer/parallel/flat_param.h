@@ -6,9 +6,12 @@
 // them in the compute dtype, and ReduceGrad() reduce-scatters a gradient of the whole flat vector
 // back into the owning ranks' slices. Padding stays zero. Everything lives on `device` (the rank's
 // GPU, or the CPU).
+// A frozen unit (LoRA's base weights, docs/lora.md) keeps its slice in `frozen_dtype` (the compute
+// dtype) and has no gradient and no decay mask (both undefined): nothing trains it.
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +26,8 @@ namespace eft::trainer {
 class FlatParamUnit {
  public:
   FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Communicator* comm,
-                c10::Device device = c10::Device(c10::kCPU));
+                c10::Device device = c10::Device(c10::kCPU),
+                std::optional<at::ScalarType> frozen_dtype = std::nullopt);
 
   const std::string& name() const { return name_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
@@ -33,6 +37,7 @@ class FlatParamUnit {
   int64_t shard_offset() const { return shard_numel_ * comm_->rank(); }  // of this rank's slice
   int64_t offset(size_t i) const { return offsets_[i]; }  // of spec i in the flat vector
 
+  bool frozen() const { return !grad_.defined(); }
   at::Tensor& shard() { return shard_; }
   at::Tensor& grad() { return grad_; }
   const at::Tensor& decay_mask() const { return decay_mask_; }
@@ -58,7 +63,9 @@ class FlatParamUnit {
   std::vector<at::Tensor> Views(const at::Tensor& full) const;
   // Collective. grad() += this rank's slice of the sum over ranks of `full_grad`.
   void ReduceGrad(const at::Tensor& full_grad);
-  void ZeroGrad() { grad_.zero_(); }
+  void ZeroGrad() {
+    if (grad_.defined()) grad_.zero_();
+  }
 
  private:
   std::string name_;

@@ -27,6 +27,13 @@ struct LayerCall {
   std::function<void()> wait;
   // Non-checkpointed backward: `full`'s storage is being refilled in the background.
   std::function<void()> refill_wait;
+  // LoRA: the layer's adapter unit, its whole fp32 value for this micro-batch (a leaf that requires
+  // grad while training) and the dropout applied to its input.
+  FlatParamUnit* adapter = nullptr;
+  const LoraOptions* lora = nullptr;
+  at::Tensor adapter_full;
+  double dropout = 0;
+  uint64_t dropout_seed = 0;
 };
 
 namespace {
@@ -37,8 +44,15 @@ using torch::autograd::variable_list;
 int64_t Pack(LayerCall* call) { return reinterpret_cast<int64_t>(call); }
 LayerCall* Unpack(AutogradContext* ctx) { return reinterpret_cast<LayerCall*>(ctx->saved_data["call"].toInt()); }
 
-at::Tensor LayerForward(const LayerCall& call, const at::Tensor& full, const at::Tensor& hidden) {
-  return DecoderLayer(*call.config, BindLayer(*call.config, call.unit->Views(full)), hidden, *call.attention);
+at::Tensor LayerForward(const LayerCall& call, const at::Tensor& full, const at::Tensor& adapter,
+                        const at::Tensor& hidden) {
+  const LayerWeights w = BindLayer(*call.config, call.unit->Views(full));
+  if (call.adapter == nullptr) return DecoderLayer(*call.config, w, hidden, *call.attention);
+  LayerLora lora = BindLora(call.lora->modules, call.adapter->Views(adapter));
+  lora.scale = call.lora->scale;
+  lora.dropout = call.dropout;
+  lora.dropout_seed = call.dropout_seed;
+  return DecoderLayer(*call.config, w, hidden, *call.attention, &lora);
 }
 
 void StartPrefetch(LayerCall* call) {
@@ -70,31 +84,36 @@ at::Tensor TakeGathered(LayerCall* call) {
 
 // Activation checkpointing: forward keeps only the layer's input; backward gathers the parameters
 // again (unless the strategy kept them), recomputes the layer with autograd on, and backpropagates
-// through the recomputation.
+// through the recomputation. `trained` is what the layer trains (the LoRA adapters, else a token
+// leaf): an input that requires grad, so autograd calls backward even when `hidden` does not.
 class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, int64_t packed) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& trained,
+                            int64_t packed) {
     LayerCall* call = reinterpret_cast<LayerCall*>(packed);
     ctx->saved_data["call"] = packed;
     ctx->save_for_backward({hidden});
     at::Tensor full = TakeGathered(call);
     StartPrefetch(call->next);
-    return LayerForward(*call, full, hidden);  // `full` is freed on return
+    return LayerForward(*call, full, call->adapter_full, hidden);  // `full` is freed on return
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     LayerCall* call = Unpack(ctx);
     at::Tensor hidden = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    at::Tensor full = TakeGathered(call).detach().requires_grad_(true);
+    // Under LoRA the base weights are frozen: no gradient for them is even computed.
+    const bool lora = call->adapter != nullptr;
+    at::Tensor full = TakeGathered(call).detach().requires_grad_(!lora);
+    at::Tensor adapter = lora ? call->adapter_full.detach().requires_grad_(true) : at::Tensor();
     StartPrefetch(call->prev);  // backward walks the layers in reverse
     at::Tensor out;
     {
       at::AutoGradMode enable(true);
-      out = LayerForward(*call, full, hidden);
+      out = LayerForward(*call, full, adapter, hidden);
     }
-    variable_list g = torch::autograd::grad({out}, {hidden, full}, {grads[0]});
+    variable_list g = torch::autograd::grad({out}, {hidden, lora ? adapter : full}, {grads[0]});
     call->model->AddGrad(call->index, g[1]);
-    return {g[0], at::Tensor()};
+    return {g[0], at::Tensor(), at::Tensor()};
   }
 };
 
@@ -126,7 +145,9 @@ class GatheredParams : public torch::autograd::Function<GatheredParams> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     LayerCall* call = Unpack(ctx);
-    call->model->AddGrad(call->index, grads[0]);
+    // Under LoRA (ZeRO-3 without checkpointing, the one case that comes here) the base gradient is
+    // computed, as this path's storage release needs the node, but thrown away.
+    if (call->adapter == nullptr) call->model->AddGrad(call->index, grads[0]);
     // The layer's backward, the last reader, has finished.
     if (call->kept == nullptr) FreeStorage(call->full);
     return {at::Tensor(), at::Tensor()};
@@ -151,13 +172,24 @@ std::string ShardingStrategyName(ShardingStrategy strategy) {
   return "?";
 }
 
-ShardedLlama::ShardedLlama(ModelConfig config, Communicator* comm, ShardingOptions options)
-    : config_(std::move(config)), comm_(comm), options_(options) {
+ShardedLlama::ShardedLlama(ModelConfig config, Communicator* comm, ShardingOptions options, LoraOptions lora)
+    : config_(std::move(config)), comm_(comm), options_(options), lora_(std::move(lora)) {
   const c10::Device device = options_.device;
-  units_.push_back(std::make_unique<FlatParamUnit>("root", RootParamSpecs(config_), comm_, device));
+  std::optional<at::ScalarType> frozen;
+  if (lora_.enabled) frozen = options_.compute_dtype;
+  units_.push_back(std::make_unique<FlatParamUnit>("root", RootParamSpecs(config_), comm_, device, frozen));
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    units_.push_back(std::make_unique<FlatParamUnit>("layer." + std::to_string(i),
-                                                     LayerParamSpecs(config_, static_cast<int>(i)), comm_, device));
+    units_.push_back(std::make_unique<FlatParamUnit>(
+        "layer." + std::to_string(i), LayerParamSpecs(config_, static_cast<int>(i)), comm_, device, frozen));
+  }
+  if (lora_.enabled) {
+    TORCH_CHECK(lora_.r > 0 && !lora_.modules.empty(), "LoRA needs r > 0 and at least one target module");
+    adapters_.resize(units_.size());
+    for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+      adapters_[i + 1] = std::make_unique<FlatParamUnit>(
+          "layer." + std::to_string(i) + ".lora",
+          LoraParamSpecs(config_, static_cast<int>(i), lora_.modules, lora_.r), comm_, device);
+    }
   }
   grad_token_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device)).requires_grad_(true);
   kept_.resize(units_.size());
@@ -165,8 +197,25 @@ ShardedLlama::ShardedLlama(ModelConfig config, Communicator* comm, ShardingOptio
 
 ShardedLlama::~ShardedLlama() = default;
 
+std::vector<FlatParamUnit*> ShardedLlama::trainable_units() {
+  std::vector<FlatParamUnit*> out;
+  for (auto& u : lora_.enabled ? adapters_ : units_) {
+    if (u) out.push_back(u.get());
+  }
+  return out;
+}
+
 Status ShardedLlama::InitRandom(uint64_t seed) {
-  return InitFrom([&](const ParamSpec& spec) -> Result<at::Tensor> { return InitParameter(config_, spec, seed); });
+  auto init = [&](const ParamSpec& spec) -> Result<at::Tensor> { return InitParameter(config_, spec, seed); };
+  EFT_RETURN_IF_ERROR(InitFrom(init));
+  return lora_.enabled ? InitAdapters(init) : Status::Ok();
+}
+
+Status ShardedLlama::InitAdapters(const std::function<Result<at::Tensor>(const ParamSpec&)>& value) {
+  for (auto& u : adapters_) {
+    if (u) EFT_RETURN_IF_ERROR(u->InitShard(value).WithContext("unit " + u->name()));
+  }
+  return Status::Ok();
 }
 
 Status ShardedLlama::InitFrom(const std::function<Result<at::Tensor>(const ParamSpec&)>& value) {
@@ -180,9 +229,9 @@ void ShardedLlama::BeginStep(int64_t micro_batches) {
   KeptUnit& root = kept_[0];
   if (Keeps() && root.params.defined()) {
     if (root.gathering) std::exchange(root.gathering, nullptr)();
-    root_full_ = root.params.detach().requires_grad_(true);
+    root_full_ = root.params.detach().requires_grad_(!lora_.enabled);
   } else {
-    root_full_ = units_[0]->Gather(options_.compute_dtype).requires_grad_(true);
+    root_full_ = units_[0]->Gather(options_.compute_dtype).requires_grad_(!lora_.enabled);
     if (Keeps()) root.params = root_full_.detach();
   }
   root_ = BindRoot(config_, units_[0]->Views(root_full_));
@@ -200,7 +249,8 @@ void ShardedLlama::EndStep() {
 }
 
 void ShardedLlama::AfterOptimizerStep() {
-  if (options_.strategy != ShardingStrategy::kNoShard) return;
+  // Frozen LoRA base weights never change: nothing to refresh.
+  if (options_.strategy != ShardingStrategy::kNoShard || lora_.enabled) return;
   for (size_t i = 0; i < units_.size(); ++i) {
     KeptUnit& k = kept_[i];
     if (!k.params.defined()) continue;  // gathered at its first use
@@ -233,7 +283,7 @@ void ShardedLlama::AddGrad(size_t index, const at::Tensor& full_grad) {
 }
 
 void ShardedLlama::StartReduce(size_t index, at::Tensor full_grad) {
-  FlatParamUnit& unit = *units_[index];
+  FlatParamUnit& unit = Trainable(index);
   if (comm_->world() == 1) {
     unit.grad().add_(full_grad);
     return;
@@ -248,7 +298,7 @@ void ShardedLlama::FinishReduces(size_t keep) {
   while (reducing_.size() > keep) {
     PendingReduce& p = reducing_.front();
     p.wait();
-    units_[p.unit]->grad().add_(p.shard);
+    Trainable(p.unit).grad().add_(p.shard);
     reducing_.erase(reducing_.begin());
   }
 }
@@ -264,6 +314,20 @@ at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ct
     if (Keeps() && with_grad) call->kept = &kept_[i];
     call->attention = &ctx;
     call->dtype = options_.compute_dtype;
+    if (lora_.enabled) {
+      call->adapter = adapters_[i].get();
+      call->lora = &lora_;
+      if (with_grad) {
+        call->dropout = lora_.dropout;
+        // Any fixed function of the five numbers would do; this one is stable across platforms.
+        uint64_t h = lora_.seed;
+        for (uint64_t v : {static_cast<uint64_t>(step_), static_cast<uint64_t>(comm_->rank()),
+                           static_cast<uint64_t>(micro_index_), static_cast<uint64_t>(i)}) {
+          h = (h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2))) * 0xbf58476d1ce4e5b9ULL;
+        }
+        call->dropout_seed = h;
+      }
+    }
     if (!calls_.empty()) {
       call->prev = calls_.back().get();
       calls_.back()->next = call.get();
@@ -272,18 +336,28 @@ at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ct
   }
   for (auto& owned : calls_) {
     LayerCall* call = owned.get();
+    if (call->adapter != nullptr) {
+      // Small: gathered whole for each micro-batch, kept for this layer's backward.
+      call->adapter_full = call->adapter->Gather(at::kFloat);
+      if (with_grad) call->adapter_full.requires_grad_(true);
+    }
     if (!with_grad) {
       at::Tensor full = TakeGathered(call);
       StartPrefetch(call->next);
-      hidden = LayerForward(*call, full, hidden);
+      hidden = LayerForward(*call, full, call->adapter_full, hidden);
     } else if (options_.activation_checkpointing) {
-      hidden = CheckpointedLayer::apply(hidden, Pack(call));
+      hidden = CheckpointedLayer::apply(hidden, call->adapter ? call->adapter_full : grad_token_, Pack(call));
+    } else if (call->kept != nullptr && call->adapter != nullptr) {
+      // Frozen kept weights need no autograd node: the adapters' leaf collects the gradient.
+      at::Tensor full = TakeGathered(call);
+      StartPrefetch(call->next);
+      hidden = LayerForward(*call, full, call->adapter_full, hidden);
     } else if (call->kept != nullptr) {
       call->full = GatheredParams::apply(grad_token_, Pack(call));
-      hidden = LayerForward(*call, call->full, hidden);
+      hidden = LayerForward(*call, call->full, call->adapter_full, hidden);
     } else {
       call->full = GatheredParams::apply(grad_token_, Pack(call));
-      hidden = LayerForward(*call, call->full, hidden);
+      hidden = LayerForward(*call, call->full, call->adapter_full, hidden);
       // The layer's saved tensors still view call->full: free its memory now and refill it just
       // before autograd runs this layer's backward.
       FreeStorage(call->full);
@@ -337,8 +411,15 @@ double ShardedLlama::ForwardBackward(const Batch& input, double loss_scale) {
   // collectives) still runs.
   at::Tensor objective = loss_sum * loss_scale + hidden.sum() * 0.0;
   objective.backward();
-  AddGrad(0, root_full_.grad());
-  root_full_.mutable_grad() = at::Tensor();
+  if (lora_.enabled) {
+    // Checkpointed layers handed their adapter gradients over in backward; the others' leaves hold them.
+    if (!options_.activation_checkpointing) {
+      for (auto it = calls_.rbegin(); it != calls_.rend(); ++it) AddGrad((*it)->index, (*it)->adapter_full.grad());
+    }
+  } else {
+    AddGrad(0, root_full_.grad());
+    root_full_.mutable_grad() = at::Tensor();
+  }
   // A micro-batch's reductions end with it under kFull; the strategies that keep parameters sum
   // gradients whole and reduce them during the last micro-batch, finished by EndStep.
   if (!Keeps()) FinishReduces(0);
@@ -372,14 +453,21 @@ double ShardedLlama::EvalLossSum(int64_t count, const std::function<Batch(int64_
 }
 
 void ShardedLlama::ZeroGrad() {
-  for (auto& u : units_) u->ZeroGrad();
+  for (FlatParamUnit* u : trainable_units()) u->ZeroGrad();
 }
 
 int64_t ShardedLlama::ShardBytes() const {
   int64_t bytes = 0;
-  for (const auto& u : units_) {
-    bytes += (u->shard().numel() + u->grad().numel()) * 4;
-    if (options_.strategy == ShardingStrategy::kNoShard) bytes += u->padded_numel() * at::elementSize(options_.compute_dtype);
+  for (const auto* list : {&units_, &adapters_}) {
+    for (const auto& u : *list) {
+      if (!u) continue;
+      bytes += u->shard().numel() * static_cast<int64_t>(u->shard().element_size());
+      if (!u->frozen()) bytes += u->grad().numel() * 4;
+      // Adapters are gathered per micro-batch, never kept.
+      if (options_.strategy == ShardingStrategy::kNoShard && list == &units_) {
+        bytes += u->padded_numel() * at::elementSize(options_.compute_dtype);
+      }
+    }
   }
   return bytes;
 }

@@ -52,19 +52,41 @@ struct ShardingOptions {
   c10::Device device = c10::Device(c10::kCPU);  // shards, gathers and compute (batches are moved here)
 };
 
+// LoRA (docs/lora.md): the units above then hold the frozen base weights, sharded in the compute
+// dtype only (no fp32 master, no gradient); each decoder layer gets a second, trainable unit of fp32
+// adapters (LoraParamSpecs), sharded like any unit, gathered whole for each micro-batch (they are
+// small) and reduce-scattered like any gradient. Only the adapter units are trainable_units().
+struct LoraOptions {
+  bool enabled = false;
+  int64_t r = 16;
+  double scale = 2;   // alpha / r
+  double dropout = 0;
+  std::vector<std::string> modules;  // layer order (LoraParamSpecs)
+  uint64_t seed = 0;  // dropout masks: a function of (seed, step, rank, micro-batch, layer, module)
+};
+
 class ShardedLlama {
  public:
-  ShardedLlama(ModelConfig config, Communicator* comm, ShardingOptions options);
+  ShardedLlama(ModelConfig config, Communicator* comm, ShardingOptions options, LoraOptions lora = {});
   ~ShardedLlama();
 
   const ModelConfig& config() const { return config_; }
   const ShardingOptions& options() const { return options_; }
+  const LoraOptions& lora() const { return lora_; }
+  // The model's units: root, then the decoder layers (the frozen base weights under LoRA).
   std::vector<std::unique_ptr<FlatParamUnit>>& units() { return units_; }
+  // What the optimizer, clipping and checkpoints see: units(), or under LoRA the adapter units (one
+  // per decoder layer, in layer order).
+  std::vector<FlatParamUnit*> trainable_units();
 
-  // HF initialisation, identical for every world size.
+  // HF initialisation (and PEFT's for adapters), identical for every world size.
   Status InitRandom(uint64_t seed);
-  // Whole parameters by spec, e.g. from a safetensors directory; each rank keeps its slices.
+  // Whole parameters of units() by spec, e.g. from a safetensors directory; each rank keeps its slices.
   Status InitFrom(const std::function<Result<at::Tensor>(const ParamSpec&)>& value);
+  // The same for the LoRA adapter units.
+  Status InitAdapters(const std::function<Result<at::Tensor>(const ParamSpec&)>& value);
+  // The optimizer step about to be computed: seeds LoRA dropout, so a resumed run draws the same masks.
+  void SetStep(int64_t step) { step_ = step; }
 
   // Collective: gathers the root for this step's `micro_batches` ForwardBackward calls (the same
   // number on every rank).
@@ -108,6 +130,8 @@ class ShardedLlama {
   };
   at::Tensor RunLayers(at::Tensor hidden, const AttentionContext& ctx, bool with_grad);
   bool Keeps() const { return options_.strategy != ShardingStrategy::kFull; }
+  // The unit whose gradient AddGrad(index, ...) receives.
+  FlatParamUnit& Trainable(size_t index) { return lora_.enabled ? *adapters_[index] : *units_[index]; }
   // Starts reducing `full_grad` of unit `index` in the background.
   void StartReduce(size_t index, at::Tensor full_grad);
   // Waits for reduce-scatters until at most `keep` are still running, oldest first.
@@ -119,6 +143,9 @@ class ShardedLlama {
   Communicator* comm_;
   ShardingOptions options_;
   std::vector<std::unique_ptr<FlatParamUnit>> units_;
+  LoraOptions lora_;
+  std::vector<std::unique_ptr<FlatParamUnit>> adapters_;  // LoRA: by unit index (none for the root)
+  int64_t step_ = 0;
   std::vector<KeptUnit> kept_;  // by unit index; used under kGradOp/kNoShard
   std::vector<PendingReduce> reducing_;
   int64_t micro_batches_ = 1, micro_index_ = 0;

@@ -1,5 +1,7 @@
 #include "trainer/train/train_config.h"
 
+#include <algorithm>
+
 #include "common/yaml_json.h"
 #include "spec/job_spec.h"
 
@@ -73,6 +75,21 @@ Result<TrainConfig> TrainConfigFromJobSpec(const v1::JobSpec& s) {
   c.seed = static_cast<uint64_t>(t.seed());
   c.device = t.device();
   c.max_steps = t.max_steps();
+  if (t.has_lora()) {
+    const v1::LoraSpec& l = t.lora();
+    c.lora.enabled = true;
+    c.lora.r = l.r();
+    c.lora.alpha = l.alpha();
+    c.lora.dropout = l.dropout();
+    c.lora.init_from = l.init_from();
+    // Layer order whatever the spec's order, so the same set of modules is the same run.
+    const bool all = l.target_modules_size() == 1 && l.target_modules(0) == "all-linear";
+    for (const std::string& m : spec::LoraModuleNames()) {
+      if (all || std::find(l.target_modules().begin(), l.target_modules().end(), m) != l.target_modules().end()) {
+        c.lora.target_modules.push_back(m);
+      }
+    }
+  }
 
   const v1::CheckpointSpec& k = s.checkpoint();
   c.checkpoint_dir = k.dir();

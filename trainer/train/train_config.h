@@ -17,6 +17,18 @@
 
 namespace eft::trainer {
 
+// training.lora (docs/lora.md); absent from the spec: full fine-tuning.
+struct LoraConfig {
+  bool enabled = false;
+  int64_t r = 16;
+  double alpha = 32;
+  double dropout = 0;
+  std::vector<std::string> target_modules;  // HF module names, all-linear expanded, in layer order
+  std::string init_from;                    // a PEFT adapter directory, or empty
+  double scale() const { return alpha / static_cast<double>(r); }
+  bool operator==(const LoraConfig&) const = default;
+};
+
 struct TrainConfig {
   std::string name = "train";
   std::string model;       // HF model directory
@@ -43,6 +55,7 @@ struct TrainConfig {
   std::string sharding = "grad_op";  // full | grad_op | no_shard (trainer/parallel/sharded_llama.h)
   std::string device = "auto";  // auto | cpu | cuda (trainer/parallel/device.h)
   uint64_t seed = 42;
+  LoraConfig lora;
 
   std::string checkpoint_dir;     // empty: no checkpoints
   int64_t checkpoint_every_steps = 200;     // sharded checkpoints; 0: never

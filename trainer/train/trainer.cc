@@ -16,6 +16,7 @@
 
 #include "common/logging.h"
 #include "trainer/checkpoint/full_state.h"
+#include "trainer/checkpoint/peft_adapter.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/data/packing.h"
 #include "trainer/train/debug_hooks.h"
@@ -148,15 +149,25 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   sharding.compute_dtype = c.precision == "bf16" ? at::kBFloat16 : at::kFloat;
   sharding.activation_checkpointing = c.activation_checkpointing;
   sharding.device = t->device_;
-  t->model_ = std::make_unique<ShardedLlama>(model_config, t->comm_.get(), sharding);
+  LoraOptions lora;
+  if (c.lora.enabled) {  // docs/lora.md
+    lora.enabled = true;
+    lora.r = c.lora.r;
+    lora.scale = c.lora.scale();
+    lora.dropout = c.lora.dropout;
+    lora.modules = c.lora.target_modules;
+    lora.seed = c.seed;
+  }
+  t->model_ = std::make_unique<ShardedLlama>(model_config, t->comm_.get(), sharding, lora);
   StallIfAsked("load");
   EFT_RETURN_IF_ERROR(t->model_->InitFrom([&](const ParamSpec& spec) -> Result<at::Tensor> {
     return weights->Load(spec.name, at::kFloat);
   }).WithContext("loading " + c.model));
+  if (c.lora.enabled) EFT_RETURN_IF_ERROR(t->InitAdapters());
   t->pad_token_id_ = model_config.pad_token_id >= 0 ? model_config.pad_token_id : 0;
 
   t->optimizer_ = std::make_unique<AdamW>(c.adamw);
-  for (auto& u : t->model_->units()) t->optimizer_->AddParam(u->shard(), u->grad(), u->decay_mask());
+  for (FlatParamUnit* u : t->model_->trainable_units()) t->optimizer_->AddParam(u->shard(), u->grad(), u->decay_mask());
 
   t->sampler_ = std::make_unique<GlobalSampler>(t->dataset_.size(), c.global_batch_size, c.seed);
   t->total_steps_ = c.epochs * t->sampler_->steps_per_epoch();
@@ -282,6 +293,7 @@ Result<StepResult> Trainer::Step() {
   const int64_t global_tokens = static_cast<int64_t>(counts[1].item<double>());
   const double scale = global_trained > 0 ? 1.0 / static_cast<double>(global_trained) : 0.0;
 
+  model_->SetStep(step_);
   model_->BeginStep(static_cast<int64_t>(batches.size()));
   double loss_sum = 0;
   for (const Batch& b : batches) loss_sum += model_->ForwardBackward(b, scale);
@@ -292,7 +304,7 @@ Result<StepResult> Trainer::Step() {
   at::Tensor total = at::tensor({loss_sum}, at::kDouble);
   comm_->AllReduceSum(total);
   std::vector<at::Tensor> grads;
-  for (auto& u : model_->units()) grads.push_back(u->grad());
+  for (FlatParamUnit* u : model_->trainable_units()) grads.push_back(u->grad());
   const double grad_norm = ClipGradNorm(grads, config_.max_grad_norm, [&](at::Tensor& t) { comm_->AllReduceSum(t); });
   const double lr = LearningRate(config_.schedule, step_, total_steps_);
   if (std::isfinite(grad_norm)) {
@@ -433,12 +445,35 @@ Status Trainer::SaveFinalModel() {
   if (config_.output_dir.empty()) return Status::Ok();
   // Collective, streamed a unit at a time; the optimizer state is not part of a model.
   std::vector<UnitState> units;
-  for (auto& u : model_->units()) units.push_back(UnitState{u.get(), at::Tensor(), at::Tensor()});
+  for (FlatParamUnit* u : model_->trainable_units()) units.push_back(UnitState{u, at::Tensor(), at::Tensor()});
   EFT_RETURN_IF_ERROR(WriteFullState(*model_, units, config_.output_dir, config_.model, env_.rank == 0,
                                      /*with_optimizer=*/false)
                           .status());
   if (env_.rank == 0) EFT_LOG(INFO) << "final model written to " << config_.output_dir;
   return Status::Ok();
+}
+
+Status Trainer::InitAdapters() {
+  const LoraConfig& l = config_.lora;
+  if (l.init_from.empty()) {
+    const ModelConfig& mc = model_->config();
+    return model_->InitAdapters(
+        [&](const ParamSpec& spec) -> Result<at::Tensor> { return InitParameter(mc, spec, config_.seed); });
+  }
+  const std::string context = "spec.training.lora.init_from " + l.init_from;
+  Result<AdapterConfig> read = ReadAdapterConfig(l.init_from);
+  if (!read.ok()) return read.status().WithContext(context);
+  const AdapterConfig& saved = *read;
+  if (saved.r != l.r || saved.alpha != l.alpha || saved.target_modules != l.target_modules) {
+    return Status::InvalidArgument(context + ": the adapter has r " + std::to_string(saved.r) + ", lora_alpha " +
+                                   c10::str(saved.alpha) + ", target_modules " + c10::Join(",", saved.target_modules) +
+                                   "; spec.training.lora has r " + std::to_string(l.r) + ", alpha " +
+                                   c10::str(l.alpha) + ", target_modules " + c10::Join(",", l.target_modules) +
+                                   ": make them equal");
+  }
+  EFT_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(l.init_from + "/" + kAdapterWeightsFile));
+  return model_->InitAdapters([&](const ParamSpec& spec) { return file->Load(spec.name, at::kFloat); })
+      .WithContext(context);
 }
 
 void Trainer::ReportMemory() {

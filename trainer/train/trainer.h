@@ -73,6 +73,8 @@ class Trainer {
   Status PrepareEval(int64_t vocab_size, const TextPipeline& text);
   bool EvalDue(bool last) const;
   EvalResult RunEval();
+  // LoRA: PEFT's initialisation (seeded), or training.lora.init_from's adapter.
+  Status InitAdapters();
 
   TrainConfig config_;
   RankEnv env_;

@@ -266,6 +266,12 @@ ReferenceResult RunReference(const TinyModel& m, const Batch& batch, bool want_g
   return RunReferenceWith(manifest, m.Named(), batch, m.config.vocab_size, m.root[0].scalar_type());
 }
 
+ReferenceResult RunLoraReference(const ModelConfig& config, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                 int64_t r, double alpha, const Batch& batch) {
+  json manifest = {{"config", config.ToHfJson()}, {"want_grads", true}, {"lora", {{"r", r}, {"alpha", alpha}}}};
+  return RunReferenceWith(manifest, params, batch, config.vocab_size, at::kFloat);
+}
+
 ReferenceResult RunReferenceOnHfDir(const std::string& hf_dir, const ModelConfig& config, const Batch& batch) {
   json manifest = {{"hf_dir", hf_dir}, {"want_grads", false}};
   return RunReferenceWith(manifest, {}, batch, config.vocab_size, at::kFloat);

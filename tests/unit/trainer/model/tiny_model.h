@@ -69,6 +69,11 @@ std::string ReferenceUnavailableReason();
 // Writes model + batch to a temp dir, runs the reference, reads its outputs. Throws on failure.
 ReferenceResult RunReference(const TinyModel& m, const Batch& batch, bool want_grads);
 
+// The reference with LoRA: `params` holds the base weights under HF names and the adapters under
+// PEFT's (LoraParamSpecs); only adapter gradients come back. float32.
+ReferenceResult RunLoraReference(const ModelConfig& config, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                 int64_t r, double alpha, const Batch& batch);
+
 // The reference on a Hugging Face directory that it parses itself (config.json, safetensors);
 // logits in float32.
 ReferenceResult RunReferenceOnHfDir(const std::string& hf_dir, const ModelConfig& config, const Batch& batch);

@@ -82,6 +82,11 @@ const std::map<std::string, std::string>& ChangedValues() {
       {"training.seed", "7"},
       {"training.device", "cpu"},
       {"training.max_steps", "10"},
+      {"training.lora.r", "8"},
+      {"training.lora.alpha", "16"},
+      {"training.lora.dropout", "0.1"},
+      {"training.lora.target_modules", "[q_proj, v_proj]"},
+      {"training.lora.init_from", "/adapters/previous"},
       {"checkpoint.dir", "/checkpoints/run"},
       {"checkpoint.every_steps", "50"},
       {"checkpoint.full_every_steps", "100"},
@@ -276,6 +281,61 @@ TEST(ApplyOverrideTest, MalformedAssignmentsAreErrors) {
   EXPECT_EQ(through_scalar.message(), "--set model.path=/x: model is not a mapping in the job spec");
   EXPECT_EQ(doc["model"], "/models/tiny");
 }
+
+
+// training.lora (docs/lora.md): absent means full fine-tuning; present, PEFT's spelling works and
+// every bad value is refused with the field named.
+namespace lora_spec {
+
+TEST(LoraSpecTest, DefaultsAndAllLinear) {
+  auto plain = TrainConfigFromJobSpec(Normalized(kMinimal));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->lora.enabled);
+  const std::vector<std::string> all = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  for (const char* lora : {"{}", "{target_modules: all-linear}", "{target_modules: [all-linear]}"}) {
+    auto c = TrainConfigFromJobSpec(Normalized(std::string(kMinimal) + "training: {lora: " + lora + "}\n"));
+    ASSERT_TRUE(c.ok()) << lora << ": " << c.status();
+    EXPECT_TRUE(c->lora.enabled);
+    EXPECT_EQ(c->lora.r, 16);
+    EXPECT_EQ(c->lora.alpha, 32);
+    EXPECT_EQ(c->lora.dropout, 0);
+    EXPECT_EQ(c->lora.scale(), 2.0);
+    EXPECT_EQ(c->lora.target_modules, all) << lora;
+  }
+  // Listed modules come back in layer order, whatever the spec's order.
+  auto c = TrainConfigFromJobSpec(Normalized(kMinimal, {"training.lora.target_modules=[down_proj, q_proj]"}));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->lora.target_modules, (std::vector<std::string>{"q_proj", "down_proj"}));
+}
+
+TEST(LoraSpecTest, BadValuesAreRefusedWithTheFieldNamed) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"training.lora.r=0", "spec.training.lora.r (0) must be >= 1"},
+      {"training.lora.r=-4", "spec.training.lora.r (-4) must be >= 1"},
+      {"training.lora.alpha=0", "spec.training.lora.alpha (0.0) must be a finite number > 0"},
+      {"training.lora.alpha=-1", "spec.training.lora.alpha (-1.0) must be a finite number > 0"},
+      {"training.lora.dropout=1", "spec.training.lora.dropout (1.0) must be >= 0 and < 1"},
+      {"training.lora.dropout=-0.1", "spec.training.lora.dropout (-0.1) must be >= 0 and < 1"},
+      {"training.lora.target_modules=[q_proj, qkv_proj]",
+       "spec.training.lora.target_modules: unknown module \"qkv_proj\"; use all-linear or names from q_proj, "
+       "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"},
+      {"training.lora.target_modules=lm_head",
+       "spec.training.lora.target_modules: unknown module \"lm_head\"; use all-linear or names from q_proj, "
+       "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"},
+      {"training.lora.target_modules=[q_proj, q_proj]", "spec.training.lora.target_modules: \"q_proj\" is given twice"},
+      {"training.lora.target_modules=[all-linear, q_proj]",
+       "spec.training.lora.target_modules: all-linear already names every module; use it alone"},
+      {"training.lora.rank=8", "spec.training.lora.rank: unknown field (fields here: r, alpha, dropout, "
+                               "target_modules, init_from)"},
+  };
+  for (const auto& [override, message] : cases) {
+    auto spec = LoadJobSpec(Doc(kMinimal), {override});
+    ASSERT_FALSE(spec.ok()) << override;
+    EXPECT_EQ(spec.status().message(), message) << override;
+  }
+}
+
+}  // namespace lora_spec
 
 }  // namespace
 }  // namespace eft::trainer

@@ -1,0 +1,245 @@
+// LoRA in the sharded model (docs/lora.md), with real Gloo process groups (rank_threads.h):
+//  - loss and adapter gradients equal tests/reference/llama_reference.py, which computes
+//    y = x W^T + (alpha / r) * (x A^T) B^T from the formula in PyTorch, at world sizes 1, 2 and 3;
+//  - every sharding strategy, with and without activation checkpointing, gives the same gradients;
+//  - AdamW steps give the same losses at W = 1, 2, 3 and never change the frozen base weights;
+//  - dropout is a function of (seed, step, rank, micro-batch, layer, module): recomputation repeats it.
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "tests/unit/trainer/model/tiny_model.h"
+#include "tests/unit/trainer/parallel/rank_threads.h"
+#include "trainer/optim/adamw.h"
+#include "trainer/parallel/sharded_llama.h"
+
+namespace eft::trainer {
+namespace {
+
+const std::vector<std::string> kAllLinear = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                             "down_proj"};
+
+LoraOptions Lora(int64_t r, double alpha, std::vector<std::string> modules = kAllLinear, double dropout = 0) {
+  LoraOptions o;
+  o.enabled = true;
+  o.r = r;
+  o.scale = alpha / static_cast<double>(r);
+  o.modules = std::move(modules);
+  o.dropout = dropout;
+  o.seed = 11;
+  return o;
+}
+
+// PEFT starts B at zero, which would make A's gradient zero and hide a wrong A; the tests start B
+// random (uniform(-1/sqrt(r), 1/sqrt(r)), drawn as PEFT draws A, deterministic in the name).
+Status InitNonZeroAdapters(ShardedLlama& model, const ModelConfig& config) {
+  return model.InitAdapters([&](const ParamSpec& spec) -> Result<at::Tensor> {
+    ParamSpec as_a = spec;
+    as_a.name = spec.name + ".test.lora_A.weight";
+    return InitParameter(config, as_a, 5);
+  });
+}
+
+Batch TwoRows(const ModelConfig& config) {
+  using testing::RowSpec;
+  const int64_t v = config.vocab_size;
+  return testing::MakeBatch({RowSpec{{testing::RandomTokens(5, v, 1), testing::RandomTokens(4, v, 2)}, 0, 1},
+                             RowSpec{{testing::RandomTokens(7, v, 3)}, 2, 0}},
+                            0);
+}
+
+struct Outcome {
+  std::vector<double> losses;  // per step (sum over the batch)
+  std::vector<std::pair<std::string, at::Tensor>> adapter_grads;  // whole, after the first step
+  std::vector<std::pair<std::string, at::Tensor>> params;         // whole base + adapters, before training
+  std::vector<std::pair<std::string, at::Tensor>> base_after;     // whole base after training
+  int64_t shard_bytes = 0;
+};
+
+std::vector<std::pair<std::string, at::Tensor>> Whole(FlatParamUnit& u, const at::Tensor& slice) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  at::Tensor full = u.GatherSlices(slice.to(at::kFloat));
+  auto views = u.Views(full);
+  for (size_t i = 0; i < views.size(); ++i) out.emplace_back(u.specs()[i].name, views[i].clone());
+  return out;
+}
+
+// `steps` optimizer steps on `world` ranks; every rank computes the same batch with the loss scaled
+// by 1 / (world * trained tokens), so the reduced gradient is the same at every world size.
+Outcome Train(int world, const ModelConfig& config, ShardingOptions options, LoraOptions lora, int steps,
+              int64_t micro_batches = 1) {
+  Outcome out;
+  RunRanks(world, [&](Communicator& comm) {
+    ShardedLlama model(config, &comm, options, lora);
+    ASSERT_TRUE(model.InitRandom(3).ok());
+    ASSERT_TRUE(InitNonZeroAdapters(model, config).ok());
+    std::vector<std::pair<std::string, at::Tensor>> params;
+    for (auto& u : model.units()) {
+      auto w = Whole(*u, u->shard());
+      params.insert(params.end(), w.begin(), w.end());
+    }
+    for (FlatParamUnit* u : model.trainable_units()) {
+      auto w = Whole(*u, u->shard());
+      params.insert(params.end(), w.begin(), w.end());
+    }
+    AdamW adamw(AdamWConfig{0.9, 0.999, 1e-8, 0.01});
+    for (FlatParamUnit* u : model.trainable_units()) adamw.AddParam(u->shard(), u->grad(), u->decay_mask());
+    const Batch batch = TwoRows(config);
+    const double scale = 1.0 / (world * micro_batches * static_cast<double>(batch.trained_tokens));
+    std::vector<double> losses;
+    std::vector<std::pair<std::string, at::Tensor>> grads;
+    for (int step = 0; step < steps; ++step) {
+      model.SetStep(step);
+      model.BeginStep(micro_batches);
+      double loss = 0;
+      for (int64_t m = 0; m < micro_batches; ++m) loss += model.ForwardBackward(batch, scale);
+      model.EndStep();
+      losses.push_back(loss / micro_batches);
+      if (step == 0) {
+        for (FlatParamUnit* u : model.trainable_units()) {
+          auto w = Whole(*u, u->grad());
+          grads.insert(grads.end(), w.begin(), w.end());
+        }
+      }
+      adamw.Step(1e-2);
+      model.AfterOptimizerStep();
+      model.ZeroGrad();
+      for (FlatParamUnit* u : model.trainable_units()) {
+        ASSERT_EQ(u->grad().abs().max().item<double>(), 0.0) << "ZeroGrad clears the adapters' gradients";
+      }
+    }
+    std::vector<std::pair<std::string, at::Tensor>> base_after;
+    for (auto& u : model.units()) {
+      auto w = Whole(*u, u->shard());
+      base_after.insert(base_after.end(), w.begin(), w.end());
+    }
+    if (comm.rank() == 0) {
+      out.losses = losses;
+      out.adapter_grads = grads;
+      out.params = params;
+      out.base_after = base_after;
+      out.shard_bytes = model.ShardBytes();
+    }
+  });
+  return out;
+}
+
+double MaxDiff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+TEST(Lora, LossAndAdapterGradientsEqualTheReferenceFromTheFormula) {
+  if (std::string why = testing::ReferenceUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* arch : {"llama", "qwen2"}) {  // qwen2: q/k/v biases beside the adapters
+    const ModelConfig config = testing::TinyConfig(arch);
+    const LoraOptions lora = Lora(4, 8);
+    const Batch batch = TwoRows(config);
+    Outcome one = Train(1, config, ShardingOptions(), lora, 1);
+    testing::ReferenceResult ref = testing::RunLoraReference(config, one.params, 4, 8, batch);
+    ASSERT_EQ(ref.grads.size(), one.adapter_grads.size()) << "the reference trains exactly the adapters";
+    const double scale = 1.0 / static_cast<double>(batch.trained_tokens);
+    for (int world : {1, 2, 3}) {
+      Outcome got = world == 1 ? one : Train(world, config, ShardingOptions(), lora, 1);
+      // fp32 on both sides, the same maths in a different formulation (see llama_test.cc): a few
+      // ulps of O(1-10) intermediates. 1e-5 relative leaves margin and catches any real mistake
+      // (a wrong scale or a missing adapter moves the loss by 1e-2 or more here).
+      EXPECT_NEAR(got.losses[0], ref.loss_sum, 1e-5 * ref.loss_sum) << arch << " W=" << world;
+      std::map<std::string, at::Tensor> want(ref.grads.begin(), ref.grads.end());
+      for (const auto& [name, g] : got.adapter_grads) {
+        ASSERT_TRUE(want.count(name)) << name;
+        const at::Tensor r = want[name] * scale;  // the reference differentiates the loss sum
+        // Gradients here are O(1e-2); 1e-6 absolute is ~1e-4 relative, the same few-ulp agreement
+        // after summing over every token.
+        EXPECT_LT(MaxDiff(g, r), 1e-6) << arch << " W=" << world << " " << name << " max " << r.abs().max().item<double>();
+        EXPECT_GT(r.abs().max().item<double>(), 1e-4) << name << ": a test that cannot see this gradient proves nothing";
+      }
+    }
+  }
+}
+
+TEST(Lora, EveryStrategyWithAndWithoutCheckpointingGivesTheSameAdapterGradients) {
+  const ModelConfig config = testing::TinyConfig("qwen3");
+  const LoraOptions lora = Lora(2, 4, {"q_proj", "v_proj", "down_proj"});
+  Outcome ref = Train(1, config, ShardingOptions(), lora, 1);
+  for (auto strategy : {ShardingStrategy::kFull, ShardingStrategy::kGradOp, ShardingStrategy::kNoShard}) {
+    for (bool checkpointing : {true, false}) {
+      ShardingOptions o;
+      o.strategy = strategy;
+      o.activation_checkpointing = checkpointing;
+      Outcome got = Train(2, config, o, lora, 2, /*micro_batches=*/2);
+      ASSERT_EQ(got.adapter_grads.size(), ref.adapter_grads.size());
+      EXPECT_NEAR(got.losses[0], ref.losses[0], 1e-9 * ref.losses[0]);
+      for (size_t i = 0; i < ref.adapter_grads.size(); ++i) {
+        // Summation order over ranks and micro-batches differs: a few ulps.
+        EXPECT_LT(MaxDiff(got.adapter_grads[i].second, ref.adapter_grads[i].second), 1e-7)
+            << ShardingStrategyName(strategy) << " checkpointing=" << checkpointing << " " << ref.adapter_grads[i].first;
+      }
+    }
+  }
+}
+
+TEST(Lora, TrainingGivesTheSameLossesAtEveryWorldSizeAndLeavesTheBaseAlone) {
+  const ModelConfig config = testing::TinyConfig("llama");
+  const LoraOptions lora = Lora(4, 8);
+  Outcome one = Train(1, config, ShardingOptions(), lora, 4);
+  ASSERT_LT(one.losses.back(), one.losses.front()) << "the adapters learn";
+  for (int world : {2, 3}) {
+    Outcome got = Train(world, config, ShardingOptions(), lora, 4);
+    for (size_t s = 0; s < one.losses.size(); ++s) {
+      // Identical maths; only the order of the gradient sums differs, and AdamW amplifies that little.
+      EXPECT_NEAR(got.losses[s], one.losses[s], 1e-5 * one.losses[s]) << "W=" << world << " step " << s;
+    }
+  }
+  // Frozen means bit for bit.
+  size_t base = 0;
+  for (const auto& [name, t] : one.base_after) {
+    EXPECT_TRUE(at::equal(t, one.params[base++].second)) << name;
+  }
+}
+
+TEST(Lora, DropoutIsRepeatedByTheRecomputationAndDependsOnTheStep) {
+  const ModelConfig config = testing::TinyConfig("llama");
+  ShardingOptions with, without;
+  without.activation_checkpointing = false;
+  const LoraOptions lora = Lora(4, 8, kAllLinear, 0.3);
+  Outcome a = Train(2, config, with, lora, 2), b = Train(2, config, without, lora, 2);
+  Outcome none = Train(2, config, with, Lora(4, 8), 2);
+  EXPECT_NE(a.losses[0], none.losses[0]) << "dropout does something";
+  EXPECT_EQ(a.losses, b.losses);
+  for (size_t i = 0; i < a.adapter_grads.size(); ++i) {
+    EXPECT_LT(MaxDiff(a.adapter_grads[i].second, b.adapter_grads[i].second), 1e-7) << a.adapter_grads[i].first;
+  }
+}
+
+TEST(Lora, OnlyTheAdaptersAreTrainableAndTheBaseIsKeptInTheComputeDtype) {
+  const ModelConfig config = testing::TinyConfig("llama");
+  RunRanks(2, [&](Communicator& comm) {
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      ShardingOptions options;
+      options.compute_dtype = dtype;
+      ShardedLlama full(config, &comm, options), lora(config, &comm, options, Lora(16, 32));
+      ASSERT_EQ(lora.trainable_units().size(), static_cast<size_t>(config.num_hidden_layers));
+      int64_t base = 0, adapters = 0;
+      for (auto& u : lora.units()) {
+        EXPECT_TRUE(u->frozen());
+        EXPECT_EQ(u->shard().scalar_type(), dtype);
+        base += u->shard_numel();
+      }
+      for (FlatParamUnit* u : lora.trainable_units()) {
+        EXPECT_FALSE(u->frozen());
+        EXPECT_EQ(u->specs().size(), 14u);  // A and B of 7 modules
+        adapters += u->shard_numel();
+      }
+      // Base once in the compute dtype; adapters in fp32 with an fp32 gradient (the AdamW moments
+      // are the trainer's, Trainer::PersistentBytes).
+      EXPECT_EQ(lora.ShardBytes(), base * static_cast<int64_t>(at::elementSize(dtype)) + adapters * 8);
+      if (comm.rank() == 0 && dtype == at::kBFloat16) {
+        const int64_t full_bytes = full.ShardBytes() + 8 * base;  // + AdamW moments
+        const int64_t lora_bytes = lora.ShardBytes() + 8 * adapters;
+        std::cout << "tiny llama, W=2, bf16, r=16 all-linear: persistent bytes per rank " << lora_bytes << " (LoRA) vs "
+                  << full_bytes << " (full), " << 100.0 * lora_bytes / full_bytes << "%\n";
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace eft::trainer
