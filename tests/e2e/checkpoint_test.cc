@@ -3,6 +3,7 @@
 // went; corrupt checkpoints are skipped; SIGTERM saves and exits 75.
 #include <signal.h>
 
+#include <chrono>
 #include <functional>
 #include <thread>
 
@@ -193,6 +194,22 @@ TEST_F(CheckpointTest, AFullDiskCommitsNothingAndTrainingGoesOn) {
   EXPECT_NE(r.output.find("File too large"), std::string::npos) << r.output;
   EXPECT_TRUE(trainer::ListCheckpointDirs(ckpt).empty()) << "nothing committed";
   for (const auto& e : r.events) EXPECT_NE(e["event"], "checkpoint") << e.dump();
+}
+
+// A full save whose files cannot even be created on the writing rank (ulimit -f 1: the safetensors
+// headers alone are larger than 1 KiB) fails the run on every rank at once. Before the fix the
+// writer returned before the unit gathers and the other rank waited in them for the process
+// group's 300 s timeout.
+TEST_F(CheckpointTest, AFullSaveThatCannotStartFailsFastOnEveryRank) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const auto start = std::chrono::steady_clock::now();
+  Run r = TrainRun("nostart", 2, Spec(0, 0, ckpt), 4, "", "ulimit -f 1;");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("File too large"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Timed out"), std::string::npos) << r.output;
+  EXPECT_LT(seconds, 120) << r.output;
+  EXPECT_TRUE(trainer::ListCheckpointDirs(ckpt).empty()) << "nothing committed";
 }
 
 // A bf16 model's full checkpoint holds bf16 HF weights, so the exact resume needs the fp32 master

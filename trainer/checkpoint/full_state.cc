@@ -85,7 +85,11 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
   std::unique_ptr<SafetensorsDirWriter> weights;
   std::unique_ptr<SafetensorsWriter> adapters;
   std::unique_ptr<SafetensorsWriter> optimizer;
-  if (writer) {
+  // A writer's error (here, or in the loop below) is reported after the loop: the other ranks are in
+  // the same gathers and must not be left waiting for one that never comes (they would hang until
+  // the process group's timeout, 300 s on Gloo).
+  Status status;
+  if (writer) status = [&]() -> Status {
     std::vector<TensorDecl> w, o;
     for (const UnitState& s : units) {
       for (const ParamSpec& spec : s.unit->specs()) {
@@ -109,10 +113,8 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
       EFT_ASSIGN_OR_RETURN(optimizer, SafetensorsWriter::Create(dir + "/optimizer.safetensors", std::move(o),
                                                                 {{"format", "eft-optimizer"}}));
     }
-  }
-  // A writer's error is reported after the loop: the other ranks are in the same gathers and must
-  // not be left waiting for one that never comes.
-  Status status;
+    return Status::Ok();
+  }();
   for (const UnitState& s : units) {
     at::Tensor master = s.unit->GatherSlices(s.unit->shard());
     at::Tensor m, v;
