@@ -202,7 +202,8 @@ std::string ProgressLine(const v1::Job& j) {
   out << "job " << j.id() << " " << ShortState(j.state());
   if (j.attempt()) out << " attempt " << j.attempt();
   if (j.world_size()) out << " world " << j.world_size();
-  if (j.has_progress()) out << " step " << StepText(j) << " loss " << Num(j.progress().loss());
+  // Before the first step the progress holds only the eval loss of the untrained model.
+  if (j.has_progress() && j.progress().step() > 0) out << " step " << StepText(j) << " loss " << Num(j.progress().loss());
   if (j.has_progress() && j.progress().has_eval_loss()) {
     out << " eval_loss " << Num(j.progress().eval_loss()) << " (step " << j.progress().eval_step() << ")";
   }
