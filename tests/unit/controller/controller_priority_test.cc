@@ -17,18 +17,6 @@ class ControllerPriorityTest : public ControllerTest {
     return s;
   }
 
-  // Each node heartbeats; what it is told to run is reported RUNNING. Assignments by node.
-  std::map<std::string, v1::RankAssignment> StartRanks(const std::vector<std::string>& nodes) {
-    std::map<std::string, v1::RankAssignment> out;
-    for (const auto& n : nodes) {
-      auto h = Heartbeat(n);
-      EXPECT_EQ(h.desired_size(), 1) << n;
-      if (h.desired_size() == 1) out[n] = h.desired(0);
-    }
-    for (const auto& [n, a] : out) Heartbeat(n, {Rank(a, v1::RANK_STATE_RUNNING)});
-    return out;
-  }
-
   // A rank reports a step with its checkpoint, then exits `code` (75: stopped after saving).
   void SaveAndExit(const std::string& node, const v1::RankAssignment& a, int64_t step, int code = 75) {
     std::vector<v1::RankEvent> events{

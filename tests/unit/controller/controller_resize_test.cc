@@ -18,18 +18,6 @@ class ControllerResizeTest : public ControllerTest {
     return s;
   }
 
-  // Every node in `nodes` heartbeats; the ranks it is told to run are reported RUNNING. Returns the
-  // assignments by node (one rank per node here).
-  std::map<std::string, v1::RankAssignment> StartRanks(const std::vector<std::string>& nodes) {
-    std::map<std::string, v1::RankAssignment> out;
-    for (const auto& n : nodes) {
-      auto h = Heartbeat(n);
-      if (h.desired_size() == 1) out[n] = h.desired(0);
-    }
-    for (const auto& [n, a] : out) Heartbeat(n, {Rank(a, v1::RANK_STATE_RUNNING)});
-    return out;
-  }
-
   // Rank 0 (on `node`) reports a step and, optionally, the checkpoint it saved at that step.
   void Report(const std::string& node, const v1::RankAssignment& a, int64_t step, bool checkpoint,
               v1::RankState state = v1::RANK_STATE_RUNNING, int code = 0) {

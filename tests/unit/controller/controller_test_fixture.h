@@ -89,6 +89,18 @@ class ControllerTest : public ::testing::Test {
     return resp.ok() ? *resp : v1::HeartbeatResponse();
   }
 
+  // Each node heartbeats and gets one rank to run, which it then reports RUNNING. Assignments by node.
+  std::map<std::string, v1::RankAssignment> StartRanks(const std::vector<std::string>& nodes) {
+    std::map<std::string, v1::RankAssignment> out;
+    for (const auto& n : nodes) {
+      auto h = Heartbeat(n);
+      EXPECT_EQ(h.desired_size(), 1) << n;
+      if (h.desired_size() == 1) out[n] = h.desired(0);
+    }
+    for (const auto& [n, a] : out) Heartbeat(n, {Rank(a, v1::RANK_STATE_RUNNING)});
+    return out;
+  }
+
   static v1::RankStatus Rank(const v1::RankAssignment& a, v1::RankState state, int code = 0, int sig = 0) {
     v1::RankStatus s;
     *s.mutable_key() = a.key();
