@@ -156,6 +156,27 @@ TEST_F(LoraTest, MergeLoraWritesBasePlusScaledBA) {
     }
   }
   EXPECT_EQ(adapted, 4);  // 2 layers x {v_proj, up_proj}
+  // `generate --adapter` answers exactly as the merged model does, and leaves no temporary files.
+  const std::string gen =
+      Train() + " generate --prompt-ids '5 17 3 9' --max-new-tokens 12 --format ids --threads 1 --model ";
+  auto scratch_dirs = [] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(fs::temp_directory_path())) {
+      n += e.path().filename().string().rfind("eft-generate-adapter-", 0) == 0;
+    }
+    return n;
+  };
+  const int scratch_before = scratch_dirs();
+  std::string with_adapter, with_merged;
+  ASSERT_EQ(Shell(gen + base + " --adapter " + adapter, &with_adapter), 0) << with_adapter;
+  ASSERT_EQ(Shell(gen + merged, &with_merged), 0) << with_merged;
+  EXPECT_EQ(with_adapter, with_merged);
+  EXPECT_EQ(scratch_dirs(), scratch_before);
+  std::string without;
+  ASSERT_EQ(Shell(gen + base, &without), 0) << without;
+  EXPECT_NE(without, with_adapter) << "the adapter changes what this model says, so the comparison means something";
+  EXPECT_EQ(Shell(gen + base + " --adapter " + (dir_ / "none").string(), &out), 2);
+  EXPECT_NE(out.find("no such directory"), std::string::npos) << out;
   // An adapter for another shape of model is refused before anything is written.
   std::string other = (dir_ / "other").string();
   ASSERT_EQ(Shell(Train() + " init-model --arch llama --hidden 32 --layers 2 --heads 4 --intermediate 96 "

@@ -119,6 +119,7 @@ namespace {
 
 void AddDecodingOptions(CLI::App* cmd, GenerateArgs& a) {
   cmd->add_option("--model", a.model, "Hugging Face model directory (config.json, safetensors, tokenizer)")->required();
+  cmd->add_option("--adapter", a.adapter, "a PEFT LoRA adapter directory for the model, applied before generating");
   cmd->add_option("--max-new-tokens", a.max_new_tokens, "stop after this many new tokens (default 256)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--temperature", a.sampling.temperature, "0 (default): greedy; > 0: sample from softmax(logits / T)")

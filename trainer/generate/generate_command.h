@@ -23,6 +23,7 @@ namespace eft::trainer {
 
 struct GenerateArgs {
   std::string model;
+  std::string adapter;  // a PEFT LoRA adapter for `model` (docs/lora.md); "" for none
   std::string prompt, messages_file, prompt_ids;  // generate: exactly one
   std::string system;                             // chat: an optional system message
   std::string format = "text";                    // text | ids

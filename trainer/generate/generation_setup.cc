@@ -3,16 +3,20 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <ostream>
 #include <thread>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
 #include "common/rank_protocol.h"
+#include "trainer/checkpoint/merge_lora.h"
 
 namespace eft::trainer::gen {
 namespace {
@@ -28,6 +32,34 @@ void SetThreads(int threads) {
   if (auto set = reinterpret_cast<SetBlasThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
 }
 
+// The adapter is merged into the base with merge-lora's code (W + alpha/r * B A, docs/lora.md) in a
+// temporary directory that is removed once the weights are loaded: one tested path for the
+// arithmetic, at the cost of writing the merged weights once.
+Result<std::unique_ptr<InferenceModel>> LoadWithAdapter(const std::string& base, const std::string& adapter,
+                                                         at::ScalarType dtype) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(adapter)) return Status::NotFound("--adapter " + adapter + ": no such directory");
+  std::string tmpl = (fs::temp_directory_path() / "eft-generate-adapter-XXXXXX").string();
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) {
+    return Status::Internal("--adapter: cannot create a temporary directory under " +
+                            fs::temp_directory_path().string() + ": " + std::strerror(errno));
+  }
+  const std::string scratch = buf.data();
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{scratch};
+  const std::string merged = scratch + "/model";
+  Status s = MergeLoraAdapter(base, adapter, merged);
+  if (!s.ok()) return Status(s.code(), "--adapter " + adapter + ": " + s.message());
+  return InferenceModel::Load(merged, dtype);
+}
+
 }  // namespace
 
 Result<LoadedModel> LoadForGeneration(const GenerateArgs& args) {
@@ -38,7 +70,12 @@ Result<LoadedModel> LoadForGeneration(const GenerateArgs& args) {
   if (args.dtype != "fp32" && args.dtype != "bf16")
     return Status::InvalidArgument("--dtype must be fp32 or bf16, not " + args.dtype);
   LoadedModel m;
-  EFT_ASSIGN_OR_RETURN(m.model, InferenceModel::Load(args.model, args.dtype == "bf16" ? at::kBFloat16 : at::kFloat));
+  const at::ScalarType dtype = args.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  if (args.adapter.empty()) {
+    EFT_ASSIGN_OR_RETURN(m.model, InferenceModel::Load(args.model, dtype));
+  } else {
+    EFT_ASSIGN_OR_RETURN(m.model, LoadWithAdapter(args.model, args.adapter, dtype));
+  }
   auto tokenizer = LoadTokenizer(args.model);
   if (tokenizer.ok()) {
     m.tokenizer = std::move(tokenizer).value();
