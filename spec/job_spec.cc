@@ -11,6 +11,7 @@
 // them (nested messages depth-first). One error at a time keeps messages short, and a fixed order
 // makes the reported error deterministic for users and tests alike.
 #include "spec/job_spec.h"
+#include "spec/spec_messages.h"
 
 #include <algorithm>
 #include <cctype>
@@ -32,13 +33,9 @@
 #include "common/yaml_json.h"
 
 namespace eft::spec {
-namespace {
+namespace internal {
 
-namespace pb = google::protobuf;
 using nlohmann::json;
-
-// ---------------------------------------------------------------------------------------------
-// Describing values in messages.
 
 std::string Quote(const std::string& s) {
   // Long values would drown the message; the start is enough to recognise one's own input.
@@ -52,6 +49,29 @@ std::string FormatDouble(double d) {
   if (std::isinf(d)) return d < 0 ? "-.inf" : ".inf";
   return json(d).dump();
 }
+
+Status Invalid(const std::string& message) { return Status::InvalidArgument(message); }
+
+Status CheckRange(const std::string& field, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo) return Invalid(field + " (" + std::to_string(v) + ") must be >= " + std::to_string(lo));
+  if (v > hi) return Invalid(field + " (" + std::to_string(v) + ") must be <= " + std::to_string(hi));
+  return Status::Ok();
+}
+
+}  // namespace internal
+
+using internal::CheckRange;
+using internal::FormatDouble;
+using internal::Invalid;
+using internal::Quote;
+
+namespace {
+
+namespace pb = google::protobuf;
+using nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------
+// Describing values in messages.
 
 std::string Describe(const json& v) {
   switch (v.type()) {
@@ -349,14 +369,6 @@ Status CheckMessage(const pb::Descriptor* d, const json& in, const std::string& 
 // ---------------------------------------------------------------------------------------------
 // Validation helpers for NormalizeJobSpec. Each names the field, the bad value and the rule.
 
-Status Invalid(const std::string& message) { return Status::InvalidArgument(message); }
-
-Status CheckRange(const std::string& field, int64_t v, int64_t lo, int64_t hi) {
-  if (v < lo) return Invalid(field + " (" + std::to_string(v) + ") must be >= " + std::to_string(lo));
-  if (v > hi) return Invalid(field + " (" + std::to_string(v) + ") must be <= " + std::to_string(hi));
-  return Status::Ok();
-}
-
 // `!(v >= lo)` rather than `v < lo` so that NaN fails too.
 Status CheckAtLeast(const std::string& field, double v, double lo) {
   if (!std::isfinite(v) || !(v >= lo)) {
@@ -590,41 +602,6 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
     return Invalid("spec.command[0] is empty: it must name the program every rank runs (e.g. [python, train.py])");
   }
   return CheckEnv(*spec);
-}
-
-Status NormalizeLora(v1::LoraSpec* lora) {
-  if (!lora->has_r()) lora->set_r(16);
-  EFT_RETURN_IF_ERROR(CheckRange("spec.training.lora.r", lora->r(), 1, 65536));
-  if (!lora->has_alpha()) lora->set_alpha(32);
-  if (!std::isfinite(lora->alpha()) || !(lora->alpha() > 0)) {
-    return Invalid("spec.training.lora.alpha (" + FormatDouble(lora->alpha()) + ") must be a finite number > 0");
-  }
-  if (!std::isfinite(lora->dropout()) || !(lora->dropout() >= 0) || !(lora->dropout() < 1)) {
-    return Invalid("spec.training.lora.dropout (" + FormatDouble(lora->dropout()) + ") must be >= 0 and < 1");
-  }
-  if (lora->target_modules_size() == 0) lora->add_target_modules("all-linear");
-  const auto& known = LoraModuleNames();
-  std::set<std::string> seen;
-  for (const std::string& m : lora->target_modules()) {
-    const std::string field = "spec.training.lora.target_modules";
-    if (m == "all-linear") {
-      if (lora->target_modules_size() > 1) return Invalid(field + ": all-linear already names every module; use it alone");
-      continue;
-    }
-    if (std::find(known.begin(), known.end(), m) == known.end()) {
-      std::string list;
-      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-      return Invalid(field + ": unknown module " + Quote(m) + "; use all-linear or names from " + list);
-    }
-    if (!seen.insert(m).second) return Invalid(field + ": " + Quote(m) + " is given twice");
-  }
-  return Status::Ok();
-}
-
-const std::vector<std::string>& LoraModuleNames() {
-  static const auto* kNames =
-      new std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  return *kNames;
 }
 
 json JobSpecToJson(const v1::JobSpec& spec) {
