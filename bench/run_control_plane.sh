@@ -6,6 +6,7 @@
 #   EFT_BENCH_SECONDS=10   length of each controller load phase
 #   EFT_BENCH_WORKERS=1000 simulated workers for the heartbeat phases
 #   EFT_BENCH_ONLY=loss|resize|load  run just one of the three programs
+#   EFT_BENCH_RESIZE_INTERLEAVE=1  resize runs alternate fast heartbeats off/on (resize_bench --interleave)
 # Builds the programs (and what they start: eft-controller, eft-worker, eft-test-workload, eft-train) with
 # `cmake --build`, runs them, keeps their full output under BUILD_DIR/bench-results/<time>/ and ends
 # with a summary table. Takes about 6-8 minutes. Everything runs on 127.0.0.1; nothing is left behind
@@ -19,6 +20,7 @@ RUNS=${EFT_BENCH_RUNS:-10}
 PHASE_S=${EFT_BENCH_SECONDS:-10}
 WORKERS=${EFT_BENCH_WORKERS:-1000}
 ONLY=${EFT_BENCH_ONLY:-}
+INTERLEAVE=${EFT_BENCH_RESIZE_INTERLEAVE:-0}
 
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -49,7 +51,7 @@ if [[ -z "$ONLY" || "$ONLY" == loss ]]; then
 fi
 if [[ -z "$ONLY" || "$ONLY" == resize ]]; then
   echo "== planned resize ($RUNS runs) =="
-  "$BUILD_DIR/bench/resize_bench" --runs "$RUNS" 2>"$out/resize.log" | tee "$out/resize.txt" ||
+  "$BUILD_DIR/bench/resize_bench" --runs "$RUNS" --interleave "$INTERLEAVE" 2>"$out/resize.log" | tee "$out/resize.txt" ||
     echo "resize_bench: some runs failed (see above and $out/resize.log)"
 fi
 if [[ -z "$ONLY" || "$ONLY" == load ]]; then
@@ -87,9 +89,15 @@ loss="$out/node_loss.txt" load="$out/controller_load.txt" resize="$out/resize.tx
       "(torchrun ~15 s)"
   fi
   if [[ -f "$resize" ]]; then
-    for kind in shrink grow; do
+    kinds=(shrink grow preempt)
+    [[ "$INTERLEAVE" == 1 ]] && kinds+=(off_shrink off_grow off_preempt)
+    for kind in "${kinds[@]}"; do
       label="shrink (drain --evict)"
       [[ $kind == grow ]] && label="grow (undrain)"
+      [[ $kind == off_shrink ]] && label="fast heartbeats off: shrink"
+      [[ $kind == off_grow ]] && label="fast heartbeats off: grow"
+      [[ $kind == preempt ]] && label="preempt (submit of priority 5)"
+      [[ $kind == off_preempt ]] && label="fast heartbeats off: preempt"
       printf '%-44s %-28s %s\n' "$label: -> stop checkpoint" \
         "$(summary "${kind}_checkpoint_ms" median "$resize") ms (max $(summary "${kind}_checkpoint_ms" max "$resize"))" ""
       printf '%-44s %-28s %s\n' "  -> old attempt ended" \

@@ -1,6 +1,7 @@
 // Controller: the worker-facing side. Registration, heartbeats, rank reports and relayed events,
 // and the desired set of ranks each worker is told to run.
 #include <algorithm>
+#include <set>
 
 #include "common/logging.h"
 #include "common/rank_protocol.h"
@@ -73,7 +74,7 @@ Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req
   ApplyRankReportsLocked(node);
   MaybeScheduleLocked();
   v1::RegisterResponse out;
-  out.set_heartbeat_interval_ms(static_cast<int32_t>(config_.heartbeat_interval.count()));
+  out.set_heartbeat_interval_ms(static_cast<int32_t>(HeartbeatIntervalLocked(node).count()));
   DesiredForLocked(node, out.mutable_desired(), out.mutable_attempt_specs());
   return out;
 }
@@ -97,12 +98,15 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
   node.shutting_down = req.shutting_down();
   node.last_heartbeat = clock_->Now();
   node.last_heartbeat_ms = clock_->WallMillis();
+  node.last_report = node.last_heartbeat;
   out.set_acked_event_seq(ProcessEventsLocked(node, req));
   if (LiveSlots(node.reported) != LiveSlots(req.ranks())) CapacityChangedLocked();
   node.reported.assign(req.ranks().begin(), req.ranks().end());
   ApplyRankReportsLocked(node);
   MaybeScheduleLocked();
   DesiredForLocked(node, out.mutable_desired(), out.mutable_attempt_specs());
+  // After this heartbeat's reports and decisions: a stop or start they caused is seen here.
+  out.set_heartbeat_interval_ms(static_cast<int32_t>(HeartbeatIntervalLocked(node).count()));
   return out;
 }
 
@@ -148,6 +152,7 @@ void Controller::ApplyRankReportsLocked(NodeEntry& node) {
 
 uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatRequest& req) {
   using Kind = RankEventEffect::Kind;
+  std::set<std::string> stepped;  // jobs whose current attempt reported a step
   for (const auto& ev : req.events()) {
     if (ev.seq() <= node.acked_seq) continue;  // seen before: the ack was lost on the way back
     JobEntry* j = FindJob(ev.key().job_id());
@@ -170,6 +175,11 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
         if (j->progress.total_steps() == 0) j->progress.set_total_steps(total);
         KeepEval(before, &j->progress);
         j->reached_step = std::max(j->reached_step, effect.progress.step());
+        stepped.insert(j->rec.id);
+        if (j->awaiting_first_step && j->active() && j->current()) {
+          j->awaiting_first_step = false;
+          TransitionDoneLocked(*j->current());
+        }
         Bump(*j);
         break;
       }
@@ -229,7 +239,29 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
     }
     node.acked_seq = ev.seq();
   }
+  StoreReachedStepsLocked(stepped);
   return node.acked_seq;
+}
+
+void Controller::StoreReachedStepsLocked(const std::set<std::string>& job_ids) {
+  std::vector<JobEntry*> due;
+  for (const auto& id : job_ids) {
+    JobEntry* j = FindJob(id);
+    if (j && !j->attempts.empty() && j->reached_step > j->attempts.back().reached_step) due.push_back(j);
+  }
+  if (due.empty()) return;
+  Status s = store_->RunInTransaction([&]() REQUIRES(mu_) -> Status {
+    for (JobEntry* j : due) {
+      EFT_RETURN_IF_ERROR(store_->UpdateReachedStep(j->rec.id, j->attempts.back().number, j->reached_step));
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) {
+    // Kept in memory: the next step report writes it again, and so does the end of the attempt.
+    EFT_LOG(WARNING) << "could not store the steps reached (" << s << "); retrying with the next report";
+    return;
+  }
+  for (JobEntry* j : due) j->attempts.back().reached_step = j->reached_step;
 }
 
 void Controller::DesiredForLocked(const NodeEntry& node,

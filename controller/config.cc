@@ -1,5 +1,6 @@
 #include "controller/config.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,11 @@ void AddControllerSettings(DaemonSettings* s, ControllerConfig* c) {
   s->AddSeconds({"heartbeat_timeout_s", "--heartbeat-timeout",
                  "seconds without heartbeat before a node is LOST (default 3)"},
                 &c->heartbeat_timeout);
+  s->AddSeconds({"transition_heartbeat_interval_s", "--transition-heartbeat-interval",
+                 "seconds between heartbeats of a node whose job is stopping or starting (default 0.2; "
+                 "= --heartbeat-interval: off)"},
+                &c->transition_heartbeat_interval);
+  s->AddSeconds({"transition_window_s", "", ""}, &c->transition_window);
   s->AddSeconds({"tick_interval_s", "", ""}, &c->tick_interval);
   s->AddInt({"master_port_base", "", ""}, &c->master_port_base);
   s->AddInt({"master_port_count", "", ""}, &c->master_port_count);
@@ -108,6 +114,11 @@ Status FinalizeControllerConfig(ControllerConfig* c) {
   if (c->heartbeat_timeout <= c->heartbeat_interval) {
     return Status::InvalidArgument("heartbeat_timeout_s must be greater than heartbeat_interval_s");
   }
+  if (c->transition_heartbeat_interval.count() <= 0) {
+    return Status::InvalidArgument("transition_heartbeat_interval_s must be positive");
+  }
+  // A node in transition never heartbeats slower than the others.
+  c->transition_heartbeat_interval = std::min(c->transition_heartbeat_interval, c->heartbeat_interval);
   if (c->master_port_base < 1024 || c->master_port_count < 1 || c->master_port_base + c->master_port_count > 65536) {
     return Status::InvalidArgument("master_port_base/master_port_count must describe a range within 1024..65535");
   }

@@ -22,6 +22,15 @@ struct ControllerConfig {
   std::string data_dir;
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{3000};
+  // While a job on a node is stopping or starting (a planned resize, a preemption, any restart),
+  // the node is told to heartbeat this often instead (docs/architecture.md, "Fast heartbeats"), so
+  // the hops of the change (the stop request, the new ranks, their first step) each wait a fraction
+  // of heartbeat_interval. Equal to heartbeat_interval: off. At most heartbeat_interval.
+  std::chrono::milliseconds transition_heartbeat_interval{200};
+  // The longest a node keeps the fast interval only because a change is expected to use it (the
+  // nodes of an attempt that ended for a restart, a grow's new nodes, nodes freed for a waiting
+  // job); ranks stopping or starting there keep it fast however long they take.
+  std::chrono::milliseconds transition_window{15000};
   // How often timeouts, backoffs and scheduling are re-evaluated between RPCs.
   std::chrono::milliseconds tick_interval{100};
   // MASTER_PORT of attempt k is port_base + (k-th attempt overall % port_count): a fresh port per

@@ -4,6 +4,7 @@
 #include "controller/controller.h"
 
 #include <algorithm>
+#include <set>
 
 #include "common/logging.h"
 #include "controller/wire.h"
@@ -73,17 +74,38 @@ Status Controller::Load() {
       // A RUNNING attempt had every rank running: a rank its worker no longer reports is lost.
       j.ranks.assign(j.current()->world_size, RankView{j.rec.state == v1::JOB_STATE_RUNNING, false, {}});
     }
-    if (j.rec.state == v1::JOB_STATE_RECOVERING) j.stop_deadline = now + config_.stop_report_slack;
+    if (j.current()) j.reached_step = j.current()->reached_step;
+    if (j.rec.state == v1::JOB_STATE_RECOVERING) {
+      j.stop_deadline = now + config_.stop_report_slack;
+      // Its nodes must heartbeat once more (PreviousNodesSettledLocked) before the next attempt is
+      // placed: the stop checkpoint may still wait on a worker, unacknowledged.
+      j.ended_at = now;
+    }
     std::string id = j.rec.id;
     attempts_created_ += static_cast<int64_t>(j.attempts.size());
     if (!j.rec.request_id.empty()) by_request_id_[j.rec.request_id] = j.rec.id;
     job_order_.push_back(id);
     IndexLocked(jobs_[id] = std::move(j));
   }
+  EFT_ASSIGN_OR_RETURN(auto reservations, store_->LoadReservations());
+  std::set<std::string> stale;
+  for (const auto& [node, id] : reservations) {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end() && Waits(it->second)) {
+      reserved_[node] = id;
+    } else {
+      stale.insert(id);
+    }
+  }
+  for (const auto& id : stale) {
+    // Rows of a job that started or ended before a release was stored: harmless, tidied up here.
+    Status s = store_->SetReservations(id, {});
+    if (!s.ok()) EFT_LOG(WARNING) << "job " << id << ": could not drop stale reservations (" << s << ")";
+  }
   size_t unfinished = std::count_if(jobs_.begin(), jobs_.end(),
                                     [](const auto& kv) { return !IsTerminal(kv.second.rec.state); });
   EFT_LOG(INFO) << "loaded " << jobs_.size() << " jobs (" << unfinished << " not finished) and "
-                << nodes_.size() << " nodes from " << store_->path();
+                << nodes_.size() << " nodes (" << reserved_.size() << " reserved) from " << store_->path();
   return Status::Ok();
 }
 

@@ -14,7 +14,8 @@
 // drive it with a ManualClock).
 //
 // Where the code is: controller.cc (creation, loading, the client API), lifecycle.cc (the state
-// machine), agents.cc (workers). What does not need the Controller is its own file: JobIndex
+// machine), agents.cc (workers), priority.cc (preemption), pace.cc (fast heartbeats during
+// changes). What does not need the Controller is its own file: JobIndex
 // (job_index.h), the submit group commit (group_commit.h), the wire conversions (wire.h), what a
 // rank event means (rank_events.h), placement (scheduler.h), who gives way to whom
 // (priority_policy.h; carried out in priority.cc).
@@ -159,12 +160,15 @@ class Controller {
     bool end_counted = false;
     std::string spec_json;        // the normalized spec, sent once per attempt and node (AttemptSpec)
     // The highest step the current attempt reached: the step it resumed from, then the newest it
-    // reported (0: a fresh start, or not known since the controller started). What the next
-    // attempt's resume is measured against ("N steps lost").
+    // reported (0: a fresh start, or not known: an attempt stored before schema 3). What the next
+    // attempt's resume is measured against ("N steps lost"). Stored in the attempt's row
+    // (AttemptRecord::reached_step) when it advances, so a controller restart keeps it.
     int64_t reached_step = 0;
     // Planned resizes by reason (index: ResizeReason), counted from `resized` events.
     std::array<int64_t, kResizeReasons.size()> resizes{};
     int64_t preemptions = 0;  // counted from `preempted` events
+    // The current attempt has not reported a step yet: its nodes keep fast heartbeats (pace.cc).
+    bool awaiting_first_step = false;
     // Why the job last did not grow although a node was free, so it is logged once, not every pass.
     std::string grow_held;
     uint64_t version = 1;
@@ -179,6 +183,12 @@ class Controller {
     std::string incarnation;  // empty until the worker (re-)registers with this controller
     SteadyTime last_heartbeat{};
     int64_t last_heartbeat_ms = 0;
+    // Until then the node heartbeats at transition_heartbeat_interval: a change is expected to use
+    // it (pace.cc). {}: not expected.
+    SteadyTime fast_until{};
+    // The last Heartbeat (not Register): only a heartbeat carries the worker's unacknowledged rank
+    // events, e.g. the stop checkpoint of a rank that exited while the controller was down.
+    SteadyTime last_report{};
     std::vector<v1::RankStatus> reported;
     uint64_t acked_seq = 0;
     bool shutting_down = false;
@@ -260,6 +270,13 @@ class Controller {
   void ReleaseReservationsLocked(const std::string& job_id) REQUIRES(mu_);
   // Reservations of jobs that no longer wait (started, cancelled, ended) are forgotten.
   void DropStaleReservationsLocked() REQUIRES(mu_);
+  // Whether `job` waits (QUEUED or RECOVERING): only a waiting job holds reservations.
+  static bool Waits(const JobEntry& job);
+  // Makes the nodes reserved for `job_id` exactly `nodes`, in the store first, then in reserved_.
+  Status SetReservationsLocked(const std::string& job_id, const std::vector<std::string>& nodes) REQUIRES(mu_);
+  // Since the controller started, some READY node has not re-registered: what runs there is not
+  // known yet, so no room is made (it might be made in vain, or twice).
+  bool NodesUnknownLocked() const REQUIRES(mu_);
   void OnRankExitLocked(JobEntry& job, int rank, const v1::RankStatus& status) REQUIRES(mu_);
   void MarkNodeLostLocked(NodeEntry& node, const std::string& reason) REQUIRES(mu_);
   void ForgiveLastFailureLocked(JobEntry& job, const std::string& cause) REQUIRES(mu_);
@@ -268,11 +285,24 @@ class Controller {
   // agents.cc: what workers report, and what they are told.
   void ApplyRankReportsLocked(NodeEntry& node) REQUIRES(mu_);
   uint64_t ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatRequest& request) REQUIRES(mu_);
+  // Stores the reached step of the jobs' current attempts where it advanced past the stored one, in
+  // one transaction (a heartbeat's worth of step events costs one write, and none without a new step).
+  void StoreReachedStepsLocked(const std::set<std::string>& job_ids) REQUIRES(mu_);
   // The ranks `node` should run, and the spec of every attempt that has a desired rank the node's
   // last report did not list (a listed rank was started: its worker needs the spec no more), so the
   // spec travels once per attempt and node rather than in every reply.
   void DesiredForLocked(const NodeEntry& node, google::protobuf::RepeatedPtrField<v1::RankAssignment>* out,
                         google::protobuf::RepeatedPtrField<v1::AttemptSpec>* specs) const REQUIRES(mu_);
+
+  // pace.cc: fast heartbeats while a node's jobs stop or start (docs/architecture.md, "Fast
+  // heartbeats"). The interval to tell `node`: transition_heartbeat_interval while it runs a rank
+  // that is no longer desired (stopping) or a change is expected to use it, else heartbeat_interval.
+  std::chrono::milliseconds HeartbeatIntervalLocked(const NodeEntry& node) const REQUIRES(mu_);
+  // A change will use these nodes soon (a restart's old nodes, a grow's new ones, nodes freed for a
+  // waiting job, a new attempt's nodes): fast for at most transition_window.
+  void ExpectTransitionLocked(const std::vector<std::string>& nodes) REQUIRES(mu_);
+  // The attempt reported its first step: the change that started it is over on its nodes.
+  void TransitionDoneLocked(const AttemptRecord& attempt) REQUIRES(mu_);
 
   // Set at construction, read-only after: no lock needed.
   const ControllerConfig config_;
@@ -297,8 +327,8 @@ class Controller {
   int64_t grow_retry_ms_ GUARDED_BY(mu_) = 0;
   std::function<void(const CheckpointReport&)> checkpoint_observer_ GUARDED_BY(mu_);
   // Nodes held for a waiting job (node -> job id): the free ones it counts on and the ones being
-  // freed for it, so no job it outranks takes them before it starts. Memory only: after a restart
-  // the next pass plans again.
+  // freed for it, so no job it outranks takes them before it starts. Written through to the store
+  // (table reservations), so a controller restart while victims stop keeps them held.
   std::map<std::string, std::string> reserved_ GUARDED_BY(mu_);
 
   // Submits are written in groups, one transaction for all that arrived meanwhile (group_commit.h).

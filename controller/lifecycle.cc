@@ -149,7 +149,9 @@ bool Controller::PreviousNodesSettledLocked(const JobEntry& job) const {
   if (!job.current()) return true;
   for (const auto& name : job.current()->nodes) {
     auto it = nodes_.find(name);
-    if (it != nodes_.end() && it->second.ready && it->second.last_heartbeat < job.ended_at) return false;
+    // A heartbeat, not a registration: only a heartbeat delivers the events the worker held, such as
+    // the stop checkpoint of a rank that exited while this controller was down.
+    if (it != nodes_.end() && it->second.ready && it->second.last_report < job.ended_at) return false;
   }
   return true;
 }
@@ -223,6 +225,7 @@ void Controller::GrowLocked(std::optional<std::vector<NodeCapacity>>* caps) {
     j.grow_held.clear();
     if (ResizeLocked(j, ResizeReason::kGrow, d.reason).ok()) {
       taken.insert(d.added.begin(), d.added.end());
+      ExpectTransitionLocked(d.added);
       caps->reset();
     } else {
       grow_epoch_ = 0;  // not written (the store failed): the next pass decides again
@@ -320,7 +323,8 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
   if (newest) a.resume_from = newest->path;
   const int64_t resume_step = newest ? newest->step : 0;
   // Steps the previous attempt reported beyond the checkpoint this one resumes from are trained
-  // again: "steps lost". Known when that attempt reported steps since this controller started.
+  // again: "steps lost". Stored with the attempt, so known across controller restarts too.
+  a.reached_step = resume_step;
   const AttemptRecord* previous = j.current();
   const int64_t reached = previous ? j.reached_step : 0;
   const int64_t lost = std::max<int64_t>(0, reached - resume_step);
@@ -365,6 +369,10 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
   // The attempt starts at its checkpoint's step: stopped before its first step, it lost nothing.
   j.reached_step = resume_step;
   j.ranks.assign(a.world_size, RankView{});
+  // Its workers learn of it with their next heartbeat, and its first step reaches the controller
+  // with a later one: fast until that step (or transition_window).
+  j.awaiting_first_step = true;
+  ExpectTransitionLocked(a.nodes);
   return Status::Ok();
 }
 
@@ -376,6 +384,7 @@ Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, Outc
     AttemptRecord a = *j.current();
     a.end_ms = now_ms;
     a.end_reason = reason;
+    a.reached_step = std::max(a.reached_step, j.reached_step);
     c.update_attempt = a;
     c.events.push_back(MakeEvent(j, "attempt_ended", "attempt " + std::to_string(a.number) + " ended: " + reason));
   }
@@ -422,8 +431,13 @@ Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, Outc
     std::transform(type.begin(), type.end(), type.begin(), [](unsigned char ch) { return std::tolower(ch); });
     c.events.push_back(MakeEvent(j, type, c.rec.reason));
   }
+  const std::vector<std::string> ended_nodes = c.update_attempt ? c.update_attempt->nodes : std::vector<std::string>{};
   EFT_RETURN_IF_ERROR(Apply(j, std::move(c)));
   j.ranks.clear();
+  j.awaiting_first_step = false;
+  // Restarting at once (planned stops, lost nodes): its nodes are told to stop and then, most of
+  // them, to start the next attempt.
+  if (outcome == Outcome::kRestart) ExpectTransitionLocked(ended_nodes);
   j.ended_at = clock_->Now();
   j.end_counted = outcome == Outcome::kRestartCounted && j.rec.state == v1::JOB_STATE_RECOVERING;
   double grace = j.rec.spec.fault_tolerance().stop_grace_seconds();

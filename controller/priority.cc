@@ -44,7 +44,38 @@ std::vector<NodeCapacity> Controller::WithReservationsLocked(const JobEntry& job
   return out;
 }
 
+bool Controller::Waits(const JobEntry& job) {
+  return job.rec.state == v1::JOB_STATE_QUEUED || job.rec.state == v1::JOB_STATE_RECOVERING;
+}
+
+Status Controller::SetReservationsLocked(const std::string& job_id, const std::vector<std::string>& nodes) {
+  std::set<std::string> want(nodes.begin(), nodes.end());
+  std::set<std::string> have;
+  for (const auto& [node, holder] : reserved_) {
+    if (holder == job_id) have.insert(node);
+  }
+  if (want == have) return Status::Ok();
+  EFT_RETURN_IF_ERROR(store_->SetReservations(job_id, std::vector<std::string>(want.begin(), want.end())));
+  for (auto it = reserved_.begin(); it != reserved_.end();) {
+    it = it->second == job_id && !want.count(it->first) ? reserved_.erase(it) : std::next(it);
+  }
+  for (const auto& node : want) {
+    auto& holder = reserved_[node];
+    if (!holder.empty() && holder != job_id) {
+      EFT_LOG(INFO) << "node " << node << ": reserved for job " << job_id << " instead of job " << holder;
+    }
+    holder = job_id;
+  }
+  CapacityChangedLocked();
+  return Status::Ok();
+}
+
 void Controller::ReleaseReservationsLocked(const std::string& job_id) {
+  Status s = SetReservationsLocked(job_id, {});
+  if (s.ok()) return;
+  // Forgotten in memory all the same: the job no longer waits, and Load drops the stored rows of
+  // jobs that do not wait, so a stale row never holds a node.
+  EFT_LOG(ERROR) << "job " << job_id << ": could not release its reservations in the store (" << s << ")";
   bool changed = false;
   for (auto it = reserved_.begin(); it != reserved_.end();) {
     if (it->second == job_id) {
@@ -61,12 +92,14 @@ void Controller::DropStaleReservationsLocked() {
   std::set<std::string> stale;
   for (const auto& [node, id] : reserved_) {
     auto it = jobs_.find(id);
-    if (it == jobs_.end() || (it->second.rec.state != v1::JOB_STATE_QUEUED &&
-                              it->second.rec.state != v1::JOB_STATE_RECOVERING)) {
-      stale.insert(id);
-    }
+    if (it == jobs_.end() || !Waits(it->second)) stale.insert(id);
   }
   for (const auto& id : stale) ReleaseReservationsLocked(id);
+}
+
+bool Controller::NodesUnknownLocked() const {
+  return std::any_of(nodes_.begin(), nodes_.end(),
+                     [](const auto& kv) { return kv.second.ready && kv.second.incarnation.empty(); });
 }
 
 Status Controller::PreemptLocked(JobEntry& j, const std::string& what) {
@@ -78,6 +111,12 @@ Status Controller::PreemptLocked(JobEntry& j, const std::string& what) {
 }
 
 std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapacity>& caps) {
+  if (NodesUnknownLocked()) {
+    // Right after a controller restart, until every node has re-registered (or is LOST after
+    // heartbeat_timeout): the stops decided before the restart may still be under way there.
+    // Reservations loaded from the store stay as they are.
+    return "making room once every node has re-registered with the restarted controller";
+  }
   const auto& res = j.rec.spec.resources();
   PriorityWaiting waiting;
   waiting.id = j.rec.id;
@@ -124,29 +163,15 @@ std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapaci
     for (const auto& id : plan.preempt) {
       if (!PreemptLocked(jobs_.at(id), PreemptWhat(waiting)).ok()) return plan.reason;
     }
+    ExpectTransitionLocked(plan.reserve);  // free ones too: the waiting job starts there
   }
-  // Hold exactly what the plan counts on.
-  bool changed = false;
-  std::set<std::string> keep(plan.reserve.begin(), plan.reserve.end());
-  for (auto it = reserved_.begin(); it != reserved_.end();) {
-    if (it->second == j.rec.id && !keep.count(it->first)) {
-      it = reserved_.erase(it);
-      changed = true;
-    } else {
-      ++it;
-    }
+  // Hold exactly what the plan counts on. Not stored: the next pass tries again (the stops above
+  // are stored, and it waits for them either way).
+  Status held = SetReservationsLocked(j.rec.id, plan.reserve);
+  if (!held.ok()) {
+    EFT_LOG(ERROR) << "job " << j.rec.id << ": could not store its reservations (" << held << "); retrying";
+    CapacityChangedLocked();
   }
-  for (const auto& node : plan.reserve) {
-    auto& holder = reserved_[node];
-    if (holder != j.rec.id) {
-      if (!holder.empty()) {
-        EFT_LOG(INFO) << "node " << node << ": reserved for job " << j.rec.id << " instead of job " << holder;
-      }
-      holder = j.rec.id;
-      changed = true;
-    }
-  }
-  if (changed) CapacityChangedLocked();
   return plan.reason;
 }
 

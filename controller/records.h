@@ -42,6 +42,10 @@ struct AttemptRecord {
   int64_t start_ms = 0;
   int64_t end_ms = 0;  // 0 while running
   std::string end_reason;
+  // The highest step it reached: the step it resumed from, then the newest a rank reported (also
+  // after it ended, while its ranks finish the step they are in). 0: a fresh start, or not known
+  // (rows from schema 2). What the next attempt's "N steps lost" is measured against.
+  int64_t reached_step = 0;
 };
 
 struct NodeRecord {

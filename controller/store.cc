@@ -66,6 +66,14 @@ CREATE TABLE counters (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) W
     R"sql(
 ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 )sql",
+    // 3: what a controller restart must not forget (docs/architecture.md, "Controller restart"): the
+    // highest step each attempt reached (its resume step until it reports one; 0 in rows from before,
+    // which means "not known"), and the nodes held for waiting jobs of higher priority.
+    R"sql(
+ALTER TABLE attempts ADD COLUMN reached_step INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE reservations (
+  node TEXT PRIMARY KEY NOT NULL, job_id INTEGER NOT NULL REFERENCES jobs (id)) WITHOUT ROWID;
+)sql",
 };
 
 }  // namespace

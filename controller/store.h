@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -30,7 +31,7 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
   int schema_version() const;
   const std::string& path() const { return path_; }
 
@@ -49,6 +50,15 @@ class Store {
   Status UpdateAttempt(const AttemptRecord& attempt);
   Result<std::vector<AttemptRecord>> LoadAttempts(const std::string& job_id);  // ascending number
   Result<std::vector<AttemptRecord>> LoadUnfinishedAttempts();  // end_ms == 0, any job
+  // Only the reached_step column: what a rank's step report changes, so it costs one small UPDATE
+  // (the controller writes it when the step advanced, one transaction per heartbeat).
+  Status UpdateReachedStep(const std::string& job_id, int32_t number, int64_t reached_step);
+
+  // Nodes reserved for waiting jobs (node -> job id), keyed by node. SetReservations makes the
+  // job's rows exactly `nodes` (taking a node over from another job that held it); an empty list
+  // releases all of the job's.
+  Status SetReservations(const std::string& job_id, const std::vector<std::string>& nodes);
+  Result<std::vector<std::pair<std::string, std::string>>> LoadReservations();  // (node, job id), by node
 
   // Nodes, keyed by name.
   Status UpsertNode(const NodeRecord& node);

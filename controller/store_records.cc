@@ -56,7 +56,7 @@ namespace {
   "id, request_id, spec, state, reason, create_ms, start_ms, end_ms, attempt, restarts, not_before_ms, owner"
 #define EFT_ATTEMPT_COLUMNS                                                                                        \
   "job_id, number, world_size, ranks_per_node, nodes, slots, master_addr, master_port, resume_from, start_ms, " \
-  "end_ms, end_reason"
+  "end_ms, end_reason, reached_step"
 #define EFT_CHECKPOINT_COLUMNS "job_id, step, kind, path, bytes, attempt, time_ms"
 
 template <typename T>
@@ -117,7 +117,7 @@ Result<AttemptRecord> AttemptFromRow(const Row& row) {
   using Slots = std::vector<std::vector<int>>;
   return AttemptRecord{std::to_string(row.Int(0)), row.Int32(1), row.Int32(2), row.Int32(3),
                        nodes.template get<std::vector<std::string>>(), slots.template get<Slots>(), row.Text(6),
-                       row.Int32(7), row.Text(8), row.Int(9), row.Int(10), row.Text(11)};
+                       row.Int32(7), row.Text(8), row.Int(9), row.Int(10), row.Text(11), row.Int(12)};
 }
 
 template <typename Row>
@@ -206,10 +206,10 @@ Status Store::InsertAttempt(const AttemptRecord& a) {
     EFT_ASSIGN_OR_RETURN(int64_t job_id, ParseJobId(a.job_id));
     EFT_ASSIGN_OR_RETURN(std::string nodes, NodesToJson(a.nodes));
     return MissingJobIsNotFound(Write("INSERT INTO attempts (" EFT_ATTEMPT_COLUMNS
-                                      ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                      ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                       job_id, a.number, a.world_size, a.ranks_per_node, nodes,
                                       nlohmann::json(a.slots).dump(), a.master_addr, a.master_port, a.resume_from,
-                                      a.start_ms, a.end_ms, a.end_reason));
+                                      a.start_ms, a.end_ms, a.end_reason, a.reached_step));
   }();
   return status.WithContext("inserting attempt " + std::to_string(a.number) + " of job " + a.job_id);
 }
@@ -220,9 +220,10 @@ Status Store::UpdateAttempt(const AttemptRecord& a) {
     EFT_ASSIGN_OR_RETURN(std::string nodes, NodesToJson(a.nodes));
     EFT_RETURN_IF_ERROR(Write(
         "UPDATE attempts SET world_size = ?, ranks_per_node = ?, nodes = ?, slots = ?, master_addr = ?, "
-        "master_port = ?, resume_from = ?, start_ms = ?, end_ms = ?, end_reason = ? WHERE job_id = ? AND number = ?",
+        "master_port = ?, resume_from = ?, start_ms = ?, end_ms = ?, end_reason = ?, reached_step = ? "
+        "WHERE job_id = ? AND number = ?",
         a.world_size, a.ranks_per_node, nodes, nlohmann::json(a.slots).dump(), a.master_addr, a.master_port,
-        a.resume_from, a.start_ms, a.end_ms, a.end_reason, job_id, a.number));
+        a.resume_from, a.start_ms, a.end_ms, a.end_reason, a.reached_step, job_id, a.number));
     return sqlite3_changes(db_) == 0 ? Status::NotFound("no such attempt") : Status::Ok();
   }();
   return status.WithContext("updating attempt " + std::to_string(a.number) + " of job " + a.job_id);
@@ -242,6 +243,45 @@ Result<std::vector<AttemptRecord>> Store::LoadUnfinishedAttempts() {
                                           " FROM attempts WHERE end_ms = 0 ORDER BY job_id, number",
                                           AttemptFromRow<Statement>),
                      "loading unfinished attempts");
+}
+
+Status Store::UpdateReachedStep(const std::string& job_id, int32_t number, int64_t reached_step) {
+  Status status = [&]() -> Status {
+    EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
+    EFT_RETURN_IF_ERROR(
+        Write("UPDATE attempts SET reached_step = ? WHERE job_id = ? AND number = ?", reached_step, id, number));
+    return sqlite3_changes(db_) == 0 ? Status::NotFound("no such attempt") : Status::Ok();
+  }();
+  return status.WithContext("storing the step attempt " + std::to_string(number) + " of job " + job_id + " reached");
+}
+
+// ---- reservations ------------------------------------------------------------------------------
+
+Status Store::SetReservations(const std::string& job_id, const std::vector<std::string>& nodes) {
+  Status status = [&]() -> Status {
+    EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
+    return RunInTransaction([&]() -> Status {
+      EFT_RETURN_IF_ERROR(Write("DELETE FROM reservations WHERE job_id = ?", id));
+      for (const auto& node : nodes) {
+        // A node is held for one job: the newest plan takes it over.
+        EFT_RETURN_IF_ERROR(MissingJobIsNotFound(Write(
+            "INSERT INTO reservations (node, job_id) VALUES (?, ?) ON CONFLICT (node) DO UPDATE SET job_id = "
+            "excluded.job_id",
+            node, id)));
+      }
+      return Status::Ok();
+    });
+  }();
+  return status.WithContext("storing the nodes reserved for job " + job_id);
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> Store::LoadReservations() {
+  using Row = std::pair<std::string, std::string>;
+  return WithContext(Query<Row>("SELECT node, job_id FROM reservations ORDER BY node",
+                                [](const Statement& row) -> Result<Row> {
+                                  return Row{row.Text(0), std::to_string(row.Int(1))};
+                                }),
+                     "loading reservations");
 }
 
 // ---- nodes -------------------------------------------------------------------------------------

@@ -6,14 +6,25 @@
 //   shrink  `DrainNode(node2, evict)`: the ranks stop with a checkpoint, the job goes on at 2 nodes;
 //   grow    `UndrainNode(node2)`: the controller sees a free node, stops the ranks with a
 //           checkpoint, and the job goes on at 3 nodes.
+//   preempt a job of priority 5 on exactly 2 nodes (the same model) is submitted: the running job
+//           (priority 0) shrinks to 1 node with a checkpoint, and the new job starts on the 2
+//           nodes freed for it (docs/architecture.md, "Priorities and preemption").
 // and measures, from the request, on a steady clock polled every --poll-ms:
 //   checkpoint  the stop checkpoint is recorded (the ranks finished their step and saved)
 //   ended       the old attempt ended (every rank exited and was reported gone)
 //   running     the new attempt is RUNNING (every rank started)
 //   trained     the new attempt reported its first step (model loaded, rendezvous, resumed)
-// and reads the steps lost from the new attempt's attempt_started event (planned: must be 0).
+// and reads the steps lost from the new attempt's attempt_started event (planned: must be 0). For
+// preempt, from the submit: checkpoint = the shrinking job's stop checkpoint recorded, ended = the
+// high job's attempt placed, running = it is RUNNING, trained = its first step; steps lost are the
+// shrunk job's.
 //
-// Usage: resize_bench [--runs 10] [--poll-ms 10] [--hidden 256] [--layers 4] [--keep]
+// With --interleave 1, odd runs turn the controller's fast heartbeats off
+// (--transition-heartbeat-interval = the heartbeat interval: the behaviour before them) and even
+// runs keep them, so both are measured side by side under the same machine load; the off runs'
+// metrics are printed with an "off_" prefix.
+//
+// Usage: resize_bench [--runs 10] [--poll-ms 10] [--hidden 256] [--layers 4] [--interleave 0] [--keep]
 // Prints one line per resize, then "SUMMARY <metric> n= median= min= max=" lines
 // (bench/run_control_plane.sh collects them; docs/benchmarks.md "Resizing").
 #include <sys/wait.h>
@@ -41,6 +52,8 @@
 
 namespace {
 
+constexpr const char* kKinds[3] = {"shrink", "grow", "preempt"};
+
 using SteadyClock = std::chrono::steady_clock;
 using eft::bench::FormatMs;
 using eft::bench::Ms;
@@ -55,6 +68,7 @@ struct Flags {
   int poll_ms = 10;
   int hidden = 256;
   int layers = 4;
+  int interleave = 0;
   bool keep = false;
 };
 
@@ -160,6 +174,37 @@ Phases Measure(TestCluster& c, const std::string& id, int old_attempt, SteadyClo
   return p;
 }
 
+// From the submit of a high-priority job `high` until it trains, while `low` (at attempt
+// `low_attempt`) gives up nodes for it.
+Phases MeasurePreempt(TestCluster& c, const std::string& low, int low_attempt, const std::string& high,
+                      SteadyClock::time_point requested, const Flags& flags) {
+  Phases p;
+  const auto deadline = requested + std::chrono::seconds(120);
+  auto next = requested;
+  v1::Job l, h;
+  while (SteadyClock::now() < deadline && !(p.trained && l.attempt() > low_attempt)) {
+    l = c.GetJob(low);
+    h = c.GetJob(high);
+    const double now = Ms(SteadyClock::now() - requested);
+    if (!p.checkpoint) {
+      for (const auto& ck : l.checkpoints()) {
+        if (ck.attempt() == low_attempt) p.checkpoint = now;
+      }
+    }
+    if (!p.ended && h.attempts_size() > 0) p.ended = now;
+    if (!p.running && h.state() == v1::JOB_STATE_RUNNING) p.running = now;
+    if (!p.trained && h.progress().step() >= 1) p.trained = now;
+    next += std::chrono::milliseconds(flags.poll_ms);
+    std::this_thread::sleep_until(next);
+  }
+  if (l.attempts_size() > low_attempt) {
+    p.from = l.attempts(low_attempt - 1).world_size();
+    p.to = l.attempts(low_attempt).world_size();
+    p.steps_lost = StepsLost(l, low_attempt + 1);
+  }
+  return p;
+}
+
 bool SetDrained(TestCluster& c, const std::string& node, bool drained) {
   grpc::ClientContext ctx;
   c.AddToken(&ctx);
@@ -180,11 +225,13 @@ bool SetDrained(TestCluster& c, const std::string& node, bool drained) {
   return s.ok();
 }
 
-bool OneRun(const Flags& flags, const fs::path& fixture, int index, Phases* shrink, Phases* grow) {
+bool OneRun(const Flags& flags, const fs::path& fixture, int index, bool fast_off, Phases* shrink, Phases* grow,
+            Phases* preempt) {
   ClusterOptions options;
   options.workers = 3;
   options.heartbeat_interval_s = 1.0;
   options.heartbeat_timeout_s = 3.0;
+  if (fast_off) options.controller_args = {"--transition-heartbeat-interval", "1"};
   TestCluster c(options);
   if (flags.keep) c.KeepDirectory();
   c.StartAll();
@@ -219,6 +266,28 @@ bool OneRun(const Flags& flags, const fs::path& fixture, int index, Phases* shri
     c.KeepDirectory();
     return false;
   }
+  // Preempt: it trains at 3 nodes again; a job of higher priority needs 2 of them.
+  job = c.WaitForJob(id, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING && j.attempt() == 3; },
+                     std::chrono::seconds(60));
+  v1::JobSpec urgent = Spec(fixture, c.checkpoint_root() + "/urgent");
+  urgent.set_name("urgent");
+  urgent.set_priority(5);
+  urgent.mutable_resources()->mutable_nodes()->set_min(2);
+  urgent.mutable_resources()->mutable_nodes()->set_max(2);
+  v1::Job high;
+  requested = SteadyClock::now();
+  s = c.Submit(urgent, &high);
+  if (!s.ok()) {
+    std::fprintf(stderr, "run %d: submit of the urgent job failed: %s\n", index, s.error_message().c_str());
+    return false;
+  }
+  *preempt = MeasurePreempt(c, id, 3, high.id(), requested, flags);
+  if (!preempt->trained) {
+    std::fprintf(stderr, "run %d: preempt did not finish:\n%s%s", index, eft::testing::DescribeJob(c.GetJob(id)).c_str(),
+                 eft::testing::DescribeJob(c.GetJob(high.id())).c_str());
+    c.KeepDirectory();
+    return false;
+  }
   if (index == 1) std::printf("  events of run 1:\n%s", eft::testing::DescribeJob(c.GetJob(id)).c_str());
   return true;
 }
@@ -229,9 +298,10 @@ int main(int argc, char** argv) {
   Flags flags;
   if (!eft::bench::ParseFlags(argc, argv,
                               {{"--runs", &flags.runs}, {"--poll-ms", &flags.poll_ms}, {"--hidden", &flags.hidden},
-                               {"--layers", &flags.layers}},
+                               {"--layers", &flags.layers}, {"--interleave", &flags.interleave}},
                               &flags.keep, "resize_bench",
-                              "[--runs N (10)] [--poll-ms MS (10)] [--hidden H (256)] [--layers L (4)] [--keep]")) {
+                              "[--runs N (10)] [--poll-ms MS (10)] [--hidden H (256)] [--layers L (4)] "
+                              "[--interleave 0|1] [--keep]")) {
     return 2;
   }
   eft::bench::DefaultBuildDirToThisBinarys();
@@ -241,36 +311,45 @@ int main(int argc, char** argv) {
               "on 1..3 nodes; each run shrinks it (drain --evict node2) and grows it back (undrain); ms from the "
               "request\n",
               flags.runs, flags.hidden, flags.layers);
-  std::printf("%4s %-6s %6s %6s %6s %6s %6s  %s\n", "run", "resize", "ckpt", "ended", "run", "step", "relnch",
+  if (flags.interleave) std::printf("interleaved: odd runs with fast heartbeats off (\"off\"), even runs on\n");
+  std::printf("%4s %-7s %6s %6s %6s %6s %6s  %s\n", "run", "resize", "ckpt", "ended", "run", "step", "relnch",
               "sizes, steps lost");
-  std::vector<double> values[2][5];
+  std::vector<double> values[2][3][5];  // [fast heartbeats off][shrink, grow, preempt][metric]
   int failed = 0;
   for (int i = 1; i <= flags.runs; ++i) {
-    Phases phases[2];
-    const bool ok = OneRun(flags, fixture, i, &phases[0], &phases[1]);
-    for (int k = 0; k < 2; ++k) {
+    Phases phases[3];
+    const bool off = flags.interleave && i % 2 == 1;
+    const bool ok = OneRun(flags, fixture, i, off, &phases[0], &phases[1], &phases[2]);
+    for (int k = 0; k < 3; ++k) {
       const Phases& p = phases[k];
       std::optional<double> relaunch;
       if (p.ended && p.trained) relaunch = *p.trained - *p.ended;
-      std::printf("%4d %-6s %s %s %s %s %s  %d -> %d, %lld lost\n", i, k == 0 ? "shrink" : "grow",
+      std::printf("%4d %-7s %s %s %s %s %s  %d -> %d, %lld lost%s\n", i, kKinds[k],
                   FormatMs(p.checkpoint, 6).c_str(), FormatMs(p.ended, 6).c_str(), FormatMs(p.running, 6).c_str(), FormatMs(p.trained, 6).c_str(),
-                  FormatMs(relaunch, 6).c_str(), p.from, p.to, static_cast<long long>(p.steps_lost));
-      if (!ok || !p.trained) continue;
-      if (p.checkpoint) values[k][0].push_back(*p.checkpoint);
-      values[k][1].push_back(*p.ended);
-      values[k][2].push_back(*p.running);
-      values[k][3].push_back(*p.trained);
-      values[k][4].push_back(*relaunch);
+                  FormatMs(relaunch, 6).c_str(), p.from, p.to, static_cast<long long>(p.steps_lost),
+                  off ? " (off)" : "");
+      if (!p.trained || !relaunch) continue;  // a later phase's failure leaves the earlier ones valid
+      auto& v = values[off ? 1 : 0][k];
+      if (p.checkpoint) v[0].push_back(*p.checkpoint);
+      v[1].push_back(*p.ended);
+      v[2].push_back(*p.running);
+      v[3].push_back(*p.trained);
+      v[4].push_back(*relaunch);
       if (p.steps_lost != 0) ++failed;  // a planned resize must lose nothing
     }
     if (!ok) ++failed;
     std::fflush(stdout);
   }
   std::printf("columns: ckpt = request -> stop checkpoint recorded; ended = -> old ranks gone, next attempt placed;\n"
-              "run = -> new attempt RUNNING; step = -> its first step at the new size; relnch = ended -> step\n");
+              "run = -> new attempt RUNNING; step = -> its first step at the new size; relnch = ended -> step\n"
+              "(preempt: from the submit; ended/run/step are the urgent job's, ckpt and sizes the shrunk job's)\n");
   const char* names[5] = {"checkpoint_ms", "ended_ms", "running_ms", "first_step_ms", "relaunch_ms"};
-  for (int k = 0; k < 2; ++k) {
-    for (int m = 0; m < 5; ++m) PrintSummary(std::string(k == 0 ? "shrink_" : "grow_") + names[m], values[k][m]);
+  for (int off = 0; off < (flags.interleave ? 2 : 1); ++off) {
+    for (int k = 0; k < 3; ++k) {
+      for (int m = 0; m < 5; ++m) {
+        PrintSummary(std::string(off ? "off_" : "") + kKinds[k] + "_" + names[m], values[off][k][m]);
+      }
+    }
   }
   std::error_code ec;
   fs::remove_all(fixture, ec);

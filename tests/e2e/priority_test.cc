@@ -137,6 +137,80 @@ TEST(Priority, APreemptedJobWaitsQueuedAndFinishesWithoutLosingSteps) {
   EXPECT_EQ(Acc(c, "urgent"), 30.0 * 31 / 2);
 }
 
+// The controller is killed (-9) right after it decided a shrink: the stops it
+// ordered are under way or not yet heard of when it comes back. From SQLite it knows the step each
+// attempt reached and the nodes held for the high job: the high job gets exactly the nodes freed for
+// it, and the victims resume with 0 steps lost (said in their attempt_started events, which needs
+// the reached step from before the crash) with every step run once (the workload's sum).
+TEST(Priority, AControllerKilledWhileVictimsStopKeepsTheirStepsAndTheHighJobsNodes) {
+  TestCluster c;
+  c.StartAll();
+  // Slow steps, so the ranks are still finishing their last step when the controller dies.
+  v1::JobSpec low_spec = c.WorkloadJob("low", 1, 3, 60, 300, 5);
+  low_spec.mutable_resources()->set_resize_cooldown_seconds(0);
+  low_spec.mutable_checkpoint()->set_every_steps(5);
+  v1::Job low, high;
+  ASSERT_TRUE(c.Submit(low_spec, &low).ok());
+  low = c.WaitForJob(low.id(), [](const v1::Job& j) { return j.progress().step() >= 7 || IsTerminal(j); }, 90s);
+  ASSERT_EQ(low.state(), v1::JOB_STATE_RUNNING) << DescribeJob(low);
+  ASSERT_EQ(low.world_size(), 3);
+
+  v1::JobSpec high_spec = c.WorkloadJob("high", 2, 2, 10, 50, 5);
+  high_spec.set_priority(5);
+  ASSERT_TRUE(c.Submit(high_spec, &high).ok());
+  low = c.WaitForJob(low.id(), [](const v1::Job& j) { return j.state() != v1::JOB_STATE_RUNNING; }, 30s);
+  ASSERT_EQ(low.state(), v1::JOB_STATE_RECOVERING) << DescribeJob(low);
+  c.KillController(9);
+  std::this_thread::sleep_for(1s);  // the ranks finish their step, save, exit; workers retry meanwhile
+  c.StartController();
+
+  high = c.WaitForJob(high.id(), IsTerminal, 90s);
+  ASSERT_EQ(high.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(high);
+  ASSERT_EQ(high.attempts_size(), 1) << DescribeJob(high);
+  EXPECT_EQ(std::vector<std::string>(high.attempts(0).nodes().begin(), high.attempts(0).nodes().end()),
+            (std::vector<std::string>{"node1", "node2"}))
+      << "the nodes the low job gave up";
+  EXPECT_EQ(Acc(c, "high"), 55.0);
+
+  low = c.WaitForJob(low.id(), IsTerminal, 180s);
+  ASSERT_EQ(low.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(low);
+  EXPECT_EQ(low.attempts(0).end_reason(),
+            "resized: for job " + high.id() + " (priority 5): gives up node1,node2, 3 -> 1 node");
+  EXPECT_EQ(low.attempts(1).world_size(), 1) << DescribeJob(low);
+  EXPECT_EQ(low.restarts(), 0) << DescribeJob(low);
+  EXPECT_EQ(Acc(c, "low"), 60.0 * 61 / 2) << "a step was lost or repeated";
+  // The attempt right after the crash, and the grow back.
+  EXPECT_GE(ExpectNoStepsLost(low), 2) << DescribeJob(low);
+}
+
+TEST(Priority, AControllerKilledWhileAPreemptedJobStopsKeepsItsSteps) {
+  ClusterOptions o;
+  o.workers = 2;
+  TestCluster c(o);
+  c.StartAll();
+  v1::Job rigid, urgent;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("rigid", 2, 2, 40, 300, 5), &rigid).ok());
+  rigid = c.WaitForJob(rigid.id(), [](const v1::Job& j) { return j.progress().step() >= 7 || IsTerminal(j); }, 90s);
+  ASSERT_EQ(rigid.state(), v1::JOB_STATE_RUNNING) << DescribeJob(rigid);
+  v1::JobSpec urgent_spec = c.WorkloadJob("urgent", 1, 1, 10, 100, 5);
+  urgent_spec.set_priority(3);
+  ASSERT_TRUE(c.Submit(urgent_spec, &urgent).ok());
+  rigid = c.WaitForJob(rigid.id(), [](const v1::Job& j) { return j.state() != v1::JOB_STATE_RUNNING; }, 30s);
+  ASSERT_EQ(rigid.state(), v1::JOB_STATE_RECOVERING) << DescribeJob(rigid);
+  c.KillController(9);
+  c.StartController();  // at once: the workers may not have heard of the stop at all
+
+  urgent = c.WaitForJob(urgent.id(), IsTerminal, 90s);
+  ASSERT_EQ(urgent.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(urgent);
+  EXPECT_EQ(urgent.attempts_size(), 1) << DescribeJob(urgent);
+  rigid = c.WaitForJob(rigid.id(), IsTerminal, 120s);
+  ASSERT_EQ(rigid.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(rigid);
+  EXPECT_TRUE(HasEvent(rigid, "preempted"));
+  EXPECT_EQ(rigid.restarts(), 0) << DescribeJob(rigid);
+  EXPECT_EQ(Acc(c, "rigid"), 40.0 * 41 / 2) << "a step was lost or repeated";
+  EXPECT_GE(ExpectNoStepsLost(rigid), 1) << DescribeJob(rigid);
+}
+
 TEST(Priority, EqualPriorityNeverPreempts) {
   ClusterOptions o;
   o.workers = 2;

@@ -135,6 +135,42 @@ TEST_F(StoreTest, AttemptsRoundTrip) {
   EXPECT_EQ(Tie((*unfinished)[1]), Tie(b1));
 }
 
+// The step an attempt reached is written alone as reports arrive, and with the rest at its end.
+TEST_F(StoreTest, ReachedStepIsUpdatedOnItsOwn) {
+  auto store = OpenStore();
+  std::string j = AddJob(store.get());
+  AttemptRecord a = MakeAttempt(j, 2);
+  ASSERT_TRUE(store->InsertAttempt(a).ok());
+  ASSERT_TRUE(store->UpdateReachedStep(j, 2, 237).ok());
+  EXPECT_EQ(store->UpdateReachedStep(j, 3, 1).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store->UpdateReachedStep("77", 1, 1).code(), StatusCode::kNotFound);
+  a.reached_step = 237;
+  EXPECT_EQ(Tie(store->LoadAttempts(j)->at(0)), Tie(a));
+  // Reopened: durable.
+  store.reset();
+  store = OpenStore();
+  EXPECT_EQ(store->LoadAttempts(j)->at(0).reached_step, 237);
+}
+
+TEST_F(StoreTest, ReservationsAreOneJobPerNodeAndReplacedPerJob) {
+  auto store = OpenStore();
+  std::string j1 = AddJob(store.get()), j2 = AddJob(store.get());
+  using Rows = std::vector<std::pair<std::string, std::string>>;
+  ASSERT_TRUE(store->SetReservations(j1, {"n2", "n1"}).ok());
+  ASSERT_TRUE(store->SetReservations(j2, {"n3"}).ok());
+  EXPECT_EQ(*store->LoadReservations(), (Rows{{"n1", j1}, {"n2", j1}, {"n3", j2}}));
+  // j2 takes n2 over; j1's set becomes exactly n1.
+  ASSERT_TRUE(store->SetReservations(j2, {"n2", "n3"}).ok());
+  EXPECT_EQ(*store->LoadReservations(), (Rows{{"n1", j1}, {"n2", j2}, {"n3", j2}}));
+  ASSERT_TRUE(store->SetReservations(j1, {}).ok());
+  EXPECT_EQ(*store->LoadReservations(), (Rows{{"n2", j2}, {"n3", j2}}));
+  EXPECT_EQ(store->SetReservations("77", {"n1"}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(*store->LoadReservations(), (Rows{{"n2", j2}, {"n3", j2}})) << "a failed call changes nothing";
+  store.reset();
+  store = OpenStore();
+  EXPECT_EQ(*store->LoadReservations(), (Rows{{"n2", j2}, {"n3", j2}}));
+}
+
 TEST_F(StoreTest, NodesAreUpserted) {
   auto store = OpenStore();
   NodeRecord b{"node-b", "10.0.0.2", 8, false, "0.1.0", 100, false, ""};

@@ -11,6 +11,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The attempts table as schema versions 1 and 2 had it (migration 3 adds a column to it).
+constexpr const char* kVersion1Attempts =
+    "CREATE TABLE attempts (job_id INTEGER NOT NULL REFERENCES jobs (id), number INTEGER NOT NULL, "
+    "world_size INTEGER NOT NULL DEFAULT 0, ranks_per_node INTEGER NOT NULL DEFAULT 0, nodes TEXT NOT NULL "
+    "DEFAULT '[]', slots TEXT NOT NULL DEFAULT '[]', master_addr TEXT NOT NULL DEFAULT '', master_port "
+    "INTEGER NOT NULL DEFAULT 0, resume_from TEXT NOT NULL DEFAULT '', start_ms INTEGER NOT NULL DEFAULT 0, "
+    "end_ms INTEGER NOT NULL DEFAULT 0, end_reason TEXT NOT NULL DEFAULT '', PRIMARY KEY (job_id, number))";
+
 TEST_F(StoreTest, OpenCreatesDatabaseWithSchemaInWalMode) {
   auto store = OpenStore();
   ASSERT_TRUE(store);
@@ -22,7 +30,7 @@ TEST_F(StoreTest, OpenCreatesDatabaseWithSchemaInWalMode) {
   EXPECT_EQ(RawQuery(path_, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(RawQuery(path_, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema WHERE type = "
                             "'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
-            "attempts,checkpoints,counters,events,jobs,nodes");
+            "attempts,checkpoints,counters,events,jobs,nodes,reservations");
 }
 
 // Migration 2 (jobs.owner) on a database written by a version-1 controller: old jobs load, unowned.
@@ -33,6 +41,7 @@ TEST_F(StoreTest, Version1JobsGainAnEmptyOwner) {
            "NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', create_ms INTEGER NOT NULL DEFAULT 0, "
            "start_ms INTEGER NOT NULL DEFAULT 0, end_ms INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT "
            "0, restarts INTEGER NOT NULL DEFAULT 0, not_before_ms INTEGER NOT NULL DEFAULT 0)");
+  RawQuery(path_, kVersion1Attempts);
   RawQuery(path_, "INSERT INTO jobs (spec, state) VALUES ('{\"name\": \"old\"}', 'JOB_STATE_QUEUED')");
   RawQuery(path_, "PRAGMA user_version = 1");
   auto store = OpenStore();
@@ -46,6 +55,36 @@ TEST_F(StoreTest, Version1JobsGainAnEmptyOwner) {
   JobRecord job = MakeJob();
   ASSERT_TRUE(store->InsertJob(&job).ok());
   EXPECT_EQ(store->LoadJobs()->back().owner, "alice");
+}
+
+// Migration 3 (attempts.reached_step, reservations) on a database written by a version-2
+// controller: its attempts load with reached_step 0 ("not known"), and both new parts work.
+TEST_F(StoreTest, Version2AttemptsLoadWithAnUnknownReachedStep) {
+  fs::create_directories(fs::path(path_).parent_path());
+  RawQuery(path_,
+           "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL DEFAULT '', spec TEXT "
+           "NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', create_ms INTEGER NOT NULL DEFAULT 0, "
+           "start_ms INTEGER NOT NULL DEFAULT 0, end_ms INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT "
+           "0, restarts INTEGER NOT NULL DEFAULT 0, not_before_ms INTEGER NOT NULL DEFAULT 0, owner TEXT NOT NULL "
+           "DEFAULT '')");
+  RawQuery(path_, kVersion1Attempts);
+  RawQuery(path_, "INSERT INTO jobs (spec, state) VALUES ('{\"name\": \"old\"}', 'JOB_STATE_RECOVERING')");
+  RawQuery(path_,
+           "INSERT INTO attempts (job_id, number, world_size, nodes, slots, end_ms, end_reason) VALUES (1, 1, 2, "
+           "'[\"n1\",\"n2\"]', '[[0],[0]]', 9, 'resized: n3 is available, 2 -> 3 nodes')");
+  RawQuery(path_, "PRAGMA user_version = 2");
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->schema_version(), Store::kSchemaVersion);
+  auto attempts = store->LoadAttempts("1");
+  ASSERT_TRUE(attempts.ok()) << attempts.status();
+  ASSERT_EQ(attempts->size(), 1u);
+  EXPECT_EQ(attempts->front().end_reason, "resized: n3 is available, 2 -> 3 nodes");
+  EXPECT_EQ(attempts->front().reached_step, 0);
+  ASSERT_TRUE(store->UpdateReachedStep("1", 1, 40).ok());
+  EXPECT_EQ(store->LoadAttempts("1")->front().reached_step, 40);
+  ASSERT_TRUE(store->SetReservations("1", {"n3"}).ok());
+  EXPECT_EQ(store->LoadReservations()->size(), 1u);
 }
 
 TEST_F(StoreTest, NewerSchemaIsRefused) {

@@ -84,6 +84,7 @@ AttemptRecord MakeAttempt(const std::string& job_id, int32_t number) {
   a.master_port = 29500 + number;
   a.resume_from = number > 1 ? "/ckpt/step-200" : "";
   a.start_ms = 1000 * number;
+  a.reached_step = number > 1 ? 200 : 0;
   return a;
 }
 

@@ -1,0 +1,149 @@
+// A controller restart in the middle of planned stops (docs/architecture.md, "Controller restart"):
+// the nodes reserved for a waiting job of higher priority stay reserved, and the step each attempt
+// reached is stored, so "N steps lost" is right for an attempt that ran before the restart. The
+// controller is destroyed and created again on the same SQLite file (Restart), as after kill -9;
+// workers are simulated (controller_test_fixture.h).
+#include <sqlite3.h>
+
+#include "tests/unit/controller/controller_test_fixture.h"
+
+namespace eft::controller {
+namespace {
+
+class ControllerRestartTest : public ControllerTest {
+ protected:
+  v1::JobSpec PrioSpec(const std::string& name, int min, int max, int priority) {
+    v1::JobSpec s = Spec(name, min, max);
+    s.set_priority(priority);
+    s.mutable_resources()->set_resize_cooldown_seconds(0);
+    s.mutable_checkpoint()->set_every_steps(10);
+    return s;
+  }
+  v1::RankEvent Step(const v1::RankAssignment& a, int64_t step) {
+    return Event(a, ++seq_, R"({"event":"step","step":)" + std::to_string(step) + R"(,"loss":1.5,"total_steps":200})");
+  }
+  v1::RankEvent Checkpoint(const v1::RankAssignment& a, int64_t step) {
+    return Event(a, ++seq_,
+                 R"({"event":"checkpoint","step":)" + std::to_string(step) + R"(,"kind":"sharded","path":"/ck/)" +
+                     a.key().job_id() + "-" + std::to_string(step) + R"(","bytes":5})");
+  }
+  std::vector<std::string> EventsOfType(const std::string& id, const std::string& type) {
+    std::vector<std::string> out;
+    const v1::Job job = Job(id);
+    for (const auto& e : job.events()) {
+      if (e.type() == type) out.push_back(e.message());
+    }
+    return out;
+  }
+  // The reached_step column, read from the file by a second connection.
+  std::string StoredReachedStep(const std::string& job, int attempt) {
+    return RawQueryForTest("SELECT reached_step FROM attempts WHERE job_id = " + job +
+                           " AND number = " + std::to_string(attempt));
+  }
+  std::string RawQueryForTest(const std::string& sql);
+
+  uint64_t seq_ = 0;
+};
+
+std::string ControllerRestartTest::RawQueryForTest(const std::string& sql) {
+  sqlite3* db = nullptr;
+  std::string out = "error";
+  if (sqlite3_open_v2(config_.db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
+      const unsigned char* text = sqlite3_column_text(stmt, 0);
+      out = text ? reinterpret_cast<const char*>(text) : "";
+    }
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close_v2(db);
+  return out;
+}
+
+TEST_F(ControllerRestartTest, NodesFreedForAHigherJobStayReservedAcrossARestart) {
+  for (const char* n : {"n1", "n2", "n3"}) Register(n);
+  std::string low = Submit(PrioSpec("low", 1, 3, 0));
+  auto ranks = StartRanks({"n1", "n2", "n3"});
+  Heartbeat("n1", {Rank(ranks["n1"], v1::RANK_STATE_RUNNING)}, {Step(ranks["n1"], 11)});
+  std::string high = Submit(PrioSpec("high", 2, 2, 5));
+  ASSERT_EQ(Job(low).state(), v1::JOB_STATE_RECOVERING);
+  ASSERT_EQ(EventsOfType(low, "resized").size(), 1u);
+  // n3's rank is gone; n1's and n2's are still stopping when the controller dies.
+  Heartbeat("n3", {Rank(ranks["n3"], v1::RANK_STATE_EXITED, 75)});
+  Heartbeat("n1", {Rank(ranks["n1"], v1::RANK_STATE_STOPPING)}, {Step(ranks["n1"], 12)});
+  EXPECT_EQ(StoredReachedStep(low, 1), "12") << "written as the step arrived";
+
+  Restart();
+  // Until every node re-registered the controller does not know what runs where: no new plan.
+  Register("n3");
+  Register("n1", 1, {Rank(ranks["n1"], v1::RANK_STATE_STOPPING)});
+  c_->Tick();
+  EXPECT_EQ(EventsOfType(high, "making_room").size(), 1u) << "room is not made twice";
+  EXPECT_NE(Job(high).reason().find("once every node has re-registered"), std::string::npos) << Job(high).reason();
+  Register("n2", 1, {Rank(ranks["n2"], v1::RANK_STATE_STOPPING)});
+  // n3 is free, but still held for the high job: a job submitted now does not take it.
+  std::string third = Submit(PrioSpec("third", 1, 1, 0));
+  EXPECT_EQ(Job(third).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_NE(Job(third).reason().find("n3: reserved for job " + high), std::string::npos) << Job(third).reason();
+  EXPECT_EQ(EventsOfType(high, "making_room").size(), 1u);
+
+  Heartbeat("n3");  // every node of the stopped attempt has heartbeated since the restart
+  // The stops finish: rank 0 saves at step 12. The high job gets the nodes freed for it, the low
+  // one resumes where it was (nothing lost), the third job still waits.
+  Heartbeat("n2", {Rank(ranks["n2"], v1::RANK_STATE_EXITED, 75)});
+  Heartbeat("n1", {Rank(ranks["n1"], v1::RANK_STATE_EXITED, 75)}, {Checkpoint(ranks["n1"], 12)});
+  c_->Tick();
+  v1::Job h = Job(high);
+  ASSERT_EQ(h.state(), v1::JOB_STATE_STARTING) << h.reason();
+  EXPECT_EQ(std::vector<std::string>(h.attempts(0).nodes().begin(), h.attempts(0).nodes().end()),
+            (std::vector<std::string>{"n2", "n3"}));
+  v1::Job l = Job(low);
+  ASSERT_EQ(l.state(), v1::JOB_STATE_STARTING) << l.reason();
+  EXPECT_EQ(l.attempts(1).resume_from(), "/ck/1-12");
+  auto started = EventsOfType(low, "attempt_started");
+  ASSERT_EQ(started.size(), 2u);
+  EXPECT_NE(started[1].find("(step 12; attempt 1 reached step 12: 0 steps lost)"), std::string::npos) << started[1];
+  EXPECT_EQ(StoredReachedStep(low, 2), "12") << "an attempt starts at its resume step";
+  EXPECT_EQ(Job(third).state(), v1::JOB_STATE_QUEUED);
+  // The high job started: its reservations are gone from the store as well.
+  Restart();
+  for (const char* n : {"n1", "n2", "n3"}) Register(n);
+  EXPECT_EQ(Job(third).reason().find("reserved"), std::string::npos) << Job(third).reason();
+}
+
+TEST_F(ControllerRestartTest, StepsReachedBeforeARestartCountAsLostWhenTheStopSavedNothing) {
+  for (const char* n : {"n1", "n2"}) Register(n);
+  std::string low = Submit(PrioSpec("low", 2, 2, 0));
+  auto ranks = StartRanks({"n1", "n2"});
+  Heartbeat("n1", {Rank(ranks["n1"], v1::RANK_STATE_RUNNING)},
+            {Step(ranks["n1"], 9), Step(ranks["n1"], 10), Checkpoint(ranks["n1"], 10), Step(ranks["n1"], 14)});
+  EXPECT_EQ(StoredReachedStep(low, 1), "14") << "one write for the heartbeat's steps, of the newest";
+  // A resent report of an older step does not move it back.
+  Heartbeat("n1", {Rank(ranks["n1"], v1::RANK_STATE_RUNNING)}, {Step(ranks["n1"], 13)});
+  EXPECT_EQ(StoredReachedStep(low, 1), "14");
+
+  Restart();
+  Register("n1", 1, {Rank(ranks["n1"], v1::RANK_STATE_RUNNING)});
+  Register("n2", 1, {Rank(ranks["n2"], v1::RANK_STATE_RUNNING)});
+  std::string high = Submit(PrioSpec("high", 1, 1, 3));
+  ASSERT_EQ(Job(low).state(), v1::JOB_STATE_RECOVERING) << Job(low).reason();
+  // The ranks ignore the stop and are killed at the end of the grace period: no stop checkpoint.
+  Heartbeat("n1", {Rank(ranks["n1"], v1::RANK_STATE_EXITED, 0, 9)});
+  Heartbeat("n2", {Rank(ranks["n2"], v1::RANK_STATE_EXITED, 0, 9)});
+  ASSERT_EQ(Job(high).state(), v1::JOB_STATE_STARTING) << Job(high).reason();
+  const std::string high_node = Job(high).attempts(0).nodes(0);
+  auto hr = StartRanks({high_node});
+  Heartbeat(high_node, {Rank(hr[high_node], v1::RANK_STATE_EXITED, 0)});
+  c_->Tick();
+  v1::Job l = Job(low);
+  ASSERT_EQ(l.state(), v1::JOB_STATE_STARTING) << l.reason();
+  auto started = EventsOfType(low, "attempt_started");
+  ASSERT_EQ(started.size(), 2u);
+  EXPECT_NE(started[1].find("(step 10; attempt 1 reached step 14: 4 steps lost)"), std::string::npos) << started[1];
+  auto not_saved = EventsOfType(low, "stop_not_saved");
+  ASSERT_EQ(not_saved.size(), 1u);
+  EXPECT_NE(not_saved[0].find("4 steps lost"), std::string::npos) << not_saved[0];
+}
+
+}  // namespace
+}  // namespace eft::controller
