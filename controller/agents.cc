@@ -239,8 +239,27 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
     }
     node.acked_seq = ev.seq();
   }
-  StoreReachedStepsLocked(stepped);
+  // A running attempt's steps wait for the next flush (one write for every job); those of an ended
+  // one are what its stop is measured against, and few: written now.
+  std::set<std::string> now;
+  for (const auto& id : stepped) {
+    const JobEntry* j = FindJob(id);
+    if (j && j->active()) {
+      reached_dirty_.insert(id);
+    } else {
+      now.insert(id);
+    }
+  }
+  StoreReachedStepsLocked(now);
   return node.acked_seq;
+}
+
+void Controller::FlushReachedStepsLocked() {
+  if (reached_dirty_.empty()) return;
+  std::set<std::string> due;
+  due.swap(reached_dirty_);
+  StoreReachedStepsLocked(due);
+  reached_flushed_at_ = clock_->Now();
 }
 
 void Controller::StoreReachedStepsLocked(const std::set<std::string>& job_ids) {
@@ -257,8 +276,9 @@ void Controller::StoreReachedStepsLocked(const std::set<std::string>& job_ids) {
     return Status::Ok();
   });
   if (!s.ok()) {
-    // Kept in memory: the next step report writes it again, and so does the end of the attempt.
-    EFT_LOG(WARNING) << "could not store the steps reached (" << s << "); retrying with the next report";
+    // Kept in memory and retried with the next flush; the end of the attempt writes it too.
+    EFT_LOG(WARNING) << "could not store the steps reached (" << s << "); retrying";
+    for (JobEntry* j : due) reached_dirty_.insert(j->rec.id);
     return;
   }
   for (JobEntry* j : due) j->attempts.back().reached_step = j->reached_step;

@@ -37,6 +37,7 @@ void AddControllerSettings(DaemonSettings* s, ControllerConfig* c) {
                  "= --heartbeat-interval: off)"},
                 &c->transition_heartbeat_interval);
   s->AddSeconds({"transition_window_s", "", ""}, &c->transition_window);
+  s->AddSeconds({"progress_flush_interval_s", "", ""}, &c->progress_flush_interval);
   s->AddSeconds({"tick_interval_s", "", ""}, &c->tick_interval);
   s->AddInt({"master_port_base", "", ""}, &c->master_port_base);
   s->AddInt({"master_port_count", "", ""}, &c->master_port_count);

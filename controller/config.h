@@ -31,6 +31,11 @@ struct ControllerConfig {
   // nodes of an attempt that ended for a restart, a grow's new nodes, nodes freed for a waiting
   // job); ranks stopping or starting there keep it fast however long they take.
   std::chrono::milliseconds transition_window{15000};
+  // How often the steps running attempts reached are written to the store (one transaction for all
+  // jobs), so step reports cost no write of their own: a kill -9 forgets at most this much of them
+  // for "steps lost". Steps of an attempt that already ended (its ranks finishing the step they are
+  // in) are written at once.
+  std::chrono::milliseconds progress_flush_interval{1000};
   // How often timeouts, backoffs and scheduling are re-evaluated between RPCs.
   std::chrono::milliseconds tick_interval{100};
   // MASTER_PORT of attempt k is port_base + (k-th attempt overall % port_count): a fresh port per

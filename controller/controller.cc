@@ -34,6 +34,8 @@ Controller::Controller(ControllerConfig config, Clock* clock, std::unique_ptr<St
 Controller::~Controller() {
   stopping_ = true;
   if (ticker_.joinable()) ticker_.join();
+  MutexLock lock(&mu_);
+  FlushReachedStepsLocked();  // a clean shutdown forgets no step
 }
 
 void Controller::StartTicker() {

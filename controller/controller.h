@@ -286,8 +286,10 @@ class Controller {
   void ApplyRankReportsLocked(NodeEntry& node) REQUIRES(mu_);
   uint64_t ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatRequest& request) REQUIRES(mu_);
   // Stores the reached step of the jobs' current attempts where it advanced past the stored one, in
-  // one transaction (a heartbeat's worth of step events costs one write, and none without a new step).
+  // one transaction; none without a new step. Running attempts are written by the ticker every
+  // progress_flush_interval (reached_dirty_), ended ones at once.
   void StoreReachedStepsLocked(const std::set<std::string>& job_ids) REQUIRES(mu_);
+  void FlushReachedStepsLocked() REQUIRES(mu_);
   // The ranks `node` should run, and the spec of every attempt that has a desired rank the node's
   // last report did not list (a listed rank was started: its worker needs the spec no more), so the
   // spec travels once per attempt and node rather than in every reply.
@@ -330,6 +332,9 @@ class Controller {
   // freed for it, so no job it outranks takes them before it starts. Written through to the store
   // (table reservations), so a controller restart while victims stop keeps them held.
   std::map<std::string, std::string> reserved_ GUARDED_BY(mu_);
+  // Jobs whose running attempt reported a step not stored yet, and when they were last written.
+  std::set<std::string> reached_dirty_ GUARDED_BY(mu_);
+  SteadyTime reached_flushed_at_ GUARDED_BY(mu_){};
 
   // Submits are written in groups, one transaction for all that arrived meanwhile (group_commit.h).
   SubmitBatch submits_{[this](const std::vector<SubmitBatch::Item*>& batch) { CommitSubmits(batch); }};

@@ -71,7 +71,7 @@ TEST_F(ControllerRestartTest, NodesFreedForAHigherJobStayReservedAcrossARestart)
   // n3's rank is gone; n1's and n2's are still stopping when the controller dies.
   Heartbeat("n3", {Rank(ranks["n3"], v1::RANK_STATE_EXITED, 75)});
   Heartbeat("n1", {Rank(ranks["n1"], v1::RANK_STATE_STOPPING)}, {Step(ranks["n1"], 12)});
-  EXPECT_EQ(StoredReachedStep(low, 1), "12") << "written as the step arrived";
+  EXPECT_EQ(StoredReachedStep(low, 1), "12") << "a step after the attempt ended is written at once";
 
   Restart();
   // Until every node re-registered the controller does not know what runs where: no new plan.
@@ -117,9 +117,18 @@ TEST_F(ControllerRestartTest, StepsReachedBeforeARestartCountAsLostWhenTheStopSa
   auto ranks = StartRanks({"n1", "n2"});
   Heartbeat("n1", {Rank(ranks["n1"], v1::RANK_STATE_RUNNING)},
             {Step(ranks["n1"], 9), Step(ranks["n1"], 10), Checkpoint(ranks["n1"], 10), Step(ranks["n1"], 14)});
-  EXPECT_EQ(StoredReachedStep(low, 1), "14") << "one write for the heartbeat's steps, of the newest";
+  // A running attempt's steps are written by the ticker, every progress_flush_interval, not by
+  // each report.
+  EXPECT_EQ(StoredReachedStep(low, 1), "0");
+  c_->Tick();
+  EXPECT_EQ(StoredReachedStep(low, 1), "0");
+  clock_.Advance(config_.progress_flush_interval);
+  c_->Tick();
+  EXPECT_EQ(StoredReachedStep(low, 1), "14") << "the newest of the reports";
   // A resent report of an older step does not move it back.
   Heartbeat("n1", {Rank(ranks["n1"], v1::RANK_STATE_RUNNING)}, {Step(ranks["n1"], 13)});
+  clock_.Advance(config_.progress_flush_interval);
+  c_->Tick();
   EXPECT_EQ(StoredReachedStep(low, 1), "14");
 
   Restart();
