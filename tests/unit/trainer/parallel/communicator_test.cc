@@ -99,6 +99,9 @@ TEST(Communicator, AGatherToARankThatDoesNotExistIsRefused) {
   RunRanks(2, [](Communicator& comm) {
     at::Tensor full = at::empty({2});
     EXPECT_THROW(comm.GatherAsync(at::ones({1}), full, 2), c10::Error);
+    // Refused before any traffic, so the ranks would otherwise part at once: rank 0 hosts the
+    // rendezvous store, which must outlive the other rank's use of it.
+    comm.Barrier();
   });
 }
 
