@@ -191,7 +191,12 @@ Status Checkpointer::SaveFull(const TrainerState& state) {
   const bool writer = comm_->rank() == 0;
   Status s;
   std::vector<ManifestFile> files;
-  auto written = WriteFullState(*model_, Units(), tmp, policy_.tokenizer_dir, writer);
+  FullSaveTimes times;
+  auto written = WriteFullState(*model_, Units(), tmp, policy_.tokenizer_dir, writer, /*with_optimizer=*/true, &times);
+  if (writer && written.ok()) {
+    EFT_LOG(INFO) << "full checkpoint at step " << state.step << " written in " << times.total << " s: gathers "
+                  << times.gather << " s, conversion " << times.convert << " s, writing " << times.write << " s";
+  }
   if (!written.ok()) {
     s = written.status();
   } else if (writer) {

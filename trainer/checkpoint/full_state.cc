@@ -1,5 +1,6 @@
 #include "trainer/checkpoint/full_state.h"
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -51,6 +52,15 @@ namespace {
 
 constexpr uint64_t kMaxModelShardBytes = 5ull << 30;  // as save_pretrained's default
 
+// One unit's gathers in flight: the whole flat vectors (on the writer; undefined elsewhere) and the
+// waits for them.
+struct Gathering {
+  at::Tensor params, exp_avg, exp_avg_sq;
+  std::vector<std::function<void()>> waits;
+};
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
 std::string Relative(const std::string& dir, const std::string& path) {
   return fs::path(path).lexically_relative(dir).string();
 }
@@ -75,9 +85,12 @@ Result<std::vector<std::string>> WriteHfModel(const std::string& dir,
 
 Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std::vector<UnitState>& units,
                                                  const std::string& dir, const std::string& tokenizer_dir,
-                                                 bool writer, bool with_optimizer) {
-  // Declared up front, so both files stream: each unit is gathered (every rank takes part), written
-  // by the writer and freed before the next, and no rank ever holds the whole model or its moments.
+                                                 bool writer, bool with_optimizer, FullSaveTimes* times) {
+  TORCH_CHECK(units.empty() || units.front().unit->is_rank(0) == writer, "WriteFullState: the writer is rank 0");
+  FullSaveTimes t;
+  const double t0 = Now();
+  // Declared up front, so both files stream: each unit is gathered to the writer (every rank takes
+  // part), written and freed, and no rank ever holds the whole model or its moments.
   // LoRA: a PEFT adapter directory (fp32 adapters, as PEFT keeps them) instead of a model.
   const bool lora = model.lora().enabled;
   const at::ScalarType dtype = lora ? at::kFloat : HfDtype(model.config());
@@ -115,25 +128,49 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
     }
     return Status::Ok();
   }();
-  for (const UnitState& s : units) {
-    at::Tensor master = s.unit->GatherSlices(s.unit->shard());
-    at::Tensor m, v;
+  // Pipelined: while the writer writes unit i, unit i+1's gathers run in the communicator's threads,
+  // so the network and the disk work at the same time. The gathers go to the writer only (nobody
+  // else needs the whole unit), and every rank issues them in the same order. The writer holds at
+  // most two units: the one it writes and the one arriving.
+  const int root = 0;
+  auto start = [&](const UnitState& s) {
+    Gathering g;
+    g.waits.push_back(s.unit->GatherSlicesToAsync(s.unit->shard(), root, &g.params));
     if (with_optimizer) {
-      m = s.unit->GatherSlices(s.exp_avg);
-      v = s.unit->GatherSlices(s.exp_avg_sq);
+      g.waits.push_back(s.unit->GatherSlicesToAsync(s.exp_avg, root, &g.exp_avg));
+      g.waits.push_back(s.unit->GatherSlicesToAsync(s.exp_avg_sq, root, &g.exp_avg_sq));
     }
+    return g;
+  };
+  Gathering next;
+  if (!units.empty()) next = start(units.front());
+  for (size_t u = 0; u < units.size(); ++u) {
+    Gathering g = std::move(next);
+    const double g0 = Now();
+    for (auto& wait : g.waits) wait();
+    t.gather += Now() - g0;
+    if (u + 1 < units.size()) next = start(units[u + 1]);
     if (!writer || !status.ok()) continue;
-    auto views_p = s.unit->Views(master);
+    const FlatParamUnit& unit = *units[u].unit;
+    auto views_p = unit.Views(g.params);
     std::vector<at::Tensor> views_m, views_v;
-    if (with_optimizer) views_m = s.unit->Views(m), views_v = s.unit->Views(v);
+    if (with_optimizer) views_m = unit.Views(g.exp_avg), views_v = unit.Views(g.exp_avg_sq);
     for (size_t i = 0; i < views_p.size() && status.ok(); ++i) {
-      status = lora ? adapters->Append(views_p[i]) : weights->Append(views_p[i]);
-      if (!with_optimizer || !status.ok()) continue;
-      status = optimizer->Append(views_m[i]);
-      if (status.ok()) status = optimizer->Append(views_v[i]);
-      if (status.ok() && with_master) status = optimizer->Append(views_p[i]);
+      const double c0 = Now();
+      at::Tensor p = views_p[i].to(dtype);
+      const double w0 = Now();
+      t.convert += w0 - c0;
+      status = lora ? adapters->Append(p) : weights->Append(p);
+      if (status.ok() && with_optimizer) {
+        status = optimizer->Append(views_m[i]);
+        if (status.ok()) status = optimizer->Append(views_v[i]);
+        if (status.ok() && with_master) status = optimizer->Append(views_p[i]);
+      }
+      t.write += Now() - w0;
     }
   }
+  t.total = Now() - t0;
+  if (times != nullptr) *times = t;
   if (!writer) return std::vector<ManifestFile>{};
   EFT_RETURN_IF_ERROR(status);
   std::vector<WrittenFile> written;

@@ -11,6 +11,14 @@
 #include <vector>
 
 namespace eft::trainer {
+
+std::function<void()> Communicator::GatherAsync(const at::Tensor& shard, at::Tensor& full, int root) {
+  if (rank() == root) return AllGatherAsync(shard, full);
+  auto scratch = std::make_shared<at::Tensor>(at::empty({shard.numel() * world()}, shard.options()));
+  std::function<void()> wait = AllGatherAsync(shard, *scratch);
+  return [wait, scratch] { wait(); };  // the scratch lives until the gather is done
+}
+
 namespace {
 
 class LocalCommunicator final : public Communicator {
@@ -22,6 +30,10 @@ class LocalCommunicator final : public Communicator {
     if (full.data_ptr() != shard.data_ptr()) full.copy_(shard);
   }
   std::function<void()> AllGatherAsync(const at::Tensor& shard, at::Tensor& full) override {
+    AllGather(shard, full);
+    return [] {};
+  }
+  std::function<void()> GatherAsync(const at::Tensor& shard, at::Tensor& full, int) override {
     AllGather(shard, full);
     return [] {};
   }
@@ -61,6 +73,20 @@ class GlooCommunicator final : public Communicator {
         std::vector<std::vector<at::Tensor>>{AsTransferable(full).chunk(world_)});
     auto inputs = std::make_shared<std::vector<at::Tensor>>(std::vector<at::Tensor>{AsTransferable(shard)});
     c10::intrusive_ptr<c10d::Work> work = pg_->allgather(*outputs, *inputs);
+    return [work, outputs, inputs] { work->wait(); };
+  }
+
+  std::function<void()> GatherAsync(const at::Tensor& shard, at::Tensor& full, int root) override {
+    TORCH_CHECK(root >= 0 && root < world_, "Gather: root ", root, " is not a rank");
+    TORCH_CHECK(rank_ != root || full.numel() == shard.numel() * world_, "Gather: full has ", full.numel(),
+                " elements, expected ", shard.numel() * world_);
+    // Root lists one output per rank (its chunks of `full`); the others must list none.
+    auto outputs = std::make_shared<std::vector<std::vector<at::Tensor>>>();
+    if (rank_ == root) outputs->push_back(AsTransferable(full).chunk(world_));
+    auto inputs = std::make_shared<std::vector<at::Tensor>>(std::vector<at::Tensor>{AsTransferable(shard)});
+    c10d::GatherOptions opts;
+    opts.rootRank = root;
+    c10::intrusive_ptr<c10d::Work> work = pg_->gather(*outputs, *inputs, opts);
     return [work, outputs, inputs] { work->wait(); };
   }
 

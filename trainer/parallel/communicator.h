@@ -2,8 +2,8 @@
 // whether ranks talk over Gloo (CPU) or NCCL (GPU), or are alone (world size 1).
 //
 // Every rank must call the same collectives in the same order with tensors of the same shapes.
-// Tensors must be contiguous. Supported dtypes: fp32 everywhere; bf16/fp16 for AllGather (moved as
-// raw 16-bit values, bit-exact, because Gloo refuses bf16).
+// Tensors must be contiguous. Supported dtypes: fp32 everywhere; bf16/fp16 for AllGather and Gather
+// (moved as raw 16-bit values, bit-exact, because Gloo refuses bf16).
 #pragma once
 
 #include <chrono>
@@ -30,6 +30,13 @@ class Communicator {
   // The tensors must stay alive until then. Asynchronous and synchronous collectives must still be
   // issued in the same order on every rank.
   virtual std::function<void()> AllGatherAsync(const at::Tensor& shard, at::Tensor& full) = 0;
+  // The same pieces, to `root` only: on root, full[r * n : (r + 1) * n] = shard of rank r; on the
+  // other ranks `full` is not used (it may be undefined). Half an all-gather's traffic when one rank
+  // needs the whole (a full checkpoint's writer), and no memory for it elsewhere. Same ordering
+  // rules as AllGatherAsync. This default all-gathers into a temporary on the other ranks (NCCL);
+  // Gloo and world size 1 move only what root needs.
+  virtual std::function<void()> GatherAsync(const at::Tensor& shard, at::Tensor& full, int root);
+  void Gather(const at::Tensor& shard, at::Tensor& full, int root) { GatherAsync(shard, full, root)(); }
   // shard = sum over ranks r of full_r[rank * n : (rank + 1) * n] (fp32). The sum is taken in rank
   // order on every backend, so results do not depend on timing.
   virtual void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) { ReduceScatterSumAsync(full, shard)(); }

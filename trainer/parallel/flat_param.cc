@@ -39,6 +39,11 @@ at::Tensor FlatParamUnit::GatherSlices(const at::Tensor& slice) const {
   return full;
 }
 
+std::function<void()> FlatParamUnit::GatherSlicesToAsync(const at::Tensor& slice, int root, at::Tensor* full) const {
+  *full = comm_->rank() == root ? at::empty({padded_numel()}, slice.options()) : at::Tensor();
+  return comm_->GatherAsync(slice.contiguous(), *full, root);
+}
+
 Status FlatParamUnit::FillSlice(at::Tensor& slice, const WholeValue& value) const {
   const int64_t lo = shard_offset(), hi = lo + shard_numel_;
   slice.zero_();

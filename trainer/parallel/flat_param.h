@@ -50,6 +50,11 @@ class FlatParamUnit {
   Status FillSlice(at::Tensor& slice, const WholeValue& value) const;
   // Collective. Every rank's slice-shaped fp32 `slice`, gathered into the whole flat vector.
   at::Tensor GatherSlices(const at::Tensor& slice) const;
+  // Collective, started in the background: the same, gathered on rank `root` only, where *full is
+  // set to the whole flat vector (elsewhere it is left undefined, and no memory is taken). Calling
+  // the result waits for it; `slice` must stay unchanged until then.
+  std::function<void()> GatherSlicesToAsync(const at::Tensor& slice, int root, at::Tensor* full) const;
+  bool is_rank(int rank) const { return comm_->rank() == rank; }
   // [begin, end) of the flat vector this rank's slice holds, padding excluded (may be empty).
   std::pair<int64_t, int64_t> OwnedRange() const;
   // Collective. The whole flat vector in `dtype`.

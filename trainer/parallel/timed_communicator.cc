@@ -29,6 +29,10 @@ std::function<void()> TimedCommunicator::AllGatherAsync(const at::Tensor& shard,
   return TimedWait(blocked_, inner_->AllGatherAsync(shard, full));
 }
 
+std::function<void()> TimedCommunicator::GatherAsync(const at::Tensor& shard, at::Tensor& full, int root) {
+  return TimedWait(blocked_, inner_->GatherAsync(shard, full, root));
+}
+
 void TimedCommunicator::ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) {
   Timed(blocked_.get(), [&] { inner_->ReduceScatterSum(full, shard); });
 }

@@ -24,6 +24,7 @@ class TimedCommunicator final : public Communicator {
   std::string backend() const override { return inner_->backend(); }
   void AllGather(const at::Tensor& shard, at::Tensor& full) override;
   std::function<void()> AllGatherAsync(const at::Tensor& shard, at::Tensor& full) override;
+  std::function<void()> GatherAsync(const at::Tensor& shard, at::Tensor& full, int root) override;
   void ReduceScatterSum(const at::Tensor& full, at::Tensor& shard) override;
   std::function<void()> ReduceScatterSumAsync(const at::Tensor& full, at::Tensor& shard) override;
   void AllReduceSum(at::Tensor& tensor) override;

@@ -1,0 +1,109 @@
+// Communicator::Gather against real c10d Gloo process groups (ranks as threads, rank_threads.h), the
+// world-size-1 communicator, and the interface's default (an all-gather, which NCCL uses): root gets
+// every rank's piece in rank order, bit-exact for bf16, and no other rank's tensor is touched.
+#include "trainer/parallel/communicator.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/trainer/parallel/rank_threads.h"
+#include "trainer/parallel/timed_communicator.h"
+
+namespace eft::trainer {
+namespace {
+
+// Rank r's piece: n values that say which rank they came from and where they sit.
+at::Tensor Piece(int rank, int64_t n, at::ScalarType dtype) {
+  return (at::arange(n, at::kFloat) + 1000.0 * rank).to(dtype);
+}
+
+at::Tensor Expected(int world, int64_t n, at::ScalarType dtype) {
+  std::vector<at::Tensor> pieces;
+  for (int r = 0; r < world; ++r) pieces.push_back(Piece(r, n, dtype));
+  return at::cat(pieces);
+}
+
+// Runs Gather to `root` on `world` ranks through `wrap` (the communicator under test, made from a
+// Gloo one) and checks every rank's `full`.
+void CheckGather(int world, int root, at::ScalarType dtype,
+                 const std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>)>& wrap) {
+  constexpr int64_t n = 37;  // odd: no accidental alignment
+  RunRankComms(world, [&](std::unique_ptr<Communicator> gloo) {
+    std::unique_ptr<Communicator> comm = wrap(std::move(gloo));
+    const int rank = comm->rank();
+    at::Tensor full = at::full({n * world}, -1.0, at::kFloat).to(dtype);
+    // Started asynchronously, with a second gather behind it: both complete, in order.
+    at::Tensor full2 = rank == root ? at::empty({n * world}, dtype) : at::Tensor();  // undefined elsewhere
+    auto wait = comm->GatherAsync(Piece(rank, n, dtype), full, root);
+    auto wait2 = comm->GatherAsync(Piece(rank, n, dtype) * 2, full2, root);
+    wait();
+    wait2();
+    if (rank == root) {
+      EXPECT_TRUE(at::equal(full, Expected(world, n, dtype))) << "rank " << rank;
+      EXPECT_TRUE(at::equal(full2, Expected(world, n, dtype) * 2));
+    } else {
+      EXPECT_TRUE(at::equal(full, at::full({n * world}, -1.0, at::kFloat).to(dtype))) << "untouched on rank " << rank;
+      EXPECT_FALSE(full2.defined());
+    }
+  });
+}
+
+std::unique_ptr<Communicator> AsIs(std::unique_ptr<Communicator> c) { return c; }
+
+// Forwards everything but GatherAsync, so the interface's default implementation runs.
+class DefaultGather final : public Communicator {
+ public:
+  explicit DefaultGather(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int world() const override { return inner_->world(); }
+  std::string backend() const override { return "default-gather"; }
+  void AllGather(const at::Tensor& shard, at::Tensor& full) override { inner_->AllGather(shard, full); }
+  std::function<void()> AllGatherAsync(const at::Tensor& shard, at::Tensor& full) override {
+    return inner_->AllGatherAsync(shard, full);
+  }
+  std::function<void()> ReduceScatterSumAsync(const at::Tensor& full, at::Tensor& shard) override {
+    return inner_->ReduceScatterSumAsync(full, shard);
+  }
+  void AllReduceSum(at::Tensor& tensor) override { inner_->AllReduceSum(tensor); }
+  void Broadcast(at::Tensor& tensor, int root) override { inner_->Broadcast(tensor, root); }
+  void Barrier() override { inner_->Barrier(); }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+};
+
+TEST(Communicator, GlooGatherDeliversEveryPieceToRootOnly) {
+  CheckGather(2, 0, at::kFloat, AsIs);
+  CheckGather(3, 1, at::kFloat, AsIs);
+  CheckGather(3, 2, at::kBFloat16, AsIs);  // bf16 travels as raw 16-bit values
+}
+
+TEST(Communicator, TheDefaultGatherAndTheTimedOneAgree) {
+  CheckGather(3, 1, at::kFloat, [](std::unique_ptr<Communicator> c) -> std::unique_ptr<Communicator> {
+    return std::make_unique<DefaultGather>(std::move(c));
+  });
+  CheckGather(2, 1, at::kBFloat16, [](std::unique_ptr<Communicator> c) -> std::unique_ptr<Communicator> {
+    return std::make_unique<TimedCommunicator>(std::move(c));
+  });
+}
+
+TEST(Communicator, GatherAtWorldSizeOneIsACopy) {
+  auto comm = CreateCpuCommunicator(RendezvousOptions{});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  EXPECT_EQ((*comm)->backend(), "local");
+  at::Tensor full = at::empty({5}, at::kBFloat16);
+  (*comm)->Gather(Piece(0, 5, at::kBFloat16), full, 0);
+  EXPECT_TRUE(at::equal(full, Piece(0, 5, at::kBFloat16)));
+}
+
+TEST(Communicator, AGatherToARankThatDoesNotExistIsRefused) {
+  RunRanks(2, [](Communicator& comm) {
+    at::Tensor full = at::empty({2});
+    EXPECT_THROW(comm.GatherAsync(at::ones({1}), full, 2), c10::Error);
+    // Refused before any traffic, so the ranks would otherwise part at once: rank 0 hosts the
+    // rendezvous store, which must outlive the other rank's use of it.
+    comm.Barrier();
+  });
+}
+
+}  // namespace
+}  // namespace eft::trainer
