@@ -132,7 +132,7 @@ struct ResumedEvent {
 struct FinishedEvent {
   int64_t step = 0;
   // checkpoint.merge_lora: the merged model directory written after the final adapter; "": none.
-  std::string merged_model;
+  std::string merged_model = {};
 };
 
 // One rank's memory after its first step.
