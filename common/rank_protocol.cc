@@ -166,7 +166,10 @@ std::string EncodeEvent(const Event& event) {
                                {"verify_seconds", e.verify_seconds},
                                {"load_seconds", e.load_seconds}});
                  },
-                 [&](const FinishedEvent& e) { doc["step"] = e.step; },
+                 [&](const FinishedEvent& e) {
+                   doc["step"] = e.step;
+                   if (!e.merged_model.empty()) doc["merged_model"] = e.merged_model;
+                 },
                  [&](const MemoryEvent& e) {
                    doc.update({{"rank", e.rank},
                                {"persistent_bytes", e.persistent_bytes},
@@ -239,6 +242,7 @@ Result<Event> DecodeEvent(std::string_view line) {
   } else if (type == "finished") {
     FinishedEvent e;
     r.Number("step", &e.step);
+    r.String("merged_model", &e.merged_model);
     out = e;
   } else if (type == "memory") {
     MemoryEvent e;

@@ -131,6 +131,8 @@ struct ResumedEvent {
 // Training reached its end (rank 0).
 struct FinishedEvent {
   int64_t step = 0;
+  // checkpoint.merge_lora: the merged model directory written after the final adapter; "": none.
+  std::string merged_model = {};
 };
 
 // One rank's memory after its first step.

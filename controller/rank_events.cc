@@ -66,8 +66,15 @@ RankEventEffect InterpretRankEvent(const v1::RankEvent& ev, int current_attempt)
           out.progress.set_eval_loss(e.loss);
           out.progress.set_eval_step(e.step);
           out.progress.set_eval_tokens(e.tokens);
+        } else if constexpr (std::is_same_v<T, rank::FinishedEvent>) {
+          // checkpoint.merge_lora: where the merged model is, so the user finds it among the job's events.
+          if (e.merged_model.empty()) return;
+          out.kind = RankEventEffect::Kind::kJobEvent;
+          out.event_type = "merged_model";
+          out.message = "LoRA adapters merged into the base model: " + e.merged_model + " (step " +
+                        std::to_string(e.step) + ")";
         }
-        // resumed, finished, memory and unknown types: in the rank's log; nothing to keep here.
+        // resumed, plain finished, memory and unknown types: in the rank's log; nothing to keep here.
       },
       *decoded);
   return out;

@@ -587,6 +587,10 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (!ckpt->has_keep_last()) ckpt->set_keep_last(3);
   EFT_RETURN_IF_ERROR(CheckRange("spec.checkpoint.keep_last", ckpt->keep_last(), 1,
                                  std::numeric_limits<int32_t>::max()));
+  if (ckpt->merge_lora() && !t->has_lora()) {
+    return Invalid("spec.checkpoint.merge_lora needs spec.training.lora: only a LoRA run has adapters to merge "
+                   "(a full fine-tuning run's output is already a merged model)");
+  }
 
   v1::FaultToleranceSpec* ft = spec->mutable_fault_tolerance();
   if (!ft->has_max_restarts()) ft->set_max_restarts(3);

@@ -1,7 +1,11 @@
 // LoRA end to end (docs/lora.md): eft-train processes with training.lora set, killed with SIGKILL at
 // a known step and resumed at another world size, must end with the adapters of the uninterrupted
-// run; the output is a PEFT adapter directory; init_from continues from one.
+// run; dropout draws the same masks at every world size; the output is a PEFT adapter directory (and,
+// with checkpoint.merge_lora, the merged model); init_from continues from one.
+#include <cmath>
 #include <fstream>
+#include <iterator>
+#include <set>
 
 #include "tests/e2e/trainer_fixture.h"
 #include "trainer/checkpoint/manifest.h"
@@ -184,6 +188,87 @@ TEST_F(LoraTest, MergeLoraWritesBasePlusScaledBA) {
   EXPECT_EQ(Shell(Train() + " merge-lora --base " + other + " --adapter " + adapter + " --out " + merged + "2", &out), 2);
   EXPECT_NE(out.find("do not fit r 4"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(merged + "2"));
+}
+
+// LoRA dropout keyed by each example's place in its step's batch (docs/lora.md): W = 1, 2 and 3
+// draw the same masks although they group the 8 examples of a step into micro-batches differently
+// (4 x 2 on one rank; 2 x 2 on each of two; 2 + 1 on each of three) and so pad them differently.
+TEST_F(LoraTest, DropoutGivesTheSameLossesAtEveryWorldSize) {
+  const std::string dropout = Lora("--set training.lora.dropout=0.1");
+  // Each run its own checkpoint directory (the final full checkpoint is step-4 in each).
+  Run none = TrainRun("none", 1, Spec((dir_ / "ckpt-none").string(), 0), 4, Lora());
+  Run w1 = TrainRun("w1", 1, Spec((dir_ / "ckpt-w1").string(), 0), 4, dropout);
+  ASSERT_EQ(w1.exit_code, 0) << w1.output;
+  ASSERT_EQ(none.losses.size(), 4u) << none.output;
+  ASSERT_EQ(w1.losses.size(), 4u);
+  // B starts at zero, so the first step cannot see dropout; the later ones do.
+  EXPECT_GT(std::abs(w1.losses[3] - none.losses[3]), 1e-4) << "dropout 0.1 changes the run";
+  for (int world : {2, 3}) {
+    const std::string name = "w" + std::to_string(world);
+    Run got = TrainRun(name, world, Spec((dir_ / ("ckpt-" + name)).string(), 0), 4, dropout);
+    ASSERT_EQ(got.exit_code, 0) << got.output;
+    ASSERT_EQ(got.losses.size(), 4u);
+    // As KilledAtW2ResumesAtW3...: the same fp32 numbers summed in another order, 1e-6 on ~4.8.
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got.losses[i], w1.losses[i], 1e-6) << "W=" << world << " step " << i;
+  }
+}
+
+std::string FileBytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Every file of `a` is in `b` with the same bytes, and `b` has no others.
+void ExpectSameFiles(const fs::path& a, const fs::path& b) {
+  std::set<std::string> names_a, names_b;
+  for (const auto& e : fs::directory_iterator(a)) names_a.insert(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(b)) names_b.insert(e.path().filename().string());
+  EXPECT_EQ(names_a, names_b) << a << " vs " << b;
+  for (const std::string& name : names_a) {
+    if (names_b.count(name)) EXPECT_TRUE(FileBytes(a / name) == FileBytes(b / name)) << name << " differs";
+  }
+}
+
+// checkpoint.merge_lora: the model merged at the end of training is byte for byte what
+// `eft-train merge-lora` makes of the run's adapter, at <--output-dir>/merged (or
+// <checkpoint.dir>/merged without one), and the finished event says where.
+TEST_F(LoraTest, MergeLoraAtTheEndWritesWhatTheMergeCommandWrites) {
+  extra_yaml_ = "checkpoint: {dir: " + (dir_ / "ckpt").string() + ", every_steps: 0, merge_lora: true}\n";
+  const std::string spec = WriteSpec(8, 2, 1e-2);
+  Run run = TrainRun("out", 2, spec, 3, Lora());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const fs::path merged = dir_ / "out" / "merged";
+  ASSERT_TRUE(fs::exists(merged / "model.safetensors")) << run.output;
+  EXPECT_TRUE(fs::exists(merged / "config.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "merged.tmp"));
+  EXPECT_NE(run.output.find("written to " + merged.string()), std::string::npos) << run.output;
+  ASSERT_FALSE(run.events.empty());
+  EXPECT_EQ(run.events.back()["event"], "finished");
+  EXPECT_EQ(run.events.back().value("merged_model", ""), merged.string());
+  std::string out;
+  const fs::path by_hand = dir_ / "by-hand";
+  ASSERT_EQ(Shell(Train() + " merge-lora --base " + (dir_ / "model").string() + " --adapter " + (dir_ / "out").string() +
+                      " --out " + by_hand.string(), &out), 0) << out;
+  ExpectSameFiles(by_hand, merged);
+  EXPECT_FALSE(FileBytes(merged / "model.safetensors") == FileBytes(dir_ / "model" / "model.safetensors"))
+      << "the adapters trained away from zero, so the merged weights are not the base's";
+
+  // Without --output-dir: beside the checkpoints, merged from the final full checkpoint.
+  const fs::path ckpt = dir_ / "ckpt2";
+  extra_yaml_ = "checkpoint: {dir: " + ckpt.string() + ", every_steps: 0, merge_lora: true}\n";
+  const std::string spec2 = WriteSpec(8, 2, 1e-2);
+  ASSERT_EQ(Shell(Train() + " train --config " + spec2 + " --nproc 1 --max-steps 2 --threads 1 " + Lora(), &out), 0)
+      << out;
+  ASSERT_TRUE(fs::exists(ckpt / "merged" / "model.safetensors")) << out;
+  ASSERT_EQ(Shell(Train() + " merge-lora --base " + (dir_ / "model").string() + " --adapter " +
+                      (ckpt / "step-2").string() + " --out " + (dir_ / "by-hand2").string(), &out), 0) << out;
+  ExpectSameFiles(dir_ / "by-hand2", ckpt / "merged");
+  EXPECT_TRUE(trainer::VerifyCheckpoint((ckpt / "step-2").string()).ok()) << "the merged directory is not a checkpoint";
+
+  // Only a LoRA run has adapters to merge: refused before anything runs, naming the field.
+  Run full = TrainRun("full", 1, spec, 1);
+  EXPECT_EQ(full.exit_code, 2) << full.output;
+  EXPECT_NE(full.output.find("spec.checkpoint.merge_lora needs spec.training.lora"), std::string::npos) << full.output;
 }
 
 }  // namespace

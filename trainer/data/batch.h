@@ -18,6 +18,10 @@ struct Batch {
   at::Tensor segment_ids;  // [B, T] int64; 0 = padding
   int64_t trained_tokens = 0;  // count of labels != -100
   int64_t tokens = 0;          // count of non-padding tokens
+  // [B] int64 (CPU): each row's identity within its optimizer step, the same at every world size
+  // (the trainer uses the example's position in the step's global batch). LoRA dropout masks are
+  // keyed by it (docs/lora.md); undefined when nothing needs it.
+  at::Tensor sample_keys;
   bool empty() const { return !input_ids.defined() || input_ids.numel() == 0; }
 };
 

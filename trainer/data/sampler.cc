@@ -74,17 +74,25 @@ int64_t NumMicroBatches(int64_t step_examples, int world, int64_t micro_batch_si
   return CeilDiv(CeilDiv(step_examples, world), micro_batch_size);
 }
 
-std::vector<std::vector<int64_t>> RankMicroBatches(const std::vector<int64_t>& step_examples, int rank, int world,
-                                                   int64_t micro_batch_size) {
+std::vector<std::vector<int64_t>> RankMicroBatchPositions(int64_t step_examples, int rank, int world,
+                                                          int64_t micro_batch_size) {
   if (world < 1 || rank < 0 || rank >= world || micro_batch_size < 1) {
     throw std::invalid_argument("RankMicroBatches: rank " + std::to_string(rank) + " of world " +
                                 std::to_string(world) + " with micro_batch_size " + std::to_string(micro_batch_size));
   }
-  const int64_t m = static_cast<int64_t>(step_examples.size());
-  std::vector<std::vector<int64_t>> out(static_cast<size_t>(NumMicroBatches(m, world, micro_batch_size)));
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(NumMicroBatches(step_examples, world, micro_batch_size)));
   size_t k = 0;
-  for (int64_t pos = rank; pos < m; pos += world, ++k) {
-    out[k / static_cast<size_t>(micro_batch_size)].push_back(step_examples[static_cast<size_t>(pos)]);
+  for (int64_t pos = rank; pos < step_examples; pos += world, ++k) {
+    out[k / static_cast<size_t>(micro_batch_size)].push_back(pos);
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> RankMicroBatches(const std::vector<int64_t>& step_examples, int rank, int world,
+                                                   int64_t micro_batch_size) {
+  auto out = RankMicroBatchPositions(static_cast<int64_t>(step_examples.size()), rank, world, micro_batch_size);
+  for (auto& micro : out) {
+    for (int64_t& pos : micro) pos = step_examples[static_cast<size_t>(pos)];
   }
   return out;
 }

@@ -63,6 +63,11 @@ class GlobalSampler {
 // NumMicroBatches(step size, world, micro_batch_size) lists; trailing ones may be empty.
 std::vector<std::vector<int64_t>> RankMicroBatches(const std::vector<int64_t>& step_examples, int rank, int world,
                                                    int64_t micro_batch_size);
+// The same split as positions in `step_examples` (0-based) instead of example indices: the position
+// of an example in its step's global batch does not depend on the world size, so it identifies
+// the example within the step (Batch::sample_keys).
+std::vector<std::vector<int64_t>> RankMicroBatchPositions(int64_t step_examples, int rank, int world,
+                                                          int64_t micro_batch_size);
 // The busiest rank's micro-batch count: ceil(ceil(step_examples / world) / micro_batch_size).
 int64_t NumMicroBatches(int64_t step_examples, int world, int64_t micro_batch_size);
 

@@ -8,6 +8,7 @@
 #include <map>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
 namespace eft::trainer {
 
@@ -175,6 +176,39 @@ uint64_t Mix(uint64_t h, uint64_t v) {  // splitmix64 step: distinct (seed, modu
   return h ^ (h >> 31);
 }
 
+}  // namespace
+
+at::Tensor LoraDropoutKeep(const at::Tensor& row_seeds, uint64_t module, int64_t T, int64_t features, double p) {
+  TORCH_CHECK(row_seeds.defined() && row_seeds.dim() == 1 && row_seeds.scalar_type() == at::kLong,
+              "LoRA dropout needs one int64 seed per row (LayerLora::dropout_row_seeds)");
+  const int64_t B = row_seeds.size(0);
+  const at::Tensor seeds = row_seeds.cpu().contiguous();
+  const int64_t* seed = seeds.data_ptr<int64_t>();
+  at::Tensor keep = at::empty({B, T, features}, at::TensorOptions().dtype(at::kFloat));
+  float* out = keep.data_ptr<float>();
+  const float kept = static_cast<float>(1.0 / (1.0 - p));
+  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;  // SplitMix64's increment
+  at::parallel_for(0, B * T, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t bt = begin; bt < end; ++bt) {
+      const int64_t b = bt / T, t = bt % T;
+      // One SplitMix64 stream per (row, module, position); its j-th output decides feature j.
+      const uint64_t state = Mix(Mix(static_cast<uint64_t>(seed[b]), module), static_cast<uint64_t>(t));
+      float* row = out + bt * features;
+      for (int64_t j = 0; j < features; ++j) {
+        uint64_t z = state + static_cast<uint64_t>(j + 1) * kGolden;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        z ^= z >> 31;
+        const double u = static_cast<double>(z >> 11) * 0x1.0p-53;  // uniform in [0, 1)
+        row[j] = u >= p ? kept : 0.0f;
+      }
+    }
+  });
+  return keep;
+}
+
+namespace {
+
 // y plus module `module`'s adapter applied to x (PEFT's order: the input cast to the adapters' fp32,
 // dropout, A, B, scale; the sum in fp32, cast back).
 at::Tensor WithLora(const at::Tensor& y, const at::Tensor& x, const LayerLora* lora, LoraAdapter LayerLora::*slot,
@@ -184,12 +218,9 @@ at::Tensor WithLora(const at::Tensor& y, const at::Tensor& x, const LayerLora* l
   if (!ad.a.defined()) return y;
   at::Tensor in = x.to(ad.a.scalar_type());
   if (lora->dropout > 0) {
-    // Drawn on the CPU from a private generator: the same mask on every device and in the
-    // activation-checkpointing recompute.
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(Mix(lora->dropout_seed, module));
-    at::Tensor keep = at::empty(in.sizes(), at::TensorOptions().dtype(at::kFloat));
-    keep.bernoulli_(1.0 - lora->dropout, gen);
-    in = in * keep.to(in.device(), in.scalar_type()) * (1.0 / (1.0 - lora->dropout));
+    // Computed on the CPU: the same mask on every device and in the activation-checkpointing recompute.
+    at::Tensor keep = LoraDropoutKeep(lora->dropout_row_seeds, module, in.size(1), in.size(2), lora->dropout);
+    in = in * keep.to(in.device(), in.scalar_type());
   }
   at::Tensor delta = at::linear(at::linear(in, ad.a), ad.b) * lora->scale;
   return (y + delta).to(y.scalar_type());

@@ -56,9 +56,17 @@ struct LoraAdapter {
 struct LayerLora {
   LoraAdapter q, k, v, o, gate, up, down;
   double scale = 1;
-  double dropout = 0;         // 0: none (always so when evaluating)
-  uint64_t dropout_seed = 0;  // the masks are a function of this and the module, so a recompute repeats them
+  double dropout = 0;  // 0: none (always so when evaluating)
+  // [B] int64 on the CPU, one per row of the batch: dropout masks are a function of (row seed,
+  // module, position, feature) only (LoraDropoutKeep), so a recompute repeats them and a row's mask
+  // does not depend on the other rows of its micro-batch or on its padding. Needed when dropout > 0.
+  at::Tensor dropout_row_seeds;
 };
+// The dropout mask of one module for rows with `row_seeds` ([B] int64) and inputs [B, T, features]:
+// float, 1 / (1 - p) where kept, 0 where dropped, on the CPU. Element (b, t, j) is kept when a
+// counter-based hash (SplitMix64) of (row_seeds[b], module, t, j), as a uniform number in [0, 1),
+// is >= p: deterministic, the same on every platform and thread count.
+at::Tensor LoraDropoutKeep(const at::Tensor& row_seeds, uint64_t module, int64_t T, int64_t features, double p);
 // `tensors` in the order of LoraParamSpecs(config, *, modules, r).
 LayerLora BindLora(const std::vector<std::string>& modules, const std::vector<at::Tensor>& tensors);
 

@@ -32,11 +32,34 @@ struct LayerCall {
   FlatParamUnit* adapter = nullptr;
   const LoraOptions* lora = nullptr;
   at::Tensor adapter_full;
+  std::function<void()> adapter_wait;  // the background gather into adapter_full
   double dropout = 0;
-  uint64_t dropout_seed = 0;
+  at::Tensor dropout_row_seeds;  // [B]: a function of (seed, step, the row's sample key, layer)
 };
 
 namespace {
+
+// Any fixed function would do; this one is stable across platforms (a SplitMix64-style combine).
+uint64_t Combine(uint64_t h, uint64_t v) {
+  return (h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2))) * 0xbf58476d1ce4e5b9ULL;
+}
+
+// LoRA dropout: one seed per row of the micro-batch from (seed, step, the row's sample key, layer),
+// none of which depends on the rank, the micro-batch or the world size (docs/lora.md).
+at::Tensor DropoutRowSeeds(uint64_t seed, int64_t step, const at::Tensor& sample_keys, size_t layer) {
+  at::Tensor keys = sample_keys.to(at::kLong).contiguous();
+  at::Tensor out = at::empty_like(keys);
+  const int64_t* key = keys.data_ptr<int64_t>();
+  int64_t* row = out.data_ptr<int64_t>();
+  for (int64_t b = 0; b < keys.numel(); ++b) {
+    uint64_t h = seed;
+    for (uint64_t v : {static_cast<uint64_t>(step), static_cast<uint64_t>(key[b]), static_cast<uint64_t>(layer)}) {
+      h = Combine(h, v);
+    }
+    row[b] = static_cast<int64_t>(h);
+  }
+  return out;
+}
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -51,7 +74,7 @@ at::Tensor LayerForward(const LayerCall& call, const at::Tensor& full, const at:
   LayerLora lora = BindLora(call.lora->modules, call.adapter->Views(adapter));
   lora.scale = call.lora->scale;
   lora.dropout = call.dropout;
-  lora.dropout_seed = call.dropout_seed;
+  lora.dropout_row_seeds = call.dropout_row_seeds;
   return DecoderLayer(*call.config, w, hidden, *call.attention, &lora);
 }
 
@@ -303,8 +326,14 @@ void ShardedLlama::FinishReduces(size_t keep) {
   }
 }
 
-at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ctx, bool with_grad) {
+at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ctx, bool with_grad,
+                                   const at::Tensor& sample_keys) {
   calls_.clear();
+  const bool dropout = lora_.enabled && with_grad && lora_.dropout > 0;
+  if (dropout) {
+    TORCH_CHECK(sample_keys.defined() && sample_keys.dim() == 1 && sample_keys.size(0) == hidden.size(0),
+                "LoRA dropout needs Batch::sample_keys, one per row (", hidden.size(0), " rows)");
+  }
   for (size_t i = 1; i < units_.size(); ++i) {
     auto call = std::make_unique<LayerCall>();
     call->config = &config_;
@@ -317,15 +346,9 @@ at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ct
     if (lora_.enabled) {
       call->adapter = adapters_[i].get();
       call->lora = &lora_;
-      if (with_grad) {
+      if (dropout) {
         call->dropout = lora_.dropout;
-        // Any fixed function of the five numbers would do; this one is stable across platforms.
-        uint64_t h = lora_.seed;
-        for (uint64_t v : {static_cast<uint64_t>(step_), static_cast<uint64_t>(comm_->rank()),
-                           static_cast<uint64_t>(micro_index_), static_cast<uint64_t>(i)}) {
-          h = (h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2))) * 0xbf58476d1ce4e5b9ULL;
-        }
-        call->dropout_seed = h;
+        call->dropout_row_seeds = DropoutRowSeeds(lora_.seed, step_, sample_keys, i);
       }
     }
     if (!calls_.empty()) {
@@ -334,11 +357,20 @@ at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ct
     }
     calls_.push_back(std::move(call));
   }
+  if (lora_.enabled) {
+    // Adapters are small (fp32, ~1-3% of a layer's base): every layer's gather starts here, before
+    // the first layer computes, so the layers below find theirs done instead of each waiting for a
+    // synchronous all-gather. Gathered whole for each micro-batch, kept for the layer's backward.
+    for (auto& owned : calls_) {
+      LayerCall* call = owned.get();
+      call->adapter_full = at::empty({call->adapter->padded_numel()}, call->adapter->shard().options());
+      call->adapter_wait = call->adapter->GatherIntoAsync(call->adapter_full);
+    }
+  }
   for (auto& owned : calls_) {
     LayerCall* call = owned.get();
-    if (call->adapter != nullptr) {
-      // Small: gathered whole for each micro-batch, kept for this layer's backward.
-      call->adapter_full = call->adapter->Gather(at::kFloat);
+    if (call->adapter_wait) {
+      std::exchange(call->adapter_wait, nullptr)();
       if (with_grad) call->adapter_full.requires_grad_(true);
     }
     if (!with_grad) {
@@ -390,6 +422,7 @@ Batch ShardedLlama::OnDevice(const Batch& input) const {
     batch.labels = at::full({1, 1}, -100, longs);
     batch.position_ids = at::zeros({1, 1}, longs);
     batch.segment_ids = at::ones({1, 1}, longs);
+    batch.sample_keys = at::full({1}, -1, at::kLong);  // any key: the row trains nothing
     return batch;
   }
   for (at::Tensor* t : {&batch.input_ids, &batch.labels, &batch.position_ids, &batch.segment_ids}) {
@@ -405,7 +438,7 @@ double ShardedLlama::ForwardBackward(const Batch& input, double loss_scale) {
   const Batch batch = OnDevice(input);
   AttentionContext ctx = MakeAttentionContext(config_, batch, options_.compute_dtype);
   at::Tensor hidden = Embed(root_, batch.input_ids);
-  hidden = RunLayers(hidden, ctx, /*with_grad=*/true);
+  hidden = RunLayers(hidden, ctx, /*with_grad=*/true, batch.sample_keys);
   at::Tensor loss_sum = LossSum(config_, root_, hidden, batch.labels);
   // Keep the graph connected even with nothing to train, so every layer's backward (and its
   // collectives) still runs.

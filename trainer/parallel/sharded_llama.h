@@ -62,7 +62,9 @@ struct LoraOptions {
   double scale = 2;   // alpha / r
   double dropout = 0;
   std::vector<std::string> modules;  // layer order (LoraParamSpecs)
-  uint64_t seed = 0;  // dropout masks: a function of (seed, step, rank, micro-batch, layer, module)
+  // Dropout masks: a function of (seed, step, Batch::sample_keys' row key, layer, module, position,
+  // feature), not of the rank or the micro-batch, so every world size draws the same ones.
+  uint64_t seed = 0;
 };
 
 class ShardedLlama {
@@ -93,7 +95,8 @@ class ShardedLlama {
   void BeginStep(int64_t micro_batches = 1);
   // Forward and backward of one micro-batch, backpropagating loss_sum * loss_scale. An empty batch
   // (a rank with fewer micro-batches this step) still takes part in every collective and adds no
-  // gradient. Collective. Returns the micro-batch's loss sum (unscaled).
+  // gradient. Collective. Returns the micro-batch's loss sum (unscaled). With LoRA dropout the
+  // batch needs sample_keys.
   double ForwardBackward(const Batch& batch, double loss_scale);
   // Collective: every gradient of the step is in the units' grad() slices when it returns.
   void EndStep();
@@ -128,7 +131,9 @@ class ShardedLlama {
     at::Tensor shard;  // this rank's slice of the sum, once `wait` returned
     std::function<void()> wait;
   };
-  at::Tensor RunLayers(at::Tensor hidden, const AttentionContext& ctx, bool with_grad);
+  // `sample_keys`: the batch's (needed for LoRA dropout while training).
+  at::Tensor RunLayers(at::Tensor hidden, const AttentionContext& ctx, bool with_grad,
+                       const at::Tensor& sample_keys = {});
   bool Keeps() const { return options_.strategy != ShardingStrategy::kFull; }
   // The unit whose gradient AddGrad(index, ...) receives.
   FlatParamUnit& Trainable(size_t index) { return lora_.enabled ? *adapters_[index] : *units_[index]; }

@@ -101,6 +101,7 @@ Result<TrainConfig> TrainConfigFromJobSpec(const v1::JobSpec& s) {
   c.eval_fraction = d.eval_fraction();
   c.eval_every_steps = t.eval_every_steps();
   c.keep_best = k.keep_best();
+  c.merge_lora = k.merge_lora();
   return c;
 }
 

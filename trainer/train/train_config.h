@@ -62,6 +62,7 @@ struct TrainConfig {
   int64_t checkpoint_full_every_steps = 0;  // full (HF + optimizer) checkpoints; 0: only at the end
   int keep_last = 3;
   bool require_resume = false;  // a resume that finds only unusable checkpoints fails
+  bool merge_lora = false;      // LoRA: also write the merged model at the end (docs/lora.md)
 
   // Evaluation (trainer/train/evaluation.h).
   std::string eval_data;         // JSONL held-out set; empty: none

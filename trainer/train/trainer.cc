@@ -16,6 +16,7 @@
 
 #include "common/logging.h"
 #include "trainer/checkpoint/full_state.h"
+#include "trainer/checkpoint/merge_lora.h"
 #include "trainer/checkpoint/peft_adapter.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/data/packing.h"
@@ -149,6 +150,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   sharding.compute_dtype = c.precision == "bf16" ? at::kBFloat16 : at::kFloat;
   sharding.activation_checkpointing = c.activation_checkpointing;
   sharding.device = t->device_;
+  if (c.merge_lora && c.output_dir.empty() && c.checkpoint_dir.empty()) {
+    return Status::InvalidArgument("spec.checkpoint.merge_lora: the merged model goes to <--output-dir>/merged or "
+                                   "<spec.checkpoint.dir>/merged; set one of them");
+  }
   LoraOptions lora;
   if (c.lora.enabled) {  // docs/lora.md
     lora.enabled = true;
@@ -276,11 +281,16 @@ Result<StepResult> Trainer::Step() {
   const int64_t spe = sampler_->steps_per_epoch();
   const int64_t epoch = step_ / spe, in_epoch = step_ % spe;
   std::vector<int64_t> examples = sampler_->StepExamples(epoch, in_epoch);
-  auto micro = RankMicroBatches(examples, comm_->rank(), comm_->world(), config_.micro_batch_size);
+  auto positions = RankMicroBatchPositions(static_cast<int64_t>(examples.size()), comm_->rank(), comm_->world(),
+                                           config_.micro_batch_size);
   std::vector<Batch> batches;
   int64_t trained = 0, tokens = 0;
-  for (const auto& indices : micro) {
+  for (const auto& micro : positions) {
+    std::vector<int64_t> indices;
+    for (int64_t pos : micro) indices.push_back(examples[static_cast<size_t>(pos)]);
     batches.push_back(Collate(dataset_, indices, pad_token_id_));
+    // The example's place in the step's batch keys its LoRA dropout: the same at every world size.
+    if (!micro.empty()) batches.back().sample_keys = at::tensor(micro, at::kLong);
     trained += batches.back().trained_tokens;
     tokens += batches.back().tokens;
   }
@@ -437,8 +447,33 @@ Status Trainer::Run() {
   EFT_RETURN_IF_ERROR(checkpointer_->Poll(false, /*wait=*/true).status());
   if (checkpointer_->enabled()) EFT_RETURN_IF_ERROR(checkpointer_->SaveFull(State()));
   EFT_RETURN_IF_ERROR(SaveFinalModel());
-  if (env_.rank == 0) events_.Emit(rank::FinishedEvent{step_});
+  std::string merged;
+  if (config_.merge_lora && env_.rank == 0) {
+    EFT_ASSIGN_OR_RETURN(merged, MergeFinalAdapter());
+  }
+  if (env_.rank == 0) events_.Emit(rank::FinishedEvent{step_, merged});
   return Status::Ok();
+}
+
+Result<std::string> Trainer::MergeFinalAdapter() {
+  // The final adapter directory just written: --output-dir, else the final full checkpoint. The
+  // merge is the one `eft-train merge-lora` does, so both give the same bytes.
+  const bool to_output = !config_.output_dir.empty();
+  const std::string adapter = to_output ? config_.output_dir : config_.checkpoint_dir + "/step-" + std::to_string(step_);
+  const std::string merged = (to_output ? config_.output_dir : config_.checkpoint_dir) + "/merged";
+  // Written beside and renamed into place, so `merged` is never a half-written model (a retry
+  // after a crash here merges again).
+  const std::string scratch = merged + ".tmp";
+  std::error_code ec;
+  fs::remove_all(scratch, ec);
+  const double t0 = Now();
+  EFT_RETURN_IF_ERROR(MergeLoraAdapter(config_.model, adapter, scratch).WithContext("spec.checkpoint.merge_lora"));
+  fs::remove_all(merged, ec);
+  fs::rename(scratch, merged, ec);
+  if (ec) return Status::IoError("spec.checkpoint.merge_lora: renaming " + scratch + " to " + merged + ": " + ec.message());
+  EFT_LOG(INFO) << "merged model (" << config_.model << " + the LoRA adapters of " << adapter << ") written to "
+                << merged << " in " << Now() - t0 << " s";
+  return merged;
 }
 
 Status Trainer::SaveFinalModel() {

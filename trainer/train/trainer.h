@@ -43,7 +43,7 @@ class Trainer {
   static Result<std::unique_ptr<Trainer>> Create(TrainConfig config, RankEnv env);
 
   // Trains to the end (epochs or max_steps), checkpointing on the way and writing a full checkpoint
-  // (and output_dir, if set) at the end. Collective. Aborted when it stopped on request (SIGTERM
+  // (and output_dir, if set) at the end, then under checkpoint.merge_lora the merged model. Collective. Aborted when it stopped on request (SIGTERM
   // on any rank: see RequestStop) after saving a checkpoint; the caller exits 75.
   Status Run();
   // Asks every rank to stop after the current step (async-signal-safe: call it from a handler).
@@ -67,6 +67,8 @@ class Trainer {
   TrainerState State() const;
   void ReportMemory();
   Status SaveFinalModel();
+  // checkpoint.merge_lora, rank 0, after the final adapter directory: the merged model's directory.
+  Result<std::string> MergeFinalAdapter();
   // Evaluation (trainer/train/evaluation.h): the eval set from data.eval or data.eval_fraction
   // (which also takes it out of dataset_); whether this step is evaluated; the evaluation itself,
   // reported on the progress line and as an EvalEvent. RunEval is collective.

@@ -85,6 +85,7 @@ TEST(RankProtocolTest, EveryEventRoundTrips) {
   EXPECT_DOUBLE_EQ(r.load_seconds, 1.5);
 
   EXPECT_EQ(RoundTrip<FinishedEvent>(FinishedEvent{77}).step, 77);
+  EXPECT_EQ(RoundTrip<FinishedEvent>(FinishedEvent{77, "/out/merged"}).merged_model, "/out/merged");
   auto err = RoundTrip<ErrorEvent>(ErrorEvent{"model_type 'gpt2' is not supported", 2});
   EXPECT_EQ(err.message, "model_type 'gpt2' is not supported");
   EXPECT_EQ(err.exit_code, 2);
@@ -100,6 +101,7 @@ TEST(RankProtocolTest, EveryEventRoundTrips) {
 TEST(RankProtocolTest, TheWireFormatIsTheDocumentedOne) {
   // What a program in another language writes (docs/architecture.md): names, not positions.
   EXPECT_EQ(EncodeEvent(FinishedEvent{5}), R"({"event":"finished","step":5})");
+  EXPECT_EQ(EncodeEvent(FinishedEvent{5, "/o/merged"}), R"({"event":"finished","merged_model":"/o/merged","step":5})");
   EXPECT_EQ(EncodeEvent(CheckpointDeletedEvent{"/c/step-1", "retention"}),
             R"({"event":"checkpoint_deleted","path":"/c/step-1","reason":"retention"})");
   // Optional fields that were not measured are left out rather than sent as 0.

@@ -80,6 +80,14 @@ TEST(RankEventsTest, LostProgressIsAJobEvent) {
   EXPECT_EQ(e.message, "no valid checkpoint in /ckpt: starting from scratch, 1 checkpoint skipped (attempt 2)");
 }
 
+// checkpoint.merge_lora: the merged model's directory becomes a job event, whatever the attempt.
+TEST(RankEventsTest, AMergedModelIsAJobEvent) {
+  RankEventEffect e = InterpretRankEvent(Event(1, rank::EncodeEvent(rank::FinishedEvent{12, "/ckpt/job/merged"})), 1);
+  ASSERT_EQ(e.kind, Kind::kJobEvent);
+  EXPECT_EQ(e.event_type, "merged_model");
+  EXPECT_EQ(e.message, "LoRA adapters merged into the base model: /ckpt/job/merged (step 12)");
+}
+
 TEST(RankEventsTest, WhatTheControllerDoesNotKeepIsIgnoredQuietly) {
   for (const rank::Event& ev : std::vector<rank::Event>{rank::ResumedEvent{3, "sharded", "/p", 1, 0, 0},
                                                         rank::FinishedEvent{9}, rank::MemoryEvent{0, 1, 2},

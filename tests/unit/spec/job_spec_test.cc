@@ -558,3 +558,25 @@ TEST(JobSpecTest, EvalFieldsAreValidated) {
 
 }  // namespace
 }  // namespace eft::spec
+
+namespace eft::spec {
+namespace {
+
+// checkpoint.merge_lora (docs/lora.md): off by default, and only with training.lora.
+TEST(JobSpecTest, MergeLoraNeedsLora) {
+  auto plain = ParseJobSpec("name: a\ncommand: [x]\ncheckpoint: {merge_lora: true}\n");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  Status s = NormalizeJobSpec(&*plain);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("spec.checkpoint.merge_lora needs spec.training.lora", 0), 0u) << s.message();
+  auto lora = ParseJobSpec("name: a\ncommand: [x]\ntraining: {lora: {r: 8}}\ncheckpoint: {merge_lora: true}\n");
+  ASSERT_TRUE(lora.ok()) << lora.status();
+  ASSERT_TRUE(NormalizeJobSpec(&*lora).ok());
+  EXPECT_TRUE(lora->checkpoint().merge_lora());
+  auto by_default = ParseJobSpec("name: a\ncommand: [x]\ntraining: {lora: {r: 8}}\n");
+  ASSERT_TRUE(by_default.ok() && NormalizeJobSpec(&*by_default).ok());
+  EXPECT_FALSE(by_default->checkpoint().merge_lora());
+}
+
+}  // namespace
+}  // namespace eft::spec

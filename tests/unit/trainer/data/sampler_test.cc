@@ -140,6 +140,29 @@ TEST(MicroBatchTest, RanksPartitionEveryStepForAnyWorldSize) {
   }
 }
 
+// The positions (LoRA dropout's sample keys) are the same split: each of a step's positions on exactly
+// one rank, and the examples at them are the rank's micro-batches.
+TEST(MicroBatchTest, PositionsAreTheSameSplit) {
+  GlobalSampler sampler(103, 10, 3);
+  const std::vector<int64_t> step = sampler.StepExamples(0, 4);
+  for (int world = 1; world <= 4; ++world) {
+    std::vector<int64_t> all;
+    for (int rank = 0; rank < world; ++rank) {
+      auto positions = RankMicroBatchPositions(static_cast<int64_t>(step.size()), rank, world, 2);
+      auto examples = RankMicroBatches(step, rank, world, 2);
+      ASSERT_EQ(positions.size(), examples.size());
+      for (size_t k = 0; k < positions.size(); ++k) {
+        ASSERT_EQ(positions[k].size(), examples[k].size());
+        for (size_t i = 0; i < positions[k].size(); ++i) {
+          EXPECT_EQ(step[static_cast<size_t>(positions[k][i])], examples[k][i]);
+          all.push_back(positions[k][i]);
+        }
+      }
+    }
+    EXPECT_EQ(Sorted(all), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})) << "world " << world;
+  }
+}
+
 TEST(MicroBatchTest, RejectsBadRank) {
   EXPECT_THROW(RankMicroBatches({1, 2}, 2, 2, 1), std::invalid_argument);
   EXPECT_THROW(RankMicroBatches({1, 2}, 0, 1, 0), std::invalid_argument);

@@ -3,7 +3,8 @@
 //    y = x W^T + (alpha / r) * (x A^T) B^T from the formula in PyTorch, at world sizes 1, 2 and 3;
 //  - every sharding strategy, with and without activation checkpointing, gives the same gradients;
 //  - AdamW steps give the same losses at W = 1, 2, 3 and never change the frozen base weights;
-//  - dropout is a function of (seed, step, rank, micro-batch, layer, module): recomputation repeats it.
+//  - dropout is a function of (seed, step, sample key, layer, module, position, feature): recomputation
+//    repeats it, and a row's mask does not depend on its micro-batch, its neighbours or its padding.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -48,6 +49,12 @@ Batch TwoRows(const ModelConfig& config) {
                             0);
 }
 
+Batch TwoRows(const ModelConfig& config, std::vector<int64_t> keys) {
+  Batch b = TwoRows(config);
+  b.sample_keys = at::tensor(keys, at::kLong);
+  return b;
+}
+
 struct Outcome {
   std::vector<double> losses;  // per step (sum over the batch)
   std::vector<std::pair<std::string, at::Tensor>> adapter_grads;  // whole, after the first step
@@ -84,7 +91,8 @@ Outcome Train(int world, const ModelConfig& config, ShardingOptions options, Lor
     }
     AdamW adamw(AdamWConfig{0.9, 0.999, 1e-8, 0.01});
     for (FlatParamUnit* u : model.trainable_units()) adamw.AddParam(u->shard(), u->grad(), u->decay_mask());
-    const Batch batch = TwoRows(config);
+    // Every rank computes the same rows, with the same sample keys (so the same dropout masks).
+    const Batch batch = TwoRows(config, {0, 1});
     const double scale = 1.0 / (world * micro_batches * static_cast<double>(batch.trained_tokens));
     std::vector<double> losses;
     std::vector<std::pair<std::string, at::Tensor>> grads;
@@ -207,6 +215,76 @@ TEST(Lora, DropoutIsRepeatedByTheRecomputationAndDependsOnTheStep) {
   for (size_t i = 0; i < a.adapter_grads.size(); ++i) {
     EXPECT_LT(MaxDiff(a.adapter_grads[i].second, b.adapter_grads[i].second), 1e-7) << a.adapter_grads[i].first;
   }
+}
+
+// One step on W = 1 over `micro` (one micro-batch each): the loss sum and the adapter gradients.
+std::pair<double, std::vector<at::Tensor>> OneStep(const ModelConfig& config, const LoraOptions& lora,
+                                                   const std::vector<Batch>& micro) {
+  std::pair<double, std::vector<at::Tensor>> out;
+  RunRanks(1, [&](Communicator& comm) {
+    ShardedLlama model(config, &comm, ShardingOptions(), lora);
+    ASSERT_TRUE(model.InitRandom(3).ok());
+    ASSERT_TRUE(InitNonZeroAdapters(model, config).ok());
+    model.SetStep(5);
+    model.BeginStep(static_cast<int64_t>(micro.size()));
+    for (const Batch& b : micro) out.first += model.ForwardBackward(b, 1e-2);
+    model.EndStep();
+    for (FlatParamUnit* u : model.trainable_units()) out.second.push_back(u->grad().clone());
+  });
+  return out;
+}
+
+// What makes W = 1, 2, 3 draw the same masks: a row's mask is a function of its sample key, not of
+// which rows share its micro-batch or how far it is padded (each world size groups and pads the
+// step's examples differently).
+TEST(Lora, DropoutDependsOnTheSampleKeyNotOnItsMicroBatchOrPadding) {
+  using testing::RowSpec;
+  const ModelConfig config = testing::TinyConfig("llama");
+  const int64_t v = config.vocab_size;
+  const std::vector<RowSpec> rows = {RowSpec{{testing::RandomTokens(4, v, 1)}, 0, 1},
+                                     RowSpec{{testing::RandomTokens(9, v, 2)}, 0, 2},
+                                     RowSpec{{testing::RandomTokens(6, v, 3), testing::RandomTokens(3, v, 4)}, 0, 1}};
+  auto keyed = [](Batch b, std::vector<int64_t> keys) {
+    b.sample_keys = at::tensor(keys, at::kLong);
+    return b;
+  };
+  const LoraOptions lora = Lora(4, 8, kAllLinear, 0.3);
+  // Together (rows padded to 9) and one row per micro-batch (no padding).
+  auto together = OneStep(config, lora, {keyed(testing::MakeBatch(rows, 0), {0, 1, 2})});
+  auto apart = OneStep(config, lora, {keyed(testing::MakeBatch({rows[0]}, 0), {0}),
+                                      keyed(testing::MakeBatch({rows[1]}, 0), {1}),
+                                      keyed(testing::MakeBatch({rows[2]}, 0), {2})});
+  // The same sums in another order: a few ulps of a loss of ~100 and gradients of ~1e-1.
+  EXPECT_NEAR(apart.first, together.first, 1e-6 * together.first);
+  ASSERT_EQ(apart.second.size(), together.second.size());
+  for (size_t i = 0; i < together.second.size(); ++i) {
+    EXPECT_LT(MaxDiff(apart.second[i], together.second[i]), 1e-7) << "unit " << i;
+  }
+  // The keys are what matters: other keys, other masks.
+  auto other = OneStep(config, lora, {keyed(testing::MakeBatch(rows, 0), {3, 4, 5})});
+  auto none = OneStep(config, Lora(4, 8), {keyed(testing::MakeBatch(rows, 0), {0, 1, 2})});
+  EXPECT_GT(std::abs(other.first - together.first), 1e-4 * together.first);
+  EXPECT_GT(std::abs(none.first - together.first), 1e-4 * together.first) << "dropout does something";
+  // Without keys there is no mask to draw: refused, not made up.
+  RunRanks(1, [&](Communicator& comm) {
+    ShardedLlama model(config, &comm, ShardingOptions(), lora);
+    ASSERT_TRUE(model.InitRandom(3).ok());
+    model.BeginStep(1);
+    EXPECT_THROW(model.ForwardBackward(testing::MakeBatch(rows, 0), 1.0), c10::Error);
+  });
+}
+
+TEST(Lora, DropoutMasksKeepOneMinusPAndAPrefixDoesNotDependOnTheLength) {
+  const at::Tensor seeds = at::tensor(std::vector<int64_t>{7, -3}, at::kLong);
+  const at::Tensor long_mask = LoraDropoutKeep(seeds, 2, 40, 64, 0.25);
+  const at::Tensor short_mask = LoraDropoutKeep(seeds, 2, 9, 64, 0.25);
+  EXPECT_TRUE(at::equal(long_mask.slice(1, 0, 9), short_mask));
+  // Kept entries are scaled by 1 / (1 - p); over 5120 draws the kept share is 0.75 +- 0.02 (> 3 sigma).
+  const at::Tensor kept = long_mask > 0;
+  EXPECT_NEAR(kept.to(at::kDouble).mean().item<double>(), 0.75, 0.02);
+  EXPECT_FLOAT_EQ(long_mask.max().item<float>(), 1.0f / 0.75f);
+  EXPECT_FALSE(at::equal(LoraDropoutKeep(seeds, 3, 40, 64, 0.25), long_mask)) << "each module its own mask";
+  EXPECT_FALSE(at::equal(long_mask[0], long_mask[1])) << "each row its own mask";
 }
 
 TEST(Lora, OnlyTheAdaptersAreTrainableAndTheBaseIsKeptInTheComputeDtype) {

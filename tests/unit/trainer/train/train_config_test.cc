@@ -96,8 +96,17 @@ const std::map<std::string, std::string>& ChangedValues() {
       {"data.eval_fraction", "0.02"},
       {"training.eval_every_steps", "25"},
       {"checkpoint.keep_best", "true"},
+      {"checkpoint.merge_lora", "true"},
   };
   return *kValues;
+}
+
+// Fields valid only beside others: the overrides they need, applied to both sides of the comparison.
+const std::map<std::string, std::vector<std::string>>& Prerequisites() {
+  static const auto* kNeeds = new std::map<std::string, std::vector<std::string>>{
+      {"checkpoint.merge_lora", {"training.lora.r=8"}},
+  };
+  return *kNeeds;
 }
 
 TEST(TrainConfigTest, EverySpecFieldReachesTheTrainerOrIsDeclaredTheControllers) {
@@ -117,10 +126,15 @@ TEST(TrainConfigTest, EverySpecFieldReachesTheTrainerOrIsDeclaredTheControllers)
     ASSERT_NE(changed, ChangedValues().end())
         << "spec.proto has " << field << " but eft-train neither reads it (TrainConfigFromJobSpec) nor lists "
         << "it in FieldsTheTrainerIgnores(); decide, then add it to ChangedValues() here";
-    auto config = TrainConfigFromJobSpec(Normalized(kMinimal, {field + "=" + changed->second}));
+    std::vector<std::string> needs;
+    if (auto it = Prerequisites().find(field); it != Prerequisites().end()) needs = it->second;
+    auto before = needs.empty() ? baseline : TrainConfigFromJobSpec(Normalized(kMinimal, needs));
+    ASSERT_TRUE(before.ok()) << field << ": " << before.status();
+    needs.push_back(field + "=" + changed->second);
+    auto config = TrainConfigFromJobSpec(Normalized(kMinimal, needs));
     ASSERT_TRUE(config.ok()) << field << ": " << config.status();
-    EXPECT_FALSE(*config == *baseline) << "setting " << field << "=" << changed->second
-                                       << " did not change the trainer's configuration";
+    EXPECT_FALSE(*config == *before) << "setting " << field << "=" << changed->second
+                                     << " did not change the trainer's configuration";
   }
   // And the other way: nothing listed that the schema does not have.
   for (const std::string& name : ignored) {
@@ -328,6 +342,19 @@ TEST(LoraSpecTest, BadValuesAreRefusedWithTheFieldNamed) {
       {"training.lora.rank=8", "spec.training.lora.rank: unknown field (fields here: r, alpha, dropout, "
                                "target_modules, init_from)"},
   };
+  // checkpoint.merge_lora merges adapters: without training.lora there are none.
+  {
+    auto spec = LoadJobSpec(Doc(kMinimal), {"checkpoint.merge_lora=true"});
+    ASSERT_FALSE(spec.ok());
+    EXPECT_EQ(spec.status().message().rfind("spec.checkpoint.merge_lora needs spec.training.lora", 0), 0u)
+        << spec.status();
+    auto with_lora = TrainConfigFromJobSpec(Normalized(kMinimal, {"checkpoint.merge_lora=true", "training.lora.r=4"}));
+    ASSERT_TRUE(with_lora.ok()) << with_lora.status();
+    EXPECT_TRUE(with_lora->merge_lora);
+    auto by_default = TrainConfigFromJobSpec(Normalized(kMinimal, {"training.lora.r=4"}));
+    ASSERT_TRUE(by_default.ok());
+    EXPECT_FALSE(by_default->merge_lora);
+  }
   for (const auto& [override, message] : cases) {
     auto spec = LoadJobSpec(Doc(kMinimal), {override});
     ASSERT_FALSE(spec.ok()) << override;
