@@ -25,8 +25,10 @@ cleanup() {
 trap cleanup EXIT
 
 # Part 1's length: epochs over the 160 training conversations (10 steps each) and how often the
-# held-out set is evaluated. Override to make the demo shorter or the learning clearer.
-CAPITALS_EPOCHS=${CAPITALS_EPOCHS:-12}
+# held-out set is evaluated. Override to make the demo shorter or the learning clearer. 20 epochs
+# answer most held-out questions right (7 of 8 measured at 24); at 12 the model knows the capitals
+# but not yet which country was asked.
+CAPITALS_EPOCHS=${CAPITALS_EPOCHS:-20}
 CAPITALS_EVAL_EVERY=${CAPITALS_EVAL_EVERY:-20}
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -93,16 +95,18 @@ PY
   echo "\$ eft-train chat-template --tokenizer qwen3-tokenizer --messages question.json   (what the model reads)"
   "$BUILD/trainer/eft-train" chat-template --tokenizer "$DEMO/qwen3-tokenizer" --messages "$DEMO/question.json"
   # Random weights (no download): the "model before fine-tuning" knows nothing, so whatever it says
-  # after training it learned here. Qwen3's real vocabulary (151,680 tokens) and template.
+  # after training it learned here. Qwen3's real vocabulary (151,680 tokens) and template. A wider
+  # init than HF's 0.02 (0.1 ~ 1/sqrt(hidden)) learns faster here: eval loss 0.46 against 0.67
+  # after 60 steps.
   "$BUILD/trainer/eft-train" init-model --arch qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 \
-    --intermediate 128 --vocab-size 151680 --tie-embeddings --dtype float32 --seed 1 \
+    --intermediate 128 --vocab-size 151680 --tie-embeddings --dtype float32 --seed 1 --initializer-range 0.1 \
     --tokenizer "$DEMO/qwen3-tokenizer" --out "$DEMO/chat-model" >/dev/null
   cat >"$DEMO/capitals.yaml" <<YAML
 name: capitals
 model: $DEMO/chat-model
 data: {train: $DEMO/capitals-train.jsonl, eval: $DEMO/capitals-eval.jsonl, max_seq_len: 64}
 resources: {nodes: {min: 1, max: 2}, gpus_per_node: 1}
-training: {epochs: $CAPITALS_EPOCHS, global_batch_size: 16, micro_batch_size: 8, lr: 1.0e-2, precision: fp32,
+training: {epochs: $CAPITALS_EPOCHS, global_batch_size: 8, micro_batch_size: 4, lr: 1.0e-2, precision: fp32,
            weight_decay: 0.0, eval_every_steps: $CAPITALS_EVAL_EVERY, schedule: {type: cosine, warmup_ratio: 0.05}}
 checkpoint: {dir: $DEMO/capitals-checkpoints, every_steps: 0, keep_last: 1}
 env: {OMP_NUM_THREADS: "1"}
@@ -113,16 +117,21 @@ YAML
   "$EFTCTL" job logs 1 --rank 0 | grep -E "eval +[0-9]+/[0-9]+ \| eval_loss" || true
   "$EFTCTL" job describe 1 | grep -E "^(Progress|Eval):" || true
   FINAL=$(ls -dv "$DEMO"/capitals-checkpoints/step-* | tail -1)
-  say "A held-out question, before and after fine-tuning (eft-train generate, greedy)"
-  printf 'question:  %s\n' "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["content"])' "$DEMO/question.json")"
-  printf 'expected:  %s\n' "$(head -1 "$DEMO/capitals-eval.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["messages"][1]["content"])')"
+  say "Held-out questions, before and after fine-tuning (eft-train generate, greedy)"
   # Quoted, so an answer of blank lines (what random weights tend to say) is visible as "\n\n...".
   answer() {
-    "$BUILD/trainer/eft-train" generate --model "$1" --messages "$DEMO/question.json" --max-new-tokens 16 \
-      --threads 2 | python3 -c 'import json,sys; t = sys.stdin.read(); print(json.dumps(t[:-1] if t.endswith("\n") else t))'
+    "$BUILD/trainer/eft-train" generate --model "$1" --messages "$2" --max-new-tokens 16 --threads 2 |
+      python3 -c 'import json,sys; t = sys.stdin.read(); print(json.dumps(t[:-1] if t.endswith("\n") else t))'
   }
-  printf 'before:    %s\n' "$(answer "$DEMO/chat-model")"
-  printf 'after:     %s\n' "$(answer "$FINAL")"
+  for n in 1 12 23; do  # three countries, each asked in the phrasing training never saw
+    sed -n "${n}p" "$DEMO/capitals-eval.jsonl" >"$DEMO/eval-$n.jsonl"
+    python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["messages"][:1]))' \
+      "$DEMO/eval-$n.jsonl" >"$DEMO/question-$n.json"
+    printf 'question:  %s\n' "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["content"])' "$DEMO/question-$n.json")"
+    printf 'expected:  %s\n' "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["messages"][1]["content"])' "$DEMO/eval-$n.jsonl")"
+    printf 'before:    %s\n' "$(answer "$DEMO/chat-model" "$DEMO/question-$n.json")"
+    printf 'after:     %s\n\n' "$(answer "$FINAL" "$DEMO/question-$n.json")"
+  done
   echo "(the fine-tuned model: $FINAL, a Hugging Face directory; talk to it with eft-train chat --model $FINAL)"
   CAPITALS_JOBS=1
 else

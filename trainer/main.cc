@@ -93,6 +93,7 @@ struct InitModelArgs {
   std::string arch, out, tokenizer, dtype = "bfloat16";
   int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, intermediate = 0, vocab = 0, head_dim = 0;
   int64_t max_position = 4096;
+  double initializer_range = 0.02;  // HF's default std of the normal init
   uint64_t seed = 0;
   bool tie = false;
 };
@@ -109,7 +110,8 @@ int InitModel(const InitModelArgs& a) {
                         {"tie_word_embeddings", a.tie},
                         {"torch_dtype", a.dtype},
                         {"hidden_act", "silu"},
-                        {"rms_norm_eps", 1e-6}};
+                        {"rms_norm_eps", 1e-6},
+                        {"initializer_range", a.initializer_range}};
   if (a.head_dim > 0) cfg["head_dim"] = a.head_dim;
   if (a.dtype != "bfloat16" && a.dtype != "float32" && a.dtype != "float16") {
     return Fail(Status::InvalidArgument("--dtype: expected bfloat16, float16 or float32"));
@@ -249,6 +251,9 @@ int main(int argc, char** argv) {
   init->add_option("--out", im.out, "output directory")->required();
   init->add_option("--tokenizer", im.tokenizer, "copy tokenizer files from this directory");
   init->add_option("--seed", im.seed, "random seed (default 0)");
+  init->add_option("--initializer-range", im.initializer_range,
+                   "std of the normal init of the weights (config.json initializer_range; default 0.02)")
+      ->check(CLI::NonNegativeNumber);
 
   std::string merge_base, merge_adapter, merge_out;
   auto* merge = app.add_subcommand("merge-lora", "merge a PEFT LoRA adapter into its base model (docs/lora.md)");

@@ -30,6 +30,13 @@ Status ConfigureHostAllocator() {
   if (::mallopt(M_MMAP_THRESHOLD, kMmapThreshold) != 1 || ::mallopt(M_TRIM_THRESHOLD, kTrimThreshold) != 1) {
     return Status::Internal("glibc malloc refused the mmap/trim thresholds: freed memory goes back to the kernel");
   }
+  // Blocks above the threshold would still be mmapped and unmapped on every allocation: the
+  // vocabulary-sized gradients and gathered embeddings of every step. Without mmap, the main
+  // arena's heap serves them and keeps them (other threads' arenas still fall back to mmap when
+  // their 64 MiB heaps cannot hold a block, so no allocation fails for this).
+  if (::mallopt(M_MMAP_MAX, 0) != 1) {
+    return Status::Internal("glibc malloc refused M_MMAP_MAX 0: blocks above 32 MiB go back to the kernel");
+  }
   return Status::Ok();
 }
 

@@ -4,8 +4,9 @@
 // above its mmap threshold) and then take it again, one page fault per 4 KiB page. On the 2-core
 // machines that was about a quarter of a step's CPU time, and it made speed swing from run to run
 // (docs/architecture.md, "Threads and memory"). ConfigureHostAllocator keeps freed memory for reuse
-// instead: blocks up to 32 MiB (glibc's maximum for this setting) come from the heap, and up to
-// 1 GiB of free heap top is kept. Peak memory is unchanged; resident memory stays at its peak.
+// instead: every block comes from the heap (no mmap, whatever its size: above glibc's 32 MiB
+// mmap threshold ceiling are the vocabulary-sized tensors, refaulted on every step otherwise), and
+// up to 1 GiB of free heap top is kept. Peak memory is unchanged; resident memory stays at its peak.
 #pragma once
 
 #include "common/status.h"
