@@ -26,15 +26,8 @@ DIR=$(mktemp -d /tmp/eft-bench-compare-XXXXXX)
 PY=/usr/bin/python3
 PORT=$((29700 + RANDOM % 200))
 
-"$TRAIN" init-model --arch llama --hidden 512 --layers 4 --heads 8 --kv-heads 4 --intermediate 1376 \
-  --vocab-size 16000 --tie-embeddings --dtype float32 --seed 1 --out "$DIR/model" >/dev/null
-$PY - "$DIR/data.jsonl" <<'PY'
-import json, random, sys
-random.seed(0)
-with open(sys.argv[1], "w") as f:
-    for _ in range(256):
-        f.write(json.dumps({"input_ids": [random.randrange(1, 16000) for _ in range(512)]}) + "\n")
-PY
+. "$(dirname "$0")/bench_model.sh"
+write_bench_model "$TRAIN" "$DIR"
 
 SHARDING=${SHARDING:-grad_op}
 

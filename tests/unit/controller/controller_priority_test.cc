@@ -9,14 +9,6 @@ namespace {
 
 class ControllerPriorityTest : public ControllerTest {
  protected:
-  v1::JobSpec PrioSpec(const std::string& name, int min, int max, int priority) {
-    v1::JobSpec s = Spec(name, min, max);
-    s.set_priority(priority);
-    s.mutable_resources()->set_resize_cooldown_seconds(0);
-    s.mutable_checkpoint()->set_every_steps(10);
-    return s;
-  }
-
   // A rank reports a step with its checkpoint, then exits `code` (75: stopped after saving).
   void SaveAndExit(const std::string& node, const v1::RankAssignment& a, int64_t step, int code = 75) {
     std::vector<v1::RankEvent> events{

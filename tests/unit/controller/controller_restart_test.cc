@@ -12,13 +12,6 @@ namespace {
 
 class ControllerRestartTest : public ControllerTest {
  protected:
-  v1::JobSpec PrioSpec(const std::string& name, int min, int max, int priority) {
-    v1::JobSpec s = Spec(name, min, max);
-    s.set_priority(priority);
-    s.mutable_resources()->set_resize_cooldown_seconds(0);
-    s.mutable_checkpoint()->set_every_steps(10);
-    return s;
-  }
   v1::RankEvent Step(const v1::RankAssignment& a, int64_t step) {
     return Event(a, ++seq_, R"({"event":"step","step":)" + std::to_string(step) + R"(,"loss":1.5,"total_steps":200})");
   }

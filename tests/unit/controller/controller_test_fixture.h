@@ -55,6 +55,15 @@ class ControllerTest : public ::testing::Test {
     s.mutable_resources()->set_gpus_per_node(gpus);
     return s;
   }
+  // An elastic job with a priority, no resize cooldown and a checkpoint every 10 steps (the
+  // priority and restart tests).
+  v1::JobSpec PrioSpec(const std::string& name, int min, int max, int priority) {
+    v1::JobSpec s = Spec(name, min, max);
+    s.set_priority(priority);
+    s.mutable_resources()->set_resize_cooldown_seconds(0);
+    s.mutable_checkpoint()->set_every_steps(10);
+    return s;
+  }
 
   std::string Submit(const v1::JobSpec& spec) {
     auto job = c_->SubmitJob(spec, "");
