@@ -19,14 +19,6 @@ class ControllerPriorityTest : public ControllerTest {
     Heartbeat(node, {Rank(a, v1::RANK_STATE_EXITED, code)}, events);
   }
 
-  std::vector<std::string> EventsOfType(const std::string& id, const std::string& type) {
-    std::vector<std::string> out;
-    const v1::Job job = Job(id);
-    for (const auto& e : job.events()) {
-      if (e.type() == type) out.push_back(e.message());
-    }
-    return out;
-  }
 
   ControllerSnapshot::Job Snap(const std::string& id) {
     for (const auto& j : c_->Snapshot(100).jobs) {

@@ -20,14 +20,6 @@ class ControllerRestartTest : public ControllerTest {
                  R"({"event":"checkpoint","step":)" + std::to_string(step) + R"(,"kind":"sharded","path":"/ck/)" +
                      a.key().job_id() + "-" + std::to_string(step) + R"(","bytes":5})");
   }
-  std::vector<std::string> EventsOfType(const std::string& id, const std::string& type) {
-    std::vector<std::string> out;
-    const v1::Job job = Job(id);
-    for (const auto& e : job.events()) {
-      if (e.type() == type) out.push_back(e.message());
-    }
-    return out;
-  }
   // The reached_step column, read from the file by a second connection.
   std::string StoredReachedStep(const std::string& job, int attempt) {
     return RawQueryForTest("SELECT reached_step FROM attempts WHERE job_id = " + job +

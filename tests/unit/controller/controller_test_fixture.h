@@ -57,6 +57,15 @@ class ControllerTest : public ::testing::Test {
   }
   // An elastic job with a priority, no resize cooldown and a checkpoint every 10 steps (the
   // priority and restart tests).
+  // The messages of job `id`'s events of `type`, oldest first.
+  std::vector<std::string> EventsOfType(const std::string& id, const std::string& type) {
+    std::vector<std::string> out;
+    const v1::Job job = Job(id);
+    for (const auto& e : job.events()) {
+      if (e.type() == type) out.push_back(e.message());
+    }
+    return out;
+  }
   v1::JobSpec PrioSpec(const std::string& name, int min, int max, int priority) {
     v1::JobSpec s = Spec(name, min, max);
     s.set_priority(priority);
