@@ -178,7 +178,7 @@ uint64_t Mix(uint64_t h, uint64_t v) {  // splitmix64 step: distinct (seed, modu
 
 }  // namespace
 
-at::Tensor LoraDropoutKeep(const at::Tensor& row_seeds, uint64_t module, int64_t T, int64_t features, double p) {
+at::Tensor LoraDropoutMask(const at::Tensor& row_seeds, uint64_t module, int64_t T, int64_t features, double p) {
   TORCH_CHECK(row_seeds.defined() && row_seeds.dim() == 1 && row_seeds.scalar_type() == at::kLong,
               "LoRA dropout needs one int64 seed per row (LayerLora::dropout_row_seeds)");
   const int64_t B = row_seeds.size(0);
@@ -186,7 +186,6 @@ at::Tensor LoraDropoutKeep(const at::Tensor& row_seeds, uint64_t module, int64_t
   const int64_t* seed = seeds.data_ptr<int64_t>();
   at::Tensor keep = at::empty({B, T, features}, at::TensorOptions().dtype(at::kFloat));
   float* out = keep.data_ptr<float>();
-  const float kept = static_cast<float>(1.0 / (1.0 - p));
   constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;  // SplitMix64's increment
   at::parallel_for(0, B * T, 64, [&](int64_t begin, int64_t end) {
     for (int64_t bt = begin; bt < end; ++bt) {
@@ -200,30 +199,38 @@ at::Tensor LoraDropoutKeep(const at::Tensor& row_seeds, uint64_t module, int64_t
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
         z ^= z >> 31;
         const double u = static_cast<double>(z >> 11) * 0x1.0p-53;  // uniform in [0, 1)
-        row[j] = u >= p ? kept : 0.0f;
+        row[j] = u >= p ? 1.0f : 0.0f;
       }
     }
   });
   return keep;
 }
 
+// The fp32 adapters are cast to the compute dtype as the base weights are (mixed precision, as PEFT
+// under autocast): in bf16 the adapter matmuls then run in oneDNN like the base's, where fp32 ones
+// would go to the single-threaded BLAS, which made a LoRA layer slower than a fully fine-tuned one
+// (docs/benchmarks.md, "LoRA against full fine-tuning"). Dropout's 1 / (1 - p) goes into the scale,
+// so the mask stays exact (0 or 1) in bf16.
+at::Tensor LoraUpdate(const at::Tensor& x, const LoraAdapter& adapter, const LayerLora& lora, uint64_t module,
+                      at::ScalarType dtype) {
+  at::Tensor in = x.to(dtype);
+  double scale = lora.scale;
+  if (lora.dropout > 0) {
+    // Computed on the CPU: the same mask on every device and in the activation-checkpointing recompute.
+    at::Tensor keep = LoraDropoutMask(lora.dropout_row_seeds, module, in.size(1), in.size(2), lora.dropout);
+    in = in * keep.to(in.device(), dtype);
+    scale /= 1.0 - lora.dropout;
+  }
+  return at::linear(at::linear(in, adapter.a.to(dtype)), (adapter.b * scale).to(dtype));
+}
+
 namespace {
 
-// y plus module `module`'s adapter applied to x (PEFT's order: the input cast to the adapters' fp32,
-// dropout, A, B, scale; the sum in fp32, cast back).
+// y plus module `module`'s adapter applied to x (LoraUpdate), or y when it has none.
 at::Tensor WithLora(const at::Tensor& y, const at::Tensor& x, const LayerLora* lora, LoraAdapter LayerLora::*slot,
                     uint64_t module) {
-  if (lora == nullptr) return y;
-  const LoraAdapter& ad = lora->*slot;
-  if (!ad.a.defined()) return y;
-  at::Tensor in = x.to(ad.a.scalar_type());
-  if (lora->dropout > 0) {
-    // Computed on the CPU: the same mask on every device and in the activation-checkpointing recompute.
-    at::Tensor keep = LoraDropoutKeep(lora->dropout_row_seeds, module, in.size(1), in.size(2), lora->dropout);
-    in = in * keep.to(in.device(), in.scalar_type());
-  }
-  at::Tensor delta = at::linear(at::linear(in, ad.a), ad.b) * lora->scale;
-  return (y + delta).to(y.scalar_type());
+  if (lora == nullptr || !(lora->*slot).a.defined()) return y;
+  return y + LoraUpdate(x, lora->*slot, *lora, module, y.scalar_type());
 }
 
 }  // namespace

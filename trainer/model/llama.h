@@ -43,8 +43,8 @@ struct RootWeights {
 };
 
 // LoRA (docs/lora.md): a targeted linear layer computes y = x W^T + scale * dropout(x) A^T B^T with
-// A [r, in] and B [out, r] in fp32, as PEFT does (the adapter path in fp32, the sum cast back to the
-// layer's dtype).
+// A [r, in] and B [out, r] kept (and trained) in fp32 and cast to the compute dtype for the
+// forward, as the base weights are.
 // The adapters of decoder layer `layer` for `modules` (HF names, layer order: q_proj, k_proj, v_proj,
 // o_proj, gate_proj, up_proj, down_proj), A then B for each, named as PEFT saves them:
 // "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight".
@@ -58,15 +58,19 @@ struct LayerLora {
   double scale = 1;
   double dropout = 0;  // 0: none (always so when evaluating)
   // [B] int64 on the CPU, one per row of the batch: dropout masks are a function of (row seed,
-  // module, position, feature) only (LoraDropoutKeep), so a recompute repeats them and a row's mask
+  // module, position, feature) only (LoraDropoutMask), so a recompute repeats them and a row's mask
   // does not depend on the other rows of its micro-batch or on its padding. Needed when dropout > 0.
   at::Tensor dropout_row_seeds;
 };
 // The dropout mask of one module for rows with `row_seeds` ([B] int64) and inputs [B, T, features]:
-// float, 1 / (1 - p) where kept, 0 where dropped, on the CPU. Element (b, t, j) is kept when a
-// counter-based hash (SplitMix64) of (row_seeds[b], module, t, j), as a uniform number in [0, 1),
-// is >= p: deterministic, the same on every platform and thread count.
-at::Tensor LoraDropoutKeep(const at::Tensor& row_seeds, uint64_t module, int64_t T, int64_t features, double p);
+// float, 1 where kept, 0 where dropped (the caller scales by 1 / (1 - p)), on the CPU. Element
+// (b, t, j) is kept when a counter-based hash (SplitMix64) of (row_seeds[b], module, t, j), as a
+// uniform number in [0, 1), is >= p: deterministic, the same on every platform and thread count.
+at::Tensor LoraDropoutMask(const at::Tensor& row_seeds, uint64_t module, int64_t T, int64_t features, double p);
+// scale * dropout(x) A^T B^T for `adapter` (module number `module` of its layer: q_proj 0 ... down_proj 6,
+// which keys its dropout mask) on x [B, T, in], computed in `dtype` (the compute dtype).
+at::Tensor LoraUpdate(const at::Tensor& x, const LoraAdapter& adapter, const LayerLora& lora, uint64_t module,
+                      at::ScalarType dtype);
 // `tensors` in the order of LoraParamSpecs(config, *, modules, r).
 LayerLora BindLora(const std::vector<std::string>& modules, const std::vector<at::Tensor>& tensors);
 

@@ -276,15 +276,49 @@ TEST(Lora, DropoutDependsOnTheSampleKeyNotOnItsMicroBatchOrPadding) {
 
 TEST(Lora, DropoutMasksKeepOneMinusPAndAPrefixDoesNotDependOnTheLength) {
   const at::Tensor seeds = at::tensor(std::vector<int64_t>{7, -3}, at::kLong);
-  const at::Tensor long_mask = LoraDropoutKeep(seeds, 2, 40, 64, 0.25);
-  const at::Tensor short_mask = LoraDropoutKeep(seeds, 2, 9, 64, 0.25);
+  const at::Tensor long_mask = LoraDropoutMask(seeds, 2, 40, 64, 0.25);
+  const at::Tensor short_mask = LoraDropoutMask(seeds, 2, 9, 64, 0.25);
   EXPECT_TRUE(at::equal(long_mask.slice(1, 0, 9), short_mask));
-  // Kept entries are scaled by 1 / (1 - p); over 5120 draws the kept share is 0.75 +- 0.02 (> 3 sigma).
+  // Entries are 0 or 1 (the adapter path scales by 1 / (1 - p)); over 5120 draws the kept share is
+  // 0.75 +- 0.02 (> 3 sigma).
   const at::Tensor kept = long_mask > 0;
   EXPECT_NEAR(kept.to(at::kDouble).mean().item<double>(), 0.75, 0.02);
-  EXPECT_FLOAT_EQ(long_mask.max().item<float>(), 1.0f / 0.75f);
-  EXPECT_FALSE(at::equal(LoraDropoutKeep(seeds, 3, 40, 64, 0.25), long_mask)) << "each module its own mask";
+  EXPECT_TRUE(at::equal(long_mask, kept.to(at::kFloat))) << "a mask of zeros and ones";
+  EXPECT_FALSE(at::equal(LoraDropoutMask(seeds, 3, 40, 64, 0.25), long_mask)) << "each module its own mask";
   EXPECT_FALSE(at::equal(long_mask[0], long_mask[1])) << "each row its own mask";
+}
+
+TEST(Lora, UpdateIsScaleOverKeepTimesTheMaskedInputThroughAThenB) {
+  at::manual_seed(5);
+  const at::Tensor x = at::randn({2, 6, 32});
+  LoraAdapter ad{at::randn({4, 32}).requires_grad_(true), at::randn({24, 4}).requires_grad_(true)};
+  LayerLora lora;
+  lora.scale = 2.0;
+  lora.dropout = 0.3;
+  lora.dropout_row_seeds = at::tensor(std::vector<int64_t>{11, 12}, at::kLong);
+  const at::Tensor mask = LoraDropoutMask(lora.dropout_row_seeds, 4, 6, 32, 0.3);
+  // The formula, written out in double: PEFT's scale * dropout(x) A^T B^T, dropout keeping 1 / (1 - p).
+  const at::Tensor want = at::matmul(at::matmul(x.to(at::kDouble) * mask.to(at::kDouble) / 0.7,
+                                                ad.a.detach().to(at::kDouble).t()),
+                                     ad.b.detach().to(at::kDouble).t()) * 2.0;
+  const double peak = want.abs().max().item<double>();
+  ASSERT_GT(peak, 1.0);
+  // fp32: a few ulps of O(10) sums. bf16: the input, both adapters and both products are rounded to
+  // 8 significant bits (2^-8 relative each): 3% of the largest entry bounds their sum with margin.
+  for (auto [dtype, tolerance] : {std::pair{at::kFloat, 1e-5}, std::pair{at::kBFloat16, 3e-2}}) {
+    const at::Tensor got = LoraUpdate(x.to(dtype), ad, lora, 4, dtype);
+    EXPECT_EQ(got.scalar_type(), dtype);
+    EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(), tolerance * peak) << dtype;
+    got.sum().backward();
+    EXPECT_EQ(ad.a.grad().scalar_type(), at::kFloat) << "the adapters' gradients stay fp32";
+    EXPECT_GT(ad.b.grad().abs().max().item<double>(), 0.0);
+    ad.a.mutable_grad().reset();
+    ad.b.mutable_grad().reset();
+  }
+  lora.dropout = 0;  // no mask, no 1 / (1 - p)
+  const at::Tensor plain = at::matmul(at::matmul(x.to(at::kDouble), ad.a.detach().to(at::kDouble).t()),
+                                      ad.b.detach().to(at::kDouble).t()) * 2.0;
+  EXPECT_LT((LoraUpdate(x, ad, lora, 4, at::kFloat).to(at::kDouble) - plain).abs().max().item<double>(), 1e-5 * peak);
 }
 
 TEST(Lora, OnlyTheAdaptersAreTrainableAndTheBaseIsKeptInTheComputeDtype) {
