@@ -69,22 +69,13 @@ for ((round = 1; round <= REPS; round++)); do
   done
 done
 
-$PY - "$DIR" "$REPS" "$CASES" "$SHARDING" <<'PY'
-import json, statistics, sys
-d, reps, cases, shardings = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
-def steps(path):
-    ev = [json.loads(l) for l in open(path) if l.strip()]
-    return [e for e in ev if e.get("event", "step") == "step" and "tokens_per_s" in e][2:]
-def run_tps(path):
-    return statistics.median(e["tokens_per_s"] for e in steps(path))
-def timeline(paths):
-    s = [e for p in paths for e in steps(p)]
-    if not s or "compute_s" not in s[0]:
-        return "-"
-    return " / ".join(f"{statistics.median(e[k] for e in s):.2f}" for k in ("compute_s", "comm_wait_s", "optimizer_s"))
+$PY - "$HERE" "$DIR" "$REPS" "$CASES" "$SHARDING" <<'PY'
+import statistics, sys
+sys.path.insert(0, sys.argv[1])
+from bench_results import events, median_range, run_tps, timeline
+d, reps, cases, shardings = sys.argv[2], int(sys.argv[3]), sys.argv[4].split(), sys.argv[5].split()
 def rss(path):
-    ev = [json.loads(l) for l in open(path) if l.strip()]
-    return max((e["peak_rss_bytes"] for e in ev if "peak_rss_bytes" in e), default=0) / 2**20
+    return max((e["peak_rss_bytes"] for e in events(path) if "peak_rss_bytes" in e), default=0) / 2**20
 print("| case | eft sharding | eft tokens/s (median, min-max) | PyTorch tokens/s (median, min-max) | eft / PyTorch "
       "| eft s/step: compute / comm wait / optimizer | peak RSS MiB rank 0, eft / PyTorch |")
 print("|---|---|---|---|---|---|---|")
@@ -95,8 +86,9 @@ for c in cases:
         paths = [f"{d}/{c}-eft-{sh}-{r}.events" for r in range(1, reps + 1)]
         e = [run_tps(p) for p in paths]
         me = statistics.median(e)
-        print(f"| {c} | {sh} | {me:,.0f} ({min(e):,.0f}-{max(e):,.0f}) | {mt:,.0f} ({min(t):,.0f}-{max(t):,.0f}) | "
-              f"{me / mt:.2f}x | {timeline(paths)} | {rss(paths[0]):.0f} / {rss(f'{d}/{c}-torch-1.events'):.0f} |")
+        print(f"| {c} | {sh} | {median_range(e)} | {median_range(t)} | {me / mt:.2f}x "
+              f"| {timeline(paths, ('compute_s', 'comm_wait_s', 'optimizer_s'))} "
+              f"| {rss(paths[0]):.0f} / {rss(f'{d}/{c}-torch-1.events'):.0f} |")
 PY
 echo
 echo "logs: $DIR"

@@ -61,20 +61,11 @@ for ((round = 1; round <= REPS; round++)); do
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-$PY - "$DIR" "$REPS" "$CASES" <<'PY'
-import json, statistics, sys
-d, reps, cases = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-def events(path):
-    return [json.loads(l) for l in open(path) if l.strip()]
-def steps(path):
-    return [e for e in events(path) if e.get("event") == "step" and "tokens_per_s" in e][2:]
-def run_tps(path):
-    return statistics.median(e["tokens_per_s"] for e in steps(path))
-def timeline(paths):
-    s = [e for p in paths for e in steps(p)]
-    if not s or "compute_s" not in s[0]:
-        return "-"
-    return " / ".join(f"{statistics.median(e[k] for e in s):.2f}" for k in ("data_s", "compute_s", "comm_wait_s", "optimizer_s"))
+$PY - "$(dirname "$0")" "$DIR" "$REPS" "$CASES" <<'PY'
+import statistics, sys
+sys.path.insert(0, sys.argv[1])
+from bench_results import events, median_range, run_tps, timeline
+d, reps, cases = sys.argv[2], int(sys.argv[3]), sys.argv[4].split()
 def per_rank(paths, key):  # MiB per rank (median over rounds), "rank0 / rank1"
     ranks = {}
     for p in paths:
@@ -93,12 +84,12 @@ for c in cases:
         t = [run_tps(p) for p in paths]
         persistent, persistent0 = per_rank(paths, "persistent_bytes")
         rss, _ = per_rank(paths, "peak_rss_bytes")
-        got[v] = (t, persistent, persistent0, rss, timeline(paths))
+        got[v] = (t, persistent, persistent0, rss, timeline(paths, ("data_s", "compute_s", "comm_wait_s", "optimizer_s")))
     for v in ("full", "lora"):
         t, persistent, persistent0, rss, tl = got[v]
         tps_ratio = "" if v == "full" else f"{statistics.median(t) / statistics.median(got['full'][0]):.2f}x"
         mem_ratio = "" if v == "full" else f"{100 * persistent0 / got['full'][2]:.0f}%"
-        print(f"| {c} | {v} | {statistics.median(t):,.0f} ({min(t):,.0f}-{max(t):,.0f}) | {tps_ratio} | {persistent} | "
+        print(f"| {c} | {v} | {median_range(t)} | {tps_ratio} | {persistent} | "
               f"{mem_ratio} | {rss} | {tl} |")
 PY
 echo
