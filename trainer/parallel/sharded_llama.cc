@@ -27,6 +27,9 @@ struct LayerCall {
   std::function<void()> wait;
   // Non-checkpointed backward: `full`'s storage is being refilled in the background.
   std::function<void()> refill_wait;
+  // ZeRO-3 under LoRA without checkpointing: gradients (of the layer's input, of its adapters) still
+  // to arrive before the refilled `full` has no reader left.
+  int backward_results_left = 0;
   // LoRA: the layer's adapter unit, its whole fp32 value for this micro-batch (a leaf that requires
   // grad while training) and the dropout applied to its input.
   FlatParamUnit* adapter = nullptr;
@@ -123,7 +126,9 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     LayerCall* call = Unpack(ctx);
-    at::Tensor hidden = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    // Under LoRA the first layer's input (the frozen embedding's output) needs no gradient.
+    const bool input_grad = ctx->needs_input_grad(0);
+    at::Tensor hidden = ctx->get_saved_variables()[0].detach().requires_grad_(input_grad);
     // Under LoRA the base weights are frozen: no gradient for them is even computed.
     const bool lora = call->adapter != nullptr;
     at::Tensor full = TakeGathered(call).detach().requires_grad_(!lora);
@@ -134,7 +139,9 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       at::AutoGradMode enable(true);
       out = LayerForward(*call, full, adapter, hidden);
     }
-    variable_list g = torch::autograd::grad({out}, {hidden, lora ? adapter : full}, {grads[0]});
+    const at::Tensor& trained = lora ? adapter : full;
+    variable_list g = input_grad ? torch::autograd::grad({out}, {hidden, trained}, {grads[0]})
+                                 : variable_list{at::Tensor(), torch::autograd::grad({out}, {trained}, {grads[0]})[0]};
     call->model->AddGrad(call->index, g[1]);
     return {g[0], at::Tensor(), at::Tensor()};
   }
@@ -168,9 +175,7 @@ class GatheredParams : public torch::autograd::Function<GatheredParams> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     LayerCall* call = Unpack(ctx);
-    // Under LoRA (ZeRO-3 without checkpointing, the one case that comes here) the base gradient is
-    // computed, as this path's storage release needs the node, but thrown away.
-    if (call->adapter == nullptr) call->model->AddGrad(call->index, grads[0]);
+    call->model->AddGrad(call->index, grads[0]);
     // The layer's backward, the last reader, has finished.
     if (call->kept == nullptr) FreeStorage(call->full);
     return {at::Tensor(), at::Tensor()};
@@ -388,7 +393,23 @@ at::Tensor ShardedLlama::RunLayers(at::Tensor hidden, const AttentionContext& ct
       call->full = GatheredParams::apply(grad_token_, Pack(call));
       hidden = LayerForward(*call, call->full, call->adapter_full, hidden);
     } else {
-      call->full = GatheredParams::apply(grad_token_, Pack(call));
+      const at::Tensor input = hidden;
+      if (call->adapter == nullptr) {
+        call->full = GatheredParams::apply(grad_token_, Pack(call));
+      } else {
+        // Frozen weights need no autograd node (which would compute their gradient). Their storage
+        // is freed again once its last readers, the base matmuls' input gradients, have run: by the
+        // time the layer's input gradient (if it needs one) and its adapters' have both arrived.
+        call->full = TakeGathered(call);
+        StartPrefetch(call->next);
+        call->backward_results_left = 1 + (input.requires_grad() ? 1 : 0);
+        auto arrived = [call](const at::Tensor& grad) {
+          if (--call->backward_results_left == 0) FreeStorage(call->full);
+          return grad;
+        };
+        call->adapter_full.register_hook(arrived);
+        if (input.requires_grad()) input.register_hook(arrived);
+      }
       hidden = LayerForward(*call, call->full, call->adapter_full, hidden);
       // The layer's saved tensors still view call->full: free its memory now and refill it just
       // before autograd runs this layer's backward.

@@ -7,7 +7,10 @@
 //    repeats it, and a row's mask does not depend on its micro-batch, its neighbours or its padding.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <iostream>
+
+#include <ATen/record_function.h>
 
 #include "tests/unit/trainer/model/tiny_model.h"
 #include "tests/unit/trainer/parallel/rank_threads.h"
@@ -182,6 +185,52 @@ TEST(Lora, EveryStrategyWithAndWithoutCheckpointingGivesTheSameAdapterGradients)
       }
     }
   }
+}
+
+// Counts the matrix products that compute a base weight's gradient: [a, N] x [N, b] with N the
+// micro-batch's tokens and neither side the LoRA rank (an adapter's gradient has r on one side).
+std::atomic<int64_t> g_tokens{0}, g_rank{0}, g_weight_grad_products{0};
+
+std::unique_ptr<at::ObserverContext> CountWeightGradProducts(const at::RecordFunction& fn) {
+  if (std::string(fn.name()) != "aten::mm") return nullptr;
+  const auto inputs = fn.inputs();
+  if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isTensor()) return nullptr;
+  const at::Tensor& a = inputs[0].toTensor();
+  const at::Tensor& b = inputs[1].toTensor();
+  if (a.dim() != 2 || b.dim() != 2) return nullptr;
+  if (a.size(1) == g_tokens && a.size(0) != g_rank && b.size(1) != g_rank) ++g_weight_grad_products;
+  return nullptr;
+}
+
+TEST(Lora, NoGradientOfABaseWeightIsComputedUnderAnyStrategy) {
+  const ModelConfig config = testing::TinyConfig("llama");
+  const Batch batch = TwoRows(config, {0, 1});
+  g_tokens = batch.input_ids.numel();  // 18: no dimension of the tiny model
+  g_rank = 4;
+  const at::CallbackHandle handle =
+      at::addGlobalCallback(at::RecordFunctionCallback(CountWeightGradProducts).needsInputs(true));
+  auto products = [&](ShardingOptions o, LoraOptions lora) {
+    g_weight_grad_products = 0;
+    RunRanks(2, [&](Communicator& comm) {
+      ShardedLlama model(config, &comm, o, lora);
+      ASSERT_TRUE(model.InitRandom(3).ok());
+      model.BeginStep(1);
+      model.ForwardBackward(batch, 1.0);
+      model.EndStep();
+    });
+    return g_weight_grad_products.load();
+  };
+  for (auto strategy : {ShardingStrategy::kFull, ShardingStrategy::kGradOp, ShardingStrategy::kNoShard}) {
+    for (bool checkpointing : {true, false}) {
+      ShardingOptions o;
+      o.strategy = strategy;
+      o.activation_checkpointing = checkpointing;
+      const std::string what = ShardingStrategyName(strategy) + " checkpointing=" + std::to_string(checkpointing);
+      EXPECT_GT(products(o, LoraOptions()), 0) << what << ": full fine-tuning computes them (the counter works)";
+      EXPECT_EQ(products(o, Lora(4, 8)), 0) << what;
+    }
+  }
+  at::removeCallback(handle);
 }
 
 TEST(Lora, TrainingGivesTheSameLossesAtEveryWorldSizeAndLeavesTheBaseAlone) {
