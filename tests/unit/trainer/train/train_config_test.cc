@@ -97,6 +97,7 @@ const std::map<std::string, std::string>& ChangedValues() {
       {"training.eval_every_steps", "25"},
       {"checkpoint.keep_best", "true"},
       {"checkpoint.merge_lora", "true"},
+      {"checkpoint.full_write", "rank0"},
   };
   return *kValues;
 }
@@ -173,6 +174,7 @@ TEST(TrainConfigTest, DefaultsAreTheSchemasDefaults) {
   EXPECT_EQ(c->checkpoint_every_steps, 200);
   EXPECT_EQ(c->checkpoint_full_every_steps, 0);
   EXPECT_EQ(c->keep_last, 3);
+  EXPECT_EQ(c->full_write, "parallel");
 }
 
 TEST(TrainConfigTest, ExplicitZerosThatMeanSomethingAreKept) {
