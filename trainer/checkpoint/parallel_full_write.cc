@@ -1,12 +1,13 @@
 #include "trainer/checkpoint/parallel_full_write.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fcntl.h>
 
 #include "common/crc32c.h"
 #include "common/logging.h"
