@@ -189,6 +189,51 @@ TEST_P(FullStateTest, AWriteErrorMidSaveFailsAndReleasesEveryRank) {
   }
 }
 
+// parallel: only the rank writing the optimizer file's last pages (rank 1: the end of the last
+// unit) passes the size limit. It reports the error; rank 0, which wrote all its pages, learns at
+// the failure check that rank 1 failed and fails too, and rank 0 removes the partial files.
+TEST(FullStateParallelTest, OneRanksWriteErrorFailsTheOthers) {
+  const fs::path dir = fs::temp_directory_path() / ("eft-full-state-one-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const ModelConfig config = TinyBf16Config(/*vocab=*/1021, /*hidden=*/64);
+  auto save = [&](const fs::path& out, FullWriteMode mode, std::vector<Status>* statuses, int64_t* optimizer_bytes) {
+    RunRanks(2, [&](Communicator& comm) {
+      ShardedLlama model(config, &comm, ShardingOptions{});
+      ASSERT_TRUE(model.InitRandom(7).ok());
+      std::vector<UnitState> units;
+      for (FlatParamUnit* u : model.trainable_units()) {
+        units.push_back(UnitState{u, at::zeros_like(u->shard()), at::zeros_like(u->shard())});
+      }
+      auto written = WriteFullState(model, units, out.string(), "", comm.rank() == 0, true, nullptr, mode);
+      (*statuses)[comm.rank()] = written.status();
+      if (written.ok() && comm.rank() == 0) *optimizer_bytes = (*written)[1].bytes;
+    });
+  };
+  std::vector<Status> statuses(2);
+  int64_t optimizer_bytes = 0;
+  save(dir / "probe", FullWriteMode::kParallel, &statuses, &optimizer_bytes);
+  ASSERT_TRUE(statuses[0].ok() && statuses[1].ok());
+  ASSERT_GT(optimizer_bytes, 256 << 10);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit limit = old;
+  limit.rlim_cur = static_cast<rlim_t>(optimizer_bytes - (16 << 10));
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  const auto start = std::chrono::steady_clock::now();
+  save(dir / "out", FullWriteMode::kParallel, &statuses, &optimizer_bytes);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(statuses[1].ToString().find("File too large"), std::string::npos) << statuses[1];
+  EXPECT_NE(statuses[0].ToString().find("another rank failed"), std::string::npos) << statuses[0];
+  EXPECT_LT(seconds, 20);
+  for (const auto& e : fs::directory_iterator(dir / "out")) {
+    EXPECT_EQ(e.path().filename().string().find(".partial"), std::string::npos) << e.path() << " left behind";
+  }
+  fs::remove_all(dir);
+}
+
 // The manifest's CRC-32C of each file (combined from the writers' pieces in the parallel save) is
 // the CRC of the file as read back.
 TEST_P(FullStateTest, TheManifestCrcsAreThoseOfTheFilesOnDisk) {
@@ -249,7 +294,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, FullStateTest, ::testing::Values(FullWriteMode::
 TEST(WriteFilesInParallel, SmallChunksWriteWhatTheStreamingWriterWrites) {
   const fs::path dir = fs::temp_directory_path() / ("eft-parallel-write-test-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  std::vector<ParamSpec> specs = {{"a", {1001, 7}}, {"b", {3}}, {"c", {2049}}};
+  std::vector<ParamSpec> specs = {{"a", {4001, 7}}, {"b", {3}}, {"c", {2049}}};  // ~60 KB a rank: paced, 2+ rounds
   auto value = [](const ParamSpec& p) { return Moment(p, 1.0); };
   FullWriteFile file{"m.safetensors", {}, {{"k", "v"}}, {}};
   for (size_t i = 0; i < specs.size(); ++i) {
