@@ -11,8 +11,9 @@
 //     write back whole pages (NFS) cannot overwrite each other's bytes.
 //   - Every rank writes its pages in bounded chunks (PositionalFile's writeback pacing), checksums
 //     each run of pages it owns as it writes it, and fsyncs every file it wrote to.
-//   - Every 64 MiB a one-number all-reduce tells each rank whether another has failed, so a write
-//     error anywhere (full disk, EIO) stops every rank within a chunk, not at a collective's timeout.
+//   - Every 64 MiB a two-number all-reduce (failed, still writing) tells each rank whether another
+//     has failed, so a write error anywhere (full disk, EIO) stops every rank within a chunk, not at
+//     a collective's timeout.
 //   - The runs' CRC-32Cs go to rank 0, which combines them in file order (Crc32cCombine) into each
 //     file's manifest entry; no byte is read back.
 // Files are written as NAME.partial and renamed by rank 0 once every rank has fsynced; a failed

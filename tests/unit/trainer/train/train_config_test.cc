@@ -357,6 +357,18 @@ TEST(LoraSpecTest, BadValuesAreRefusedWithTheFieldNamed) {
     ASSERT_TRUE(by_default.ok());
     EXPECT_FALSE(by_default->merge_lora);
   }
+  // checkpoint.full_write (docs/checkpoints.md, "Write path"): parallel unless rank0 is asked for.
+  {
+    auto spec = LoadJobSpec(Doc(kMinimal), {"checkpoint.full_write=rank1"});
+    ASSERT_FALSE(spec.ok());
+    EXPECT_EQ(spec.status().message(), "spec.checkpoint.full_write (\"rank1\") must be one of parallel, rank0");
+    auto rank0 = TrainConfigFromJobSpec(Normalized(kMinimal, {"checkpoint.full_write=rank0"}));
+    ASSERT_TRUE(rank0.ok()) << rank0.status();
+    EXPECT_EQ(rank0->full_write, "rank0");
+    auto by_default = TrainConfigFromJobSpec(Normalized(kMinimal, {}));
+    ASSERT_TRUE(by_default.ok());
+    EXPECT_EQ(by_default->full_write, "parallel");
+  }
   for (const auto& [override, message] : cases) {
     auto spec = LoadJobSpec(Doc(kMinimal), {override});
     ASSERT_FALSE(spec.ok()) << override;
