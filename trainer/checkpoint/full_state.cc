@@ -1,5 +1,6 @@
 #include "trainer/checkpoint/full_state.h"
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -60,7 +61,7 @@ Result<std::vector<std::string>> WriteHfSidecarFiles(const std::string& dir, con
 
 namespace {
 
-constexpr uint64_t kMaxModelShardBytes = 5ull << 30;  // as save_pretrained's default
+std::atomic<uint64_t> max_model_shard_bytes{5ull << 30};  // as save_pretrained's default
 
 // One unit's gathers in flight: the whole flat vectors (on the writer; undefined elsewhere) and the
 // waits for them.
@@ -102,7 +103,7 @@ Result<std::vector<ManifestFile>> WriteModelAndOptimizerInParallel(ShardedLlama&
       optimizer.sources.push_back({u, i, Source::kParams});
     }
   }
-  EFT_ASSIGN_OR_RETURN(std::vector<ModelShard> shards, PlanModelShards(dir, std::move(w), kMaxModelShardBytes));
+  EFT_ASSIGN_OR_RETURN(std::vector<ModelShard> shards, PlanModelShards(dir, std::move(w), max_model_shard_bytes.load()));
   std::vector<FullWriteFile> files;
   size_t next = 0;
   for (ModelShard& shard : shards) {
@@ -146,13 +147,15 @@ Result<std::vector<ManifestFile>> WriteModelAndOptimizerInParallel(ShardedLlama&
 
 }  // namespace
 
+void SetMaxModelShardBytesForTesting(uint64_t bytes) { max_model_shard_bytes = bytes; }
+
 Result<std::vector<std::string>> WriteHfModel(const std::string& dir,
                                               const std::vector<std::pair<std::string, at::Tensor>>& params,
                                               const ModelConfig& config, at::ScalarType dtype,
                                               const std::string& tokenizer_dir) {
   std::vector<TensorDecl> decls;
   for (const auto& [name, t] : params) decls.push_back({name, dtype, t.sizes().vec()});
-  EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDirWriter::Create(dir, std::move(decls), kMaxModelShardBytes));
+  EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDirWriter::Create(dir, std::move(decls), max_model_shard_bytes.load()));
   for (const auto& [name, t] : params) EFT_RETURN_IF_ERROR(weights->Append(t));  // converted one at a time
   EFT_ASSIGN_OR_RETURN(std::vector<WrittenFile> written, weights->Finish());
   std::vector<std::string> files;
@@ -213,7 +216,7 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
       EFT_ASSIGN_OR_RETURN(adapters, SafetensorsWriter::Create(dir + "/" + kAdapterWeightsFile, std::move(w),
                                                                {{"format", "pt"}}));
     } else {
-      EFT_ASSIGN_OR_RETURN(weights, SafetensorsDirWriter::Create(dir, std::move(w), kMaxModelShardBytes));
+      EFT_ASSIGN_OR_RETURN(weights, SafetensorsDirWriter::Create(dir, std::move(w), max_model_shard_bytes.load()));
     }
     if (with_optimizer) {
       EFT_ASSIGN_OR_RETURN(optimizer, SafetensorsWriter::Create(dir + "/optimizer.safetensors", std::move(o),

@@ -42,6 +42,10 @@ enum class FullWriteMode {
   kRank0,     // every unit is gathered to rank 0, which alone writes (storage that cannot take
               // writes into one file from several processes or nodes, e.g. FUSE object-store mounts)
 };
+// Tests: the size above which a model directory is split into shards (default 5 GB, as
+// save_pretrained), so small models exercise the sharded layout and its index.
+void SetMaxModelShardBytesForTesting(uint64_t bytes);
+
 // "parallel" / "rank0"; nullopt for anything else.
 std::optional<FullWriteMode> FullWriteModeFromName(const std::string& name);
 

@@ -266,6 +266,27 @@ TEST_P(FullStateTest, RankBoundariesInsidePagesWriteTheSameBytes) {
   }
 }
 
+// A model directory split into shards (made small here) with its index: the same files and bytes.
+TEST_P(FullStateTest, AShardedModelDirectoryWritesTheSameBytes) {
+  const ModelConfig config = TinyBf16Config(/*vocab=*/1021, /*hidden=*/64);
+  SetMaxModelShardBytesForTesting(64 << 10);
+  std::vector<ManifestFile> files1, files3;
+  for (const Status& s : Save(1, (dir_ / "w1").string(), &files1, FullWriteMode::kRank0, config)) EXPECT_TRUE(s.ok()) << s;
+  for (const Status& s : Save(3, (dir_ / "w3").string(), &files3, std::nullopt, config)) EXPECT_TRUE(s.ok()) << s;
+  SetMaxModelShardBytesForTesting(5ull << 30);
+  ASSERT_EQ(files1.size(), files3.size());
+  ASSERT_GT(files1.size(), 4u);
+  EXPECT_EQ(files3[0].path, "model-00001-of-0000" + std::to_string(files1.size() - 3) + ".safetensors");
+  EXPECT_TRUE(fs::exists(dir_ / "w3" / "model.safetensors.index.json"));
+  for (size_t i = 0; i < files1.size(); ++i) {
+    EXPECT_EQ(files3[i].path, files1[i].path);
+    EXPECT_EQ(files3[i].crc32c, files1[i].crc32c) << files1[i].path;
+    EXPECT_TRUE(Bytes(dir_ / "w3" / files3[i].path) == Bytes(dir_ / "w1" / files1[i].path)) << files1[i].path;
+  }
+  auto weights = SafetensorsDir::Open((dir_ / "w3").string());
+  ASSERT_TRUE(weights.ok()) << weights.status();
+}
+
 // Rank 0 cannot create the files (here: a directory where a file must go). Every rank returns at
 // once with an error; nothing is written.
 TEST_P(FullStateTest, RankZeroFailingToCreateTheFilesFailsEveryRankAtOnce) {
