@@ -39,7 +39,41 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cHardware(const uint8_t* p, size
 const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
 #endif
 
+// GF(2) 32x32 matrices as 32 column vectors: mat[i] is the image of bit i.
+uint32_t Gf2Times(const uint32_t* mat, uint32_t vec) {
+  uint32_t sum = 0;
+  for (; vec != 0; vec >>= 1, ++mat) {
+    if (vec & 1) sum ^= *mat;
+  }
+  return sum;
+}
+
+void Gf2Square(uint32_t* square, const uint32_t* mat) {
+  for (int n = 0; n < 32; ++n) square[n] = Gf2Times(mat, mat[n]);
+}
+
 }  // namespace
+
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  if (len_b == 0) return crc_a;
+  // Appending len_b zero bytes to A multiplies its register by x^(8 len_b) mod P; the pre/post
+  // inversions cancel out because B's CRC already includes them (crc(A||B) = shift(crc A) ^ crc B).
+  uint32_t even[32], odd[32];
+  odd[0] = kPolynomial;  // the operator for one zero bit
+  for (int n = 1; n < 32; ++n) odd[n] = 1u << (n - 1);
+  Gf2Square(even, odd);  // two zero bits
+  Gf2Square(odd, even);  // four zero bits
+  do {
+    Gf2Square(even, odd);  // the first pass makes one zero byte
+    if (len_b & 1) crc_a = Gf2Times(even, crc_a);
+    len_b >>= 1;
+    if (len_b == 0) break;
+    Gf2Square(odd, even);
+    if (len_b & 1) crc_a = Gf2Times(odd, crc_a);
+    len_b >>= 1;
+  } while (len_b != 0);
+  return crc_a ^ crc_b;
+}
 
 uint32_t Crc32cPortable(const void* data, size_t n, uint32_t crc) {
   const auto& table = Table();

@@ -11,4 +11,9 @@ namespace eft {
 uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
 uint32_t Crc32cPortable(const void* data, size_t n, uint32_t crc = 0);  // table-driven, for tests
 
+// The CRC-32C of A followed by B, from crc_a = Crc32c(A), crc_b = Crc32c(B) and len_b = |B|, without
+// the bytes: pieces of one file checksummed apart (by different writers) give the file's CRC.
+// O(log len_b) 32x32 GF(2) matrix squarings (zlib's crc32_combine method, Castagnoli polynomial).
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 }  // namespace eft

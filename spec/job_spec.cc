@@ -587,6 +587,8 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (!ckpt->has_keep_last()) ckpt->set_keep_last(3);
   EFT_RETURN_IF_ERROR(CheckRange("spec.checkpoint.keep_last", ckpt->keep_last(), 1,
                                  std::numeric_limits<int32_t>::max()));
+  EFT_RETURN_IF_ERROR(CheckChoice("spec.checkpoint.full_write", ckpt->mutable_full_write(), "parallel",
+                                  {"parallel", "rank0"}));
   if (ckpt->merge_lora() && !t->has_lora()) {
     return Invalid("spec.checkpoint.merge_lora needs spec.training.lora: only a LoRA run has adapters to merge "
                    "(a full fine-tuning run's output is already a merged model)");

@@ -3,7 +3,9 @@
 # model (494M parameters, bf16; as run.sh SIZE=0.5b) trains 2 steps of 16-token sequences at world
 # size 2, with a full save after step 1 and the final one after step 2 (6.9 GB each: the bf16 HF
 # model and optimizer.safetensors with fp32 moments and masters). Each save is reported with rank
-# 0's split (eft-train's log line): time blocked in gathers, fp32 -> bf16 conversion, writing.
+# 0's split (eft-train's log line): time blocked in gathers, fp32 -> bf16 conversion, writing, and
+# (binaries with checkpoint.full_write, where every rank writes its own slices) waiting for the
+# other ranks; "-" where an older binary's line has no such field.
 #
 # Usage: [SIZE=0.5b|50m] bench/checkpoint/full_save.sh ROUNDS CKPT_PARENT_DIR EFT_TRAIN [EFT_TRAIN...]
 # Several eft-train binaries (e.g. a copy of an older build) run interleaved, ROUNDS times each, so
@@ -40,8 +42,8 @@ training: {global_batch_size: 2, micro_batch_size: 1, lr: 1.0e-4, precision: bf1
 checkpoint: {dir: $DIR/ckpt, every_steps: 0, full_every_steps: 1, keep_last: 1}
 YAML
 
-echo "| round | binary | step | MiB | save s | MiB/s | % of dd | gathers s | conversion s | writing s | dd MB/s | load avg |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| round | binary | step | MiB | save s | MiB/s | % of dd | gathers s | conversion s | writing s | waiting s | dd MB/s | load avg |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for round in $(seq "$ROUNDS"); do
   i=0
   for bin in "$@"; do
@@ -59,18 +61,20 @@ import json, re, sys
 log, rnd, binary, dd, load = sys.argv[1:]
 splits = {}
 for line in open(log + ".log"):
-    m = re.search(r"full checkpoint at step (\d+) written in ([\d.e+-]+) s: gathers ([\d.e+-]+) s, conversion ([\d.e+-]+) s, writing ([\d.e+-]+) s", line)
+    # Older binaries end after "writing W s"; newer ones add ", waiting for the other ranks X s (...)".
+    m = re.search(r"full checkpoint at step (\d+) written in ([\d.e+-]+) s: gathers ([\d.e+-]+) s, conversion ([\d.e+-]+) s, writing ([\d.e+-]+) s(?:, waiting for the other ranks ([\d.e+-]+) s)?", line)
     if m:
-        splits[int(m.group(1))] = [float(x) for x in m.groups()[1:]]
+        splits[int(m.group(1))] = [float(x) if x is not None else None for x in m.groups()[1:]]
 for l in open(log + ".events"):
     e = json.loads(l)
     if e.get("event") != "checkpoint":
         continue
     mib = e["bytes"] / 2**20
     s = e["seconds"]
-    g = splits.get(e["step"], [float("nan")] * 4)
+    g = splits.get(e["step"], [float("nan")] * 5)
     pct = 100 * (e["bytes"] / s / 1e6) / float(dd)
-    print(f"| {rnd} | {binary} | {e['step']} | {mib:.0f} | {s:.1f} | {mib / s:.0f} | {pct:.0f}% | {g[1]:.1f} | {g[2]:.1f} | {g[3]:.1f} | {dd} | {load} |")
+    wait = "-" if g[4] is None else f"{g[4]:.1f}"
+    print(f"| {rnd} | {binary} | {e['step']} | {mib:.0f} | {s:.1f} | {mib / s:.0f} | {pct:.0f}% | {g[1]:.1f} | {g[2]:.1f} | {g[3]:.1f} | {wait} | {dd} | {load} |")
 PY
   done
 done

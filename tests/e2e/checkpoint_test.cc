@@ -4,7 +4,10 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <map>
 #include <thread>
 
 #include "tests/e2e/trainer_fixture.h"
@@ -23,9 +26,10 @@ class CheckpointTest : public TrainerTest {
     // 48 examples / 8 per step = 6 steps per epoch; 2 epochs = 12 steps.
     epochs_ = 2;
   }
-  std::string Spec(int every, int full_every, const std::string& ckpt_dir) {
+  std::string Spec(int every, int full_every, const std::string& ckpt_dir, const std::string& full_write = "") {
     extra_yaml_ = "checkpoint: {dir: " + ckpt_dir + ", every_steps: " + std::to_string(every) +
-                  ", full_every_steps: " + std::to_string(full_every) + ", keep_last: 5}\n";
+                  ", full_every_steps: " + std::to_string(full_every) + ", keep_last: 5" +
+                  (full_write.empty() ? "" : ", full_write: " + full_write) + "}\n";
     return WriteSpec(8, 2, 3e-3);
   }
   std::string Resumed(const Run& r) {
@@ -123,6 +127,37 @@ TEST_F(CheckpointTest, ResumesExactlyFromAFullCheckpoint) {
   EXPECT_TRUE(fs::exists(ckpt + "/step-12/model.safetensors"));
   EXPECT_TRUE(fs::exists(ckpt + "/step-12/config.json"));
   EXPECT_TRUE(trainer::VerifyCheckpoint(ckpt + "/step-12").ok());
+}
+
+// checkpoint.full_write (docs/checkpoints.md, "Write path"): the parallel write (every rank writes
+// its slices into the files) and the rank0 write (gathered to rank 0) of the same run write the
+// same bytes, manifests included, and each rank says what it wrote.
+TEST_F(CheckpointTest, ParallelAndRank0FullWritesWriteTheSameCheckpoint) {
+  std::map<std::string, Run> runs;
+  for (const std::string mode : {"parallel", "rank0"}) {
+    runs[mode] = TrainRun(mode, 2, Spec(0, 4, (dir_ / mode).string(), mode), 0);
+    ASSERT_EQ(runs[mode].exit_code, 0) << runs[mode].output;
+  }
+  EXPECT_NE(runs["parallel"].output.find("(parallel write; rank 0 wrote"), std::string::npos) << runs["parallel"].output;
+  EXPECT_NE(runs["parallel"].output.find("rank 1 wrote"), std::string::npos) << runs["parallel"].output;
+  EXPECT_NE(runs["rank0"].output.find("(rank0 write; rank 0 wrote"), std::string::npos) << runs["rank0"].output;
+  auto bytes = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (const std::string step : {"step-4", "step-8", "step-12"}) {
+    auto a = trainer::VerifyCheckpoint((dir_ / "parallel" / step).string());
+    auto b = trainer::VerifyCheckpoint((dir_ / "rank0" / step).string());
+    ASSERT_TRUE(a.ok() && b.ok()) << step;
+    ASSERT_EQ(a->files.size(), b->files.size());
+    for (size_t i = 0; i < a->files.size(); ++i) {
+      EXPECT_EQ(a->files[i].path, b->files[i].path);
+      if (a->files[i].path == "trainer_state.json") continue;
+      EXPECT_EQ(a->files[i].crc32c, b->files[i].crc32c) << step << "/" << a->files[i].path;
+      EXPECT_TRUE(bytes(dir_ / "parallel" / step / a->files[i].path) == bytes(dir_ / "rank0" / step / b->files[i].path))
+          << step << "/" << a->files[i].path;
+    }
+  }
 }
 
 // Every kind of damage to the newest checkpoint: the resume names it, skips it and continues from

@@ -192,10 +192,20 @@ Status Checkpointer::SaveFull(const TrainerState& state) {
   Status s;
   std::vector<ManifestFile> files;
   FullSaveTimes times;
-  auto written = WriteFullState(*model_, Units(), tmp, policy_.tokenizer_dir, writer, /*with_optimizer=*/true, &times);
+  auto written = WriteFullState(*model_, Units(), tmp, policy_.tokenizer_dir, writer, /*with_optimizer=*/true, &times,
+                                policy_.full_write);
+  // bench/checkpoint/full_save.sh parses rank 0's line up to "writing W s"; what follows is new.
+  const bool parallel = policy_.full_write == FullWriteMode::kParallel && !model_->lora().enabled;
   if (writer && written.ok()) {
     EFT_LOG(INFO) << "full checkpoint at step " << state.step << " written in " << times.total << " s: gathers "
-                  << times.gather << " s, conversion " << times.convert << " s, writing " << times.write << " s";
+                  << times.gather << " s, conversion " << times.convert << " s, writing " << times.write
+                  << " s, waiting for the other ranks " << times.wait << " s ("
+                  << (parallel ? "parallel" : "rank0") << " write; rank 0 wrote " << times.bytes / 1048576.0 << " MiB)";
+  } else if (parallel && written.ok()) {
+    EFT_LOG(INFO) << "full checkpoint at step " << state.step << ": rank " << comm_->rank() << " wrote "
+                  << times.bytes / 1048576.0 << " MiB in " << times.total << " s: boundary exchange " << times.gather
+                  << " s, conversion " << times.convert << " s, writing " << times.write << " s, waiting " << times.wait
+                  << " s";
   }
   if (!written.ok()) {
     s = written.status();

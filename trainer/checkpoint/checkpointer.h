@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "trainer/checkpoint/full_state.h"
 #include "trainer/checkpoint/manifest.h"
 #include "trainer/checkpoint/sharded_state.h"
 #include "trainer/checkpoint/trainer_state.h"
@@ -38,6 +39,7 @@ struct CheckpointPolicy {
   std::string tokenizer_dir;   // copied into full checkpoints
   bool require_resume = false; // checkpoint.require_resume: all found checkpoints unusable -> fail
   bool keep_best = false;      // checkpoint.keep_best: retention spares BestEvaluatedCheckpoint (manifest.h)
+  FullWriteMode full_write = FullWriteMode::kParallel;  // checkpoint.full_write (full_state.h)
 };
 
 class Checkpointer {

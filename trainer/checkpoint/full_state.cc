@@ -1,11 +1,16 @@
 #include "trainer/checkpoint/full_state.h"
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 
+#include "common/crc32c.h"
+
+#include "trainer/checkpoint/parallel_full_write.h"
 #include "trainer/checkpoint/peft_adapter.h"
 #include "trainer/io/safetensors.h"
+#include "trainer/io/safetensors_layout.h"
 #include "trainer/io/safetensors_writer.h"
 
 namespace eft::trainer {
@@ -17,6 +22,12 @@ const std::vector<std::string>& TokenizerFiles() {
                                                   "generation_config.json", "vocab.json", "merges.txt",
                                                   "tokenizer.model", "added_tokens.json"};
   return kFiles;
+}
+
+std::optional<FullWriteMode> FullWriteModeFromName(const std::string& name) {
+  if (name == "parallel") return FullWriteMode::kParallel;
+  if (name == "rank0") return FullWriteMode::kRank0;
+  return std::nullopt;
 }
 
 at::ScalarType HfDtype(const ModelConfig& config) {
@@ -50,7 +61,7 @@ Result<std::vector<std::string>> WriteHfSidecarFiles(const std::string& dir, con
 
 namespace {
 
-constexpr uint64_t kMaxModelShardBytes = 5ull << 30;  // as save_pretrained's default
+std::atomic<uint64_t> max_model_shard_bytes{5ull << 30};  // as save_pretrained's default
 
 // One unit's gathers in flight: the whole flat vectors (on the writer; undefined elsewhere) and the
 // waits for them.
@@ -65,7 +76,78 @@ std::string Relative(const std::string& dir, const std::string& path) {
   return fs::path(path).lexically_relative(dir).string();
 }
 
+// The parallel path (parallel_full_write.h): the same files, tensors and order as the rank0 path,
+// so both write the same bytes.
+Result<std::vector<ManifestFile>> WriteModelAndOptimizerInParallel(ShardedLlama& model,
+                                                                   const std::vector<UnitState>& units,
+                                                                   const std::string& dir, bool with_optimizer,
+                                                                   FullSaveTimes* t) {
+  const at::ScalarType dtype = HfDtype(model.config());
+  const bool with_master = with_optimizer && dtype != at::kFloat;
+  using Source = FullWriteTensor::Source;
+  std::vector<TensorDecl> w;
+  std::vector<FullWriteTensor> w_sources;
+  FullWriteFile optimizer{"optimizer.safetensors", {}, {{"format", "eft-optimizer"}}, {}};
+  for (size_t u = 0; u < units.size(); ++u) {
+    const auto& specs = units[u].unit->specs();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      w.push_back({specs[i].name, dtype, specs[i].shape});
+      w_sources.push_back({u, i, Source::kParams});
+      if (!with_optimizer) continue;
+      optimizer.tensors.push_back({"exp_avg." + specs[i].name, at::kFloat, specs[i].shape});
+      optimizer.sources.push_back({u, i, Source::kExpAvg});
+      optimizer.tensors.push_back({"exp_avg_sq." + specs[i].name, at::kFloat, specs[i].shape});
+      optimizer.sources.push_back({u, i, Source::kExpAvgSq});
+      if (!with_master) continue;
+      optimizer.tensors.push_back({"master." + specs[i].name, at::kFloat, specs[i].shape});
+      optimizer.sources.push_back({u, i, Source::kParams});
+    }
+  }
+  EFT_ASSIGN_OR_RETURN(std::vector<ModelShard> shards, PlanModelShards(dir, std::move(w), max_model_shard_bytes.load()));
+  std::vector<FullWriteFile> files;
+  size_t next = 0;
+  for (ModelShard& shard : shards) {
+    FullWriteFile f{shard.name, std::move(shard.tensors), {{"format", "pt"}}, {}};
+    f.sources.assign(w_sources.begin() + next, w_sources.begin() + next + f.tensors.size());
+    next += f.tensors.size();
+    shard.tensors = f.tensors;  // kept for the index
+    files.push_back(std::move(f));
+  }
+  if (with_optimizer) files.push_back(std::move(optimizer));
+  ParallelWriteTimes pt;
+  auto written = WriteFilesInParallel(*model.comm(), units, dir, files, &pt);
+  t->gather = pt.exchange;
+  t->convert = pt.convert;
+  t->write = pt.write;
+  t->wait = pt.wait;
+  t->bytes = pt.bytes;
+  EFT_ASSIGN_OR_RETURN(std::vector<ManifestFile> sealed, std::move(written));
+  if (model.comm()->rank() != 0) return sealed;
+  // Rank 0 finishes the directory as SafetensorsDirWriter::Finish does: the index after the shards.
+  if (shards.size() > 1) {
+    const std::string text = ModelIndexJson(shards);
+    const std::string path = dir + "/" + kModelIndexName, tmp = path + ".partial";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out << text;
+      out.flush();
+      if (!out) return Status::IoError("writing " + tmp);
+    }
+    EFT_RETURN_IF_ERROR(FsyncFile(tmp));
+    std::error_code ec;
+    fs::rename(tmp, path, ec);
+    if (ec) return Status::IoError("renaming " + tmp + ": " + ec.message());
+    sealed.insert(sealed.begin() + static_cast<std::ptrdiff_t>(shards.size()),
+                  ManifestFile{kModelIndexName, static_cast<int64_t>(text.size()), Crc32c(text.data(), text.size())});
+  }
+  EFT_RETURN_IF_ERROR(RemoveStaleModelFiles(dir, shards));
+  EFT_RETURN_IF_ERROR(FsyncDir(dir));
+  return sealed;
+}
+
 }  // namespace
+
+void SetMaxModelShardBytesForTesting(uint64_t bytes) { max_model_shard_bytes = bytes; }
 
 Result<std::vector<std::string>> WriteHfModel(const std::string& dir,
                                               const std::vector<std::pair<std::string, at::Tensor>>& params,
@@ -73,7 +155,7 @@ Result<std::vector<std::string>> WriteHfModel(const std::string& dir,
                                               const std::string& tokenizer_dir) {
   std::vector<TensorDecl> decls;
   for (const auto& [name, t] : params) decls.push_back({name, dtype, t.sizes().vec()});
-  EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDirWriter::Create(dir, std::move(decls), kMaxModelShardBytes));
+  EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDirWriter::Create(dir, std::move(decls), max_model_shard_bytes.load()));
   for (const auto& [name, t] : params) EFT_RETURN_IF_ERROR(weights->Append(t));  // converted one at a time
   EFT_ASSIGN_OR_RETURN(std::vector<WrittenFile> written, weights->Finish());
   std::vector<std::string> files;
@@ -85,10 +167,24 @@ Result<std::vector<std::string>> WriteHfModel(const std::string& dir,
 
 Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std::vector<UnitState>& units,
                                                  const std::string& dir, const std::string& tokenizer_dir,
-                                                 bool writer, bool with_optimizer, FullSaveTimes* times) {
+                                                 bool writer, bool with_optimizer, FullSaveTimes* times,
+                                                 FullWriteMode mode) {
   TORCH_CHECK(units.empty() || units.front().unit->is_rank(0) == writer, "WriteFullState: the writer is rank 0");
   FullSaveTimes t;
   const double t0 = Now();
+  if (mode == FullWriteMode::kParallel && !model.lora().enabled) {
+    auto written = WriteModelAndOptimizerInParallel(model, units, dir, with_optimizer, &t);
+    t.total = Now() - t0;
+    if (times != nullptr) *times = t;
+    EFT_ASSIGN_OR_RETURN(std::vector<ManifestFile> files, std::move(written));
+    if (!writer) return files;
+    EFT_ASSIGN_OR_RETURN(std::vector<std::string> sidecar, WriteHfSidecarFiles(dir, model.config(), tokenizer_dir));
+    for (const std::string& name : sidecar) {
+      EFT_ASSIGN_OR_RETURN(ManifestFile f, SealFile(dir, name));
+      files.push_back(std::move(f));
+    }
+    return files;
+  }
   // Declared up front, so both files stream: each unit is gathered to the writer (every rank takes
   // part), written and freed, and no rank ever holds the whole model or its moments.
   // LoRA: a PEFT adapter directory (fp32 adapters, as PEFT keeps them) instead of a model.
@@ -120,7 +216,7 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
       EFT_ASSIGN_OR_RETURN(adapters, SafetensorsWriter::Create(dir + "/" + kAdapterWeightsFile, std::move(w),
                                                                {{"format", "pt"}}));
     } else {
-      EFT_ASSIGN_OR_RETURN(weights, SafetensorsDirWriter::Create(dir, std::move(w), kMaxModelShardBytes));
+      EFT_ASSIGN_OR_RETURN(weights, SafetensorsDirWriter::Create(dir, std::move(w), max_model_shard_bytes.load()));
     }
     if (with_optimizer) {
       EFT_ASSIGN_OR_RETURN(optimizer, SafetensorsWriter::Create(dir + "/optimizer.safetensors", std::move(o),
@@ -161,10 +257,12 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
       const double w0 = Now();
       t.convert += w0 - c0;
       status = lora ? adapters->Append(p) : weights->Append(p);
+      t.bytes += static_cast<int64_t>(p.numel() * p.element_size());
       if (status.ok() && with_optimizer) {
         status = optimizer->Append(views_m[i]);
         if (status.ok()) status = optimizer->Append(views_v[i]);
         if (status.ok() && with_master) status = optimizer->Append(views_p[i]);
+        t.bytes += static_cast<int64_t>(views_m[i].numel() * (with_master ? 12 : 8));
       }
       t.write += Now() - w0;
     }

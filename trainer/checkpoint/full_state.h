@@ -3,6 +3,7 @@
 // dtype is not fp32), so training resumes from it exactly, at any world size.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,15 +36,35 @@ at::ScalarType HfDtype(const ModelConfig& config);
 Result<std::vector<std::string>> WriteHfSidecarFiles(const std::string& dir, const ModelConfig& config,
                                                      const std::string& tokenizer_dir);
 
+// How a full save reaches the files (checkpoint.full_write, docs/checkpoints.md, "Write path").
+enum class FullWriteMode {
+  kParallel,  // every rank writes its own slices into the final files (parallel_full_write.h)
+  kRank0,     // every unit is gathered to rank 0, which alone writes (storage that cannot take
+              // writes into one file from several processes or nodes, e.g. FUSE object-store mounts)
+};
+// Tests: the size above which a model directory is split into shards (default 5 GB, as
+// save_pretrained), so small models exercise the sharded layout and its index.
+void SetMaxModelShardBytesForTesting(uint64_t bytes);
+
+// "parallel" / "rank0"; nullopt for anything else.
+std::optional<FullWriteMode> FullWriteModeFromName(const std::string& name);
+
 // Where a full save's time went on one rank (wall-clock seconds).
 struct FullSaveTimes {
-  double gather = 0;   // blocked in gathers (on the writer: the part not hidden behind writing)
-  double convert = 0;  // writer: HF weights converted to the model's dtype
-  double write = 0;    // writer: checksummed and written, including the waits for the disk
+  double gather = 0;   // blocked in gathers (rank0: on the writer, the part not hidden behind writing;
+                       // parallel: the boundary pieces' exchange)
+  double convert = 0;  // the weights converted to the model's dtype (parallel: and the fp32 state
+                       // copied into write buffers)
+  double write = 0;    // checksummed and written, including the waits for the disk and the fsync
+  double wait = 0;     // parallel: waiting for the other ranks (creation, failure checks, CRCs)
   double total = 0;
+  int64_t bytes = 0;   // of weights and optimizer state this rank wrote
 };
 
-// Collective: every rank gathers to the writer (rank 0: `writer` is true there only), a unit at a
+// Collective. kParallel (not for LoRA, whose adapter directory is tiny and always goes the rank0
+// way): every rank writes its own slices into `dir`, which every rank must see; see
+// parallel_full_write.h. A failure fails the call on every rank. kRank0:
+// every rank gathers to the writer (rank 0: `writer` is true there only), a unit at a
 // time, and the writer streams the HF model directory and, `with_optimizer`,
 // optimizer.safetensors into `dir`. The next unit's gathers run while the writer writes one, so it
 // holds at most two units; the other ranks hold none. A write error stops the writing, not the
@@ -53,7 +74,8 @@ struct FullSaveTimes {
 Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std::vector<UnitState>& units,
                                                  const std::string& dir, const std::string& tokenizer_dir,
                                                  bool writer, bool with_optimizer = true,
-                                                 FullSaveTimes* times = nullptr);
+                                                 FullSaveTimes* times = nullptr,
+                                                 FullWriteMode mode = FullWriteMode::kRank0);
 // Fills every unit's shard and moments from a full checkpoint directory (each rank reads only the
 // parameters that overlap its slices).
 Status LoadFullState(const std::string& dir, const std::vector<UnitState>& units);

@@ -15,6 +15,7 @@
 #include "common/crc32c.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/io/safetensors_internal.h"
+#include "trainer/io/safetensors_layout.h"
 
 namespace eft::trainer {
 
@@ -23,9 +24,6 @@ using json = nlohmann::json;
 using namespace safetensors_internal;
 
 namespace {
-
-constexpr const char* kIndexName = "model.safetensors.index.json";
-constexpr const char* kSingleName = "model.safetensors";
 
 uint64_t Numel(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
@@ -85,14 +83,6 @@ Status WriteAtomically(const std::string& path, const std::function<Status(int f
   return SyncDir(DirOf(path));
 }
 
-// Removes `path` if present; a missing file is not an error.
-Status RemoveIfExists(const std::string& path) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return Status::IoError("removing stale " + path + ": " + ErrnoString(errno));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -105,36 +95,7 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(const std::
   if (chunk_bytes == 0 || chunk_bytes % 4096 != 0) {
     return Status::InvalidArgument(path + ": chunk_bytes must be a positive multiple of 4096");
   }
-  std::set<std::string> names;
-  for (const TensorDecl& t : tensors) {
-    if (t.name == "__metadata__") return Status::InvalidArgument(path + ": '__metadata__' cannot name a tensor");
-    if (!names.insert(t.name).second) return Status::InvalidArgument(path + ": tensor '" + t.name + "' given twice");
-    if (DtypeByType(t.dtype) == nullptr) {
-      return Status::InvalidArgument(path + ": tensor '" + t.name + "' has dtype " + std::string(c10::toString(t.dtype)) +
-                                     ", which safetensors cannot hold");
-    }
-    for (int64_t d : t.shape) {
-      if (d < 0) return Status::InvalidArgument(path + ": tensor '" + t.name + "' has a negative dimension");
-    }
-  }
-  // Header keys in data order with __metadata__ first, as Hugging Face writes them.
-  nlohmann::ordered_json h = nlohmann::ordered_json::object();
-  if (!metadata.empty()) h["__metadata__"] = metadata;
-  uint64_t offset = 0;
-  for (const TensorDecl& t : tensors) {
-    const uint64_t n = Bytes(t);
-    h[t.name] = {{"dtype", DtypeByType(t.dtype)->name}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
-    offset += n;
-  }
-  std::string header;
-  try {
-    header = h.dump();
-  } catch (const json::exception& e) {  // names or metadata that are not valid UTF-8
-    return Status::InvalidArgument(path + ": header cannot be encoded: " + e.what());
-  }
-  // Pad so the data section starts 8-byte aligned: View() then hands out aligned tensors.
-  header.append((8 - header.size() % 8) % 8, ' ');
-
+  EFT_ASSIGN_OR_RETURN(SafetensorsLayout layout, LayOutSafetensors(path, tensors, metadata));
   std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter());
   w->path_ = path;
   w->tmp_ = path + ".tmp." + std::to_string(::getpid());
@@ -142,9 +103,7 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(const std::
   w->chunk_bytes_ = chunk_bytes;
   w->fd_ = ::open(w->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd_ < 0) return Status::IoError("creating " + w->tmp_ + ": " + ErrnoString(errno));
-  const uint64_t header_len = header.size();
-  EFT_RETURN_IF_ERROR(w->Write(&header_len, 8));
-  EFT_RETURN_IF_ERROR(w->Write(header.data(), header.size()));
+  EFT_RETURN_IF_ERROR(w->Write(layout.header.data(), layout.header.size()));
   return w;
 }
 
@@ -269,36 +228,14 @@ Result<std::unique_ptr<SafetensorsDirWriter>> SafetensorsDirWriter::Create(const
   w->dir_ = dir;
   metadata.emplace("format", "pt");
   w->metadata_ = std::move(metadata);
-  // Greedy in the caller's order (layers stay together); an oversized tensor gets a shard of its own.
-  std::set<std::string> names;
-  w->shards_.emplace_back();
-  uint64_t shard_bytes = 0;
-  for (TensorDecl& t : tensors) {
-    if (!names.insert(t.name).second) return Status::InvalidArgument(dir + ": tensor '" + t.name + "' given twice");
-    if (DtypeByType(t.dtype) == nullptr) {
-      return Status::InvalidArgument(dir + ": tensor '" + t.name + "' has dtype " + std::string(c10::toString(t.dtype)) +
-                                     ", which safetensors cannot hold");
-    }
-    const uint64_t n = Bytes(t);
-    if (!w->shards_.back().empty() && shard_bytes + n > max_shard_bytes) {
-      w->shards_.emplace_back();
-      shard_bytes = 0;
-    }
-    w->shards_.back().push_back(std::move(t));
-    shard_bytes += n;
-  }
-  for (size_t i = 0; i < w->shards_.size(); ++i) {
-    char file[64];
-    std::snprintf(file, sizeof(file), "model-%05zu-of-%05zu.safetensors", i + 1, w->shards_.size());
-    w->names_.push_back(w->shards_.size() == 1 ? kSingleName : file);
-  }
+  EFT_ASSIGN_OR_RETURN(w->shards_, PlanModelShards(dir, std::move(tensors), max_shard_bytes));
   EFT_RETURN_IF_ERROR(w->OpenShard(0));
   return w;
 }
 
 Status SafetensorsDirWriter::OpenShard(size_t i) {
   shard_ = i;
-  EFT_ASSIGN_OR_RETURN(writer_, SafetensorsWriter::Create((fs::path(dir_) / names_[i]).string(), shards_[i], metadata_));
+  EFT_ASSIGN_OR_RETURN(writer_, SafetensorsWriter::Create((fs::path(dir_) / shards_[i].name).string(), shards_[i].tensors, metadata_));
   return Status::Ok();
 }
 
@@ -321,40 +258,15 @@ Result<std::vector<WrittenFile>> SafetensorsDirWriter::Finish() {
     written_.push_back(std::move(f));
     writer_.reset();
   }
-  const fs::path root(dir_);
-  if (shards_.size() == 1) {
-    // A leftover index would win over the new file in our reader.
-    EFT_RETURN_IF_ERROR(RemoveIfExists((root / kIndexName).string()));
-  } else {
-    json weight_map = json::object();
-    uint64_t total_bytes = 0;
-    for (size_t i = 0; i < shards_.size(); ++i) {
-      for (const TensorDecl& t : shards_[i]) {
-        weight_map[t.name] = names_[i];
-        total_bytes += Bytes(t);
-      }
-    }
-    json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
-    const std::string text = index.dump(2) + "\n";
-    const std::string path = (root / kIndexName).string();
+  if (shards_.size() > 1) {
+    const std::string text = ModelIndexJson(shards_);
+    const std::string path = (fs::path(dir_) / kModelIndexName).string();
     EFT_RETURN_IF_ERROR(WriteAtomically(path, [&](int fd, const std::string& tmp) {
       return WriteAll(fd, text.data(), text.size(), tmp);
     }));
     written_.push_back(WrittenFile{path, static_cast<int64_t>(text.size()), Crc32c(text.data(), text.size())});
-    // transformers looks for model.safetensors before the index: a leftover one would shadow the shards.
-    EFT_RETURN_IF_ERROR(RemoveIfExists((root / kSingleName).string()));
   }
-  // Shards of an earlier, differently-split write are dead weight (and confusing); Hugging Face's
-  // save_pretrained removes them too.
-  std::error_code ec;
-  for (const auto& ent : fs::directory_iterator(root, ec)) {
-    const std::string n = ent.path().filename().string();
-    if (n.rfind("model-", 0) == 0 && n.find("-of-") != std::string::npos && n.size() > 12 &&
-        n.compare(n.size() - 12, 12, ".safetensors") == 0 &&
-        std::find(names_.begin(), names_.end(), n) == names_.end()) {
-      EFT_RETURN_IF_ERROR(RemoveIfExists(ent.path().string()));
-    }
-  }
+  EFT_RETURN_IF_ERROR(RemoveStaleModelFiles(dir_, shards_));
   EFT_RETURN_IF_ERROR(SyncDir(dir_));
   return written_;
 }

@@ -81,6 +81,12 @@ class SafetensorsWriter {
 // to the metadata unless given (transformers refuses files without it). Finish() removes files of an
 // earlier write that would shadow or confuse this one (a stale index, model.safetensors, shards not
 // written now), as save_pretrained does.
+// One file of a model directory (safetensors_layout.h plans them).
+struct ModelShard {
+  std::string name;
+  std::vector<TensorDecl> tensors;
+};
+
 class SafetensorsDirWriter {
  public:
   static Result<std::unique_ptr<SafetensorsDirWriter>> Create(const std::string& dir, std::vector<TensorDecl> tensors,
@@ -96,8 +102,7 @@ class SafetensorsDirWriter {
 
   std::string dir_;
   std::map<std::string, std::string> metadata_;
-  std::vector<std::vector<TensorDecl>> shards_;
-  std::vector<std::string> names_;  // file name per shard
+  std::vector<ModelShard> shards_;
   size_t shard_ = 0;
   std::unique_ptr<SafetensorsWriter> writer_;
   std::vector<WrittenFile> written_;

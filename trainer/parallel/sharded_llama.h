@@ -75,6 +75,7 @@ class ShardedLlama {
   const ModelConfig& config() const { return config_; }
   const ShardingOptions& options() const { return options_; }
   const LoraOptions& lora() const { return lora_; }
+  Communicator* comm() const { return comm_; }
   // The model's units: root, then the decoder layers (the frozen base weights under LoRA).
   std::vector<std::unique_ptr<FlatParamUnit>>& units() { return units_; }
   // What the optimizer, clipping and checkpoints see: units(), or under LoRA the adapter units (one

@@ -102,6 +102,7 @@ Result<TrainConfig> TrainConfigFromJobSpec(const v1::JobSpec& s) {
   c.eval_every_steps = t.eval_every_steps();
   c.keep_best = k.keep_best();
   c.merge_lora = k.merge_lora();
+  c.full_write = k.full_write().empty() ? "parallel" : k.full_write();  // unnormalized specs too
   return c;
 }
 

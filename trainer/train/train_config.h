@@ -63,6 +63,7 @@ struct TrainConfig {
   int keep_last = 3;
   bool require_resume = false;  // a resume that finds only unusable checkpoints fails
   bool merge_lora = false;      // LoRA: also write the merged model at the end (docs/lora.md)
+  std::string full_write = "parallel";  // parallel | rank0 (docs/checkpoints.md, "Write path")
 
   // Evaluation (trainer/train/evaluation.h).
   std::string eval_data;         // JSONL held-out set; empty: none

@@ -186,6 +186,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   policy.tokenizer_dir = c.model;
   policy.require_resume = c.require_resume;
   policy.keep_best = c.keep_best;
+  const std::optional<FullWriteMode> full_write = FullWriteModeFromName(c.full_write);
+  if (!full_write) {
+    return Status::InvalidArgument("spec.checkpoint.full_write (\"" + c.full_write + "\") must be one of parallel, rank0");
+  }
+  policy.full_write = *full_write;
   t->checkpointer_ = std::make_unique<Checkpointer>(policy, t->comm_.get(), t->model_.get(), t->optimizer_.get(),
                                                     &t->events_);
   t->compat_ = CompatibilityRecord(c, model_config, t->dataset_.stats().examples, t->dataset_.stats().tokens);

@@ -262,6 +262,7 @@ TEST(JobSpecTest, EveryValidationRuleNamesTheField) {
       {"/data/loss_on", "everything", "spec.data.loss_on (\"everything\") must be one of assistant, completion, all"},
       {"/data/on_bad_line", "ignore", "spec.data.on_bad_line (\"ignore\") must be one of error, skip"},
       {"/data/truncation", "wrap", "spec.data.truncation (\"wrap\") must be one of truncate, drop"},
+      {"/checkpoint/full_write", "rank-0", "spec.checkpoint.full_write (\"rank-0\") must be one of parallel, rank0"},
       {"/resources/nodes/min", -1, "spec.resources.nodes.min (-1) must be >= 1"},
       {"/resources/nodes", {{"min", 2}, {"max", 1}},
        "spec.resources.nodes.max (1) must be >= spec.resources.nodes.min (2)"},
@@ -561,6 +562,16 @@ TEST(JobSpecTest, EvalFieldsAreValidated) {
 
 namespace eft::spec {
 namespace {
+
+// checkpoint.full_write (docs/checkpoints.md, "Write path"): parallel unless rank0 is asked for.
+TEST(JobSpecTest, FullWriteDefaultsToParallel) {
+  auto by_default = ParseJobSpec("name: a\ncommand: [x]\n");
+  ASSERT_TRUE(by_default.ok() && NormalizeJobSpec(&*by_default).ok());
+  EXPECT_EQ(by_default->checkpoint().full_write(), "parallel");
+  auto rank0 = ParseJobSpec("name: a\ncommand: [x]\ncheckpoint: {full_write: rank0}\n");
+  ASSERT_TRUE(rank0.ok() && NormalizeJobSpec(&*rank0).ok());
+  EXPECT_EQ(rank0->checkpoint().full_write(), "rank0");
+}
 
 // checkpoint.merge_lora (docs/lora.md): off by default, and only with training.lora.
 TEST(JobSpecTest, MergeLoraNeedsLora) {

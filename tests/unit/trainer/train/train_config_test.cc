@@ -97,6 +97,7 @@ const std::map<std::string, std::string>& ChangedValues() {
       {"training.eval_every_steps", "25"},
       {"checkpoint.keep_best", "true"},
       {"checkpoint.merge_lora", "true"},
+      {"checkpoint.full_write", "rank0"},
   };
   return *kValues;
 }
@@ -173,6 +174,7 @@ TEST(TrainConfigTest, DefaultsAreTheSchemasDefaults) {
   EXPECT_EQ(c->checkpoint_every_steps, 200);
   EXPECT_EQ(c->checkpoint_full_every_steps, 0);
   EXPECT_EQ(c->keep_last, 3);
+  EXPECT_EQ(c->full_write, "parallel");
 }
 
 TEST(TrainConfigTest, ExplicitZerosThatMeanSomethingAreKept) {
@@ -354,6 +356,18 @@ TEST(LoraSpecTest, BadValuesAreRefusedWithTheFieldNamed) {
     auto by_default = TrainConfigFromJobSpec(Normalized(kMinimal, {"training.lora.r=4"}));
     ASSERT_TRUE(by_default.ok());
     EXPECT_FALSE(by_default->merge_lora);
+  }
+  // checkpoint.full_write (docs/checkpoints.md, "Write path"): parallel unless rank0 is asked for.
+  {
+    auto spec = LoadJobSpec(Doc(kMinimal), {"checkpoint.full_write=rank1"});
+    ASSERT_FALSE(spec.ok());
+    EXPECT_EQ(spec.status().message(), "spec.checkpoint.full_write (\"rank1\") must be one of parallel, rank0");
+    auto rank0 = TrainConfigFromJobSpec(Normalized(kMinimal, {"checkpoint.full_write=rank0"}));
+    ASSERT_TRUE(rank0.ok()) << rank0.status();
+    EXPECT_EQ(rank0->full_write, "rank0");
+    auto by_default = TrainConfigFromJobSpec(Normalized(kMinimal, {}));
+    ASSERT_TRUE(by_default.ok());
+    EXPECT_EQ(by_default->full_write, "parallel");
   }
   for (const auto& [override, message] : cases) {
     auto spec = LoadJobSpec(Doc(kMinimal), {override});
