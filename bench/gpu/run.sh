@@ -6,7 +6,8 @@
 #   3. train the same tiny model on the GPU and on the CPU (fp32) and compare every step's loss;
 #      bf16 on the GPU against fp32; packed rows (masked attention) and unpacked rows (flash);
 #   4. write the Hugging Face reference fixtures with transformers (tests/reference/hf_fixtures.py)
-#      and check eft's model against them at once; transformers loads eft's output directory;
+#      and check eft's model against them at once; transformers loads eft's output directory; a
+#      LoRA adapter trained on the GPU, loaded with peft, gives the logits of eft's merged model;
 #   5. benchmark tokens/s, MFU and GPU memory for a 0.35B-parameter model.
 # Full logs and the fixtures go to $OUT; a short table is printed last. Each part runs even when an
 # earlier one failed, as far as what it needs exists.
@@ -215,9 +216,65 @@ print(f"transformers {transformers.__version__} loaded {d} ({type(m).__name__}, 
       f"{sum(p.numel() for p in m.parameters())} parameters, every weight matched), logits finite")
 PY
 }
+peft_logits() {
+  # A LoRA adapter eft trained on the GPU, loaded with peft on top of the transformers model, gives
+  # the logits of eft's merged model (checkpoint.merge_lora). Without peft on the machine the adapter
+  # is merged by hand from its files and the formula instead (said in the output).
+  local base=$work/model-llama ad=$work/lora-out
+  [[ -f $work/data.jsonl ]] || make_data "$work" 4096 64 256
+  [[ -d $base ]] || "$train" init-model --arch llama --hidden 128 --layers 2 --heads 4 --kv-heads 2 \
+    --intermediate 352 --vocab-size 4096 --dtype bfloat16 --seed 9 --out "$base" >/dev/null || return 1
+  cat >"$work/lora.yaml" <<YAML
+name: lora
+model: $base
+data: {train: $work/data.jsonl, max_seq_len: 256}
+training: {global_batch_size: 8, micro_batch_size: 2, lr: 1.0e-3, precision: bf16, device: $gpu, epochs: 100,
+           lora: {r: 8, alpha: 16, target_modules: all-linear}}
+checkpoint: {merge_lora: true}
+YAML
+  "$train" train --config "$work/lora.yaml" --nproc 1 --max-steps 6 --output-dir "$ad" >"$out/train-lora.log" 2>&1 || return 1
+  $py - "$base" "$ad" "$ad/merged" <<'PY'
+import json, sys, torch, transformers
+base, adapter, merged = sys.argv[1:4]
+def load(d):
+    try:
+        return transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    except TypeError:  # transformers < 4.56
+        return transformers.AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
+ids = torch.arange(3, 131).reshape(2, -1)
+with torch.no_grad():
+    want = load(merged)(input_ids=ids).logits
+    plain = load(base)(input_ids=ids).logits
+model = load(base)
+try:
+    import peft
+    model, how = peft.PeftModel.from_pretrained(model, adapter), f"peft {peft.__version__}"
+except ImportError:
+    from safetensors.torch import load_file
+    cfg = json.load(open(f"{adapter}/adapter_config.json"))
+    tensors, params = load_file(f"{adapter}/adapter_model.safetensors"), dict(model.named_parameters())
+    for name, a in tensors.items():
+        if ".lora_A." in name:
+            b = tensors[name.replace(".lora_A.", ".lora_B.")]
+            target = name.replace("base_model.model.", "", 1).replace(".lora_A.weight", ".weight")
+            with torch.no_grad():
+                params[target] += cfg["lora_alpha"] / cfg["r"] * (b.float() @ a.float())
+    how = "peft not installed: merged by hand"
+with torch.no_grad():
+    got = model(input_ids=ids).logits
+err, moved, peak = (got - want).abs().max().item(), (plain - want).abs().max().item(), want.abs().max().item()
+# The merged model is stored in the base's dtype (bf16): its weights carry one bf16 rounding
+# (2^-9 relative) that the fp32 adapter path has not; that, compounded over the layers, stays far
+# below what the adapter changed.
+print(f"{how}: adapter on the transformers model vs eft's merged model, max |logit difference| {err:.2e} "
+      f"(the adapter moved the logits by {moved:.2e}, largest logit {peak:.2f})")
+sys.exit(0 if err <= 0.05 * peak and err * 4 <= moved else 1)
+PY
+}
 if want fixtures; then
   part hf-fixtures hf_fixtures
   [[ -x $train ]] && part transformers-loads-output transformers_loads_output
+  [[ -x $train ]] && part peft-logits peft_logits
 fi
 
 # ---- 5. benchmark ------------------------------------------------------------------------------
