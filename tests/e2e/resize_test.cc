@@ -246,7 +246,11 @@ TEST_F(ResizeTest, DrainWithEvictMovesTheJobOffTheNodeWithoutLosingSteps) {
 // node2's worker dies and comes back every 3 s while the job runs. A node loss shrinks the job at
 // once, but it grows again only resize_cooldown_seconds after its last resize: no thrashing.
 TEST_F(ResizeTest, AFlappingNodeDoesNotThrashTheJob) {
-  TestCluster c;
+  // The job must outlast the flapping (~24 s) and a cooldown after it: on a quiet machine the tiny
+  // model trains its 400 steps in ~10 s, so every step is held 0.15 s (about 60 s in all).
+  ClusterOptions options;
+  options.worker_env = {{"EFT_DEBUG_STALL", "step"}, {"EFT_DEBUG_STALL_SECONDS", "0.15"}};
+  TestCluster c(options);
   c.StartAll();
   constexpr double kCooldown = 8;
   v1::JobSpec spec = JobSpec(c, "flap", 2, 3, kCooldown);

@@ -22,18 +22,7 @@ double Now() {
 constexpr const char* kStateFile = "trainer_state.json";
 
 Status WriteStateFile(const std::string& dir, const TrainerState& state) {
-  std::string path = dir + "/" + kStateFile, tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << state.ToJson().dump(2) << "\n";
-    out.flush();
-    if (!out) return Status::IoError("writing " + tmp);
-  }
-  EFT_RETURN_IF_ERROR(FsyncFile(tmp));
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return Status::IoError("renaming " + tmp + ": " + ec.message());
-  return Status::Ok();
+  return WriteFileDurably(dir + "/" + kStateFile, state.ToJson().dump(2) + "\n");
 }
 
 }  // namespace

@@ -126,17 +126,7 @@ Result<std::vector<ManifestFile>> WriteModelAndOptimizerInParallel(ShardedLlama&
   // Rank 0 finishes the directory as SafetensorsDirWriter::Finish does: the index after the shards.
   if (shards.size() > 1) {
     const std::string text = ModelIndexJson(shards);
-    const std::string path = dir + "/" + kModelIndexName, tmp = path + ".partial";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out << text;
-      out.flush();
-      if (!out) return Status::IoError("writing " + tmp);
-    }
-    EFT_RETURN_IF_ERROR(FsyncFile(tmp));
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec) return Status::IoError("renaming " + tmp + ": " + ec.message());
+    EFT_RETURN_IF_ERROR(WriteFileDurably(dir + "/" + kModelIndexName, text));
     sealed.insert(sealed.begin() + static_cast<std::ptrdiff_t>(shards.size()),
                   ManifestFile{kModelIndexName, static_cast<int64_t>(text.size()), Crc32c(text.data(), text.size())});
   }

@@ -96,6 +96,19 @@ Status FsyncDir(const std::string& path) {
   return s;
 }
 
+Status WriteFileDurably(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) return Status::IoError("writing " + tmp);
+  }
+  EFT_RETURN_IF_ERROR(FsyncFile(tmp));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("renaming", tmp);
+  return Status::Ok();
+}
+
 int64_t Manifest::total_bytes() const {
   int64_t n = 0;
   for (const auto& f : files) n += f.bytes;
@@ -154,15 +167,7 @@ Result<Manifest> WriteSealedManifest(const std::string& dir, int64_t step, const
   m.kind = kind;
   m.world_size = world_size;
   m.files = std::move(files);
-  const std::string path = dir + "/" + kManifestName, tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << m.ToJson().dump(2) << "\n";
-    out.flush();
-    if (!out) return Status::IoError("writing " + tmp);
-  }
-  EFT_RETURN_IF_ERROR(FsyncFile(tmp));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("renaming", tmp);
+  EFT_RETURN_IF_ERROR(WriteFileDurably(dir + "/" + kManifestName, m.ToJson().dump(2) + "\n"));
   EFT_RETURN_IF_ERROR(FsyncDir(dir));
   return m;
 }

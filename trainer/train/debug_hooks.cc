@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -18,7 +20,11 @@ void StallIfAsked(const char* phase) {
     if (p != phase) continue;
     const char* seconds = std::getenv("EFT_DEBUG_STALL_SECONDS");
     const double s = seconds ? std::atof(seconds) : 30.0;
-    EFT_LOG(INFO) << "EFT_DEBUG_STALL: holding in phase " << phase << " for " << s << " s";
+    static std::mutex mu;
+    static std::set<std::string> logged;
+    if (std::lock_guard<std::mutex> lock(mu); logged.insert(p).second) {
+      EFT_LOG(INFO) << "EFT_DEBUG_STALL: holding in phase " << phase << " for " << s << " s";
+    }
     std::this_thread::sleep_for(std::chrono::duration<double>(s));
     return;
   }

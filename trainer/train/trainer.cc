@@ -431,6 +431,7 @@ Status Trainer::Run() {
     // One small collective per step: commits finished background saves, and spreads a stop request
     // from any rank to all of them, so they all stop after the same step.
     EFT_ASSIGN_OR_RETURN(bool stop, checkpointer_->Poll(g_stop_requested.load(), /*wait=*/false));
+    StallIfAsked("step");
     // Test hook: die like a node that lost power, at a known step, on every rank. A save begun at an
     // earlier step is finished first, so tests know which checkpoints exist however slow the disk;
     // one begun at this very step is left half written, as a real crash would.
