@@ -76,34 +76,47 @@ std::string Relative(const std::string& dir, const std::string& path) {
   return fs::path(path).lexically_relative(dir).string();
 }
 
+// The tensors of a full save in file order, each with where its values come from: the model's
+// (`dtype`) and, `with_optimizer`, optimizer.safetensors' (fp32 moments, and the fp32 masters when
+// `dtype` is not fp32: the HF weights are rounded to it, and resuming exactly needs the masters).
+// Both write paths declare exactly these, so both write the same bytes.
+struct FullStateTensors {
+  std::vector<TensorDecl> model, optimizer;
+  std::vector<FullWriteTensor> model_sources, optimizer_sources;
+};
+
+FullStateTensors DeclareFullState(const std::vector<UnitState>& units, at::ScalarType dtype, bool with_optimizer) {
+  using Source = FullWriteTensor::Source;
+  const bool with_master = with_optimizer && dtype != at::kFloat;
+  FullStateTensors out;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const auto& specs = units[u].unit->specs();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      out.model.push_back({specs[i].name, dtype, specs[i].shape});
+      out.model_sources.push_back({u, i, Source::kParams});
+      if (!with_optimizer) continue;
+      for (auto [prefix, source] : {std::pair{"exp_avg.", Source::kExpAvg}, std::pair{"exp_avg_sq.", Source::kExpAvgSq},
+                                    std::pair{"master.", Source::kParams}}) {
+        if (source == Source::kParams && !with_master) continue;
+        out.optimizer.push_back({prefix + specs[i].name, at::kFloat, specs[i].shape});
+        out.optimizer_sources.push_back({u, i, source});
+      }
+    }
+  }
+  return out;
+}
+
 // The parallel path (parallel_full_write.h): the same files, tensors and order as the rank0 path,
 // so both write the same bytes.
 Result<std::vector<ManifestFile>> WriteModelAndOptimizerInParallel(ShardedLlama& model,
                                                                    const std::vector<UnitState>& units,
                                                                    const std::string& dir, bool with_optimizer,
                                                                    FullSaveTimes* t) {
-  const at::ScalarType dtype = HfDtype(model.config());
-  const bool with_master = with_optimizer && dtype != at::kFloat;
-  using Source = FullWriteTensor::Source;
-  std::vector<TensorDecl> w;
-  std::vector<FullWriteTensor> w_sources;
-  FullWriteFile optimizer{"optimizer.safetensors", {}, {{"format", "eft-optimizer"}}, {}};
-  for (size_t u = 0; u < units.size(); ++u) {
-    const auto& specs = units[u].unit->specs();
-    for (size_t i = 0; i < specs.size(); ++i) {
-      w.push_back({specs[i].name, dtype, specs[i].shape});
-      w_sources.push_back({u, i, Source::kParams});
-      if (!with_optimizer) continue;
-      optimizer.tensors.push_back({"exp_avg." + specs[i].name, at::kFloat, specs[i].shape});
-      optimizer.sources.push_back({u, i, Source::kExpAvg});
-      optimizer.tensors.push_back({"exp_avg_sq." + specs[i].name, at::kFloat, specs[i].shape});
-      optimizer.sources.push_back({u, i, Source::kExpAvgSq});
-      if (!with_master) continue;
-      optimizer.tensors.push_back({"master." + specs[i].name, at::kFloat, specs[i].shape});
-      optimizer.sources.push_back({u, i, Source::kParams});
-    }
-  }
-  EFT_ASSIGN_OR_RETURN(std::vector<ModelShard> shards, PlanModelShards(dir, std::move(w), max_model_shard_bytes.load()));
+  FullStateTensors decl = DeclareFullState(units, HfDtype(model.config()), with_optimizer);
+  const std::vector<FullWriteTensor>& w_sources = decl.model_sources;
+  FullWriteFile optimizer{"optimizer.safetensors", std::move(decl.optimizer), {{"format", "eft-optimizer"}},
+                          std::move(decl.optimizer_sources)};
+  EFT_ASSIGN_OR_RETURN(std::vector<ModelShard> shards, PlanModelShards(dir, std::move(decl.model), max_model_shard_bytes.load()));
   std::vector<FullWriteFile> files;
   size_t next = 0;
   for (ModelShard& shard : shards) {
@@ -189,17 +202,8 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
   // the process group's timeout, 300 s on Gloo).
   Status status;
   if (writer) status = [&]() -> Status {
-    std::vector<TensorDecl> w, o;
-    for (const UnitState& s : units) {
-      for (const ParamSpec& spec : s.unit->specs()) {
-        w.push_back({spec.name, dtype, spec.shape});
-        if (!with_optimizer) continue;
-        o.push_back({"exp_avg." + spec.name, at::kFloat, spec.shape});
-        o.push_back({"exp_avg_sq." + spec.name, at::kFloat, spec.shape});
-        // The HF weights are rounded to the model's dtype; resuming exactly needs the fp32 masters.
-        if (with_master) o.push_back({"master." + spec.name, at::kFloat, spec.shape});
-      }
-    }
+    FullStateTensors decl = DeclareFullState(units, dtype, with_optimizer);
+    std::vector<TensorDecl> w = std::move(decl.model), o = std::move(decl.optimizer);
     if (lora) {
       std::error_code ec;
       fs::create_directories(dir, ec);  // SafetensorsDirWriter does this for a model
