@@ -4,13 +4,14 @@
 # k8s/ runs it as ghcr.io/elastic-ft/eft:<tag>. CI does not build it (no Docker engine there);
 # tests/deploy/check_dockerfile.sh checks it against the real build instead.
 
-# ---- build: the same Debian packages as CI (scripts/install-deps.sh) and the Makefile's CMake
-# configuration (Ninja), Release, without the tests; only the programs the image ships.
+# ---- build: the same Debian packages and pinned PyTorch as CI (scripts/install-deps.sh, which makes
+# /src/.venv) and the Makefile's CMake configuration (Ninja), Release, without the tests; only the
+# programs the image ships.
 FROM debian:bookworm AS build
 ENV DEBIAN_FRONTEND=noninteractive
 WORKDIR /src
-COPY scripts/install-deps.sh scripts/install-deps.sh
-RUN scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+COPY scripts/install-deps.sh scripts/install-python.sh scripts/python-requirements.txt scripts/
+RUN scripts/install-deps.sh && rm -rf /var/lib/apt/lists/* /root/.cache/pip
 COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DEFT_BUILD_TESTS=OFF \
  && cmake --build /build --target eft-controller eft-worker eftctl eft-train eft_spm \
@@ -18,8 +19,10 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DEFT_BUILD_TESTS=O
 
 # ---- runtime: only the shared libraries the programs link (what `readelf -d` lists as NEEDED,
 # mapped to Debian packages; check_dockerfile.sh recomputes this from the build), not the
-# compilers, headers and test tools of the build stage. libtorch1.13 brings its own dependencies
-# (BLAS alternatives, Gloo); libopenblas0-pthread is the fast BLAS that install-deps.sh picks.
+# compilers, headers and test tools of the build stage. LibTorch is PyTorch's (the CUDA build, with
+# NCCL): its libraries and the CUDA libraries they load are copied from the build stage's .venv to the
+# same path, where eft-train's RUNPATH and the wheels' own $ORIGIN-relative RUNPATHs find them
+# (~4 GB; the image trains on CPUs and, under the NVIDIA container runtime, on GPUs).
 FROM debian:bookworm-slim
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
@@ -28,6 +31,9 @@ RUN apt-get update \
       libabsl20220623 libgrpc++1.51 libgrpc29 libprotobuf32 libssl3 libsqlite3-0 libyaml-cpp0.7 \
       libtorch1.13 libopenblas0-pthread libpcre2-8-0 libutf8proc2 libsentencepiece0 \
  && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/.venv/lib/python3.11/site-packages/torch/lib /src/.venv/lib/python3.11/site-packages/torch/lib
+COPY --from=build /src/.venv/lib/python3.11/site-packages/nvidia /src/.venv/lib/python3.11/site-packages/nvidia
+COPY --from=build /src/.venv/cuda /src/.venv/cuda
 COPY --from=build /build/controller/eft-controller /build/worker/eft-worker /build/cli/eftctl /build/trainer/eft-train /usr/local/bin/
 # eft-train loads its SentencePiece module from ../lib/eft/ next to its own directory.
 COPY --from=build /build/trainer/libeft_spm.so /usr/local/lib/eft/libeft_spm.so

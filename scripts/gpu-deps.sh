@@ -15,6 +15,8 @@ PACKAGES=(
   # tokenizer: regexes, normalization, SentencePiece (the shared libraries too)
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2
   libsentencepiece-dev libsentencepiece0
+  # gloo's headers, which c10d's ProcessGroupGloo.hpp includes and PyTorch's wheels lack
+  libgloo-dev
   # tests
   libgtest-dev libgmock-dev googletest
   # pkg-config, in case the machine has none

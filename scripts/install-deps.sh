@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs exactly the Debian 12 packages that eft's build and tests need.
 # Idempotent: when every package is already installed it does nothing (and needs no root).
+# Then the Python packages from PyPI (PyTorch, the CUDA compiler, the Hugging Face references):
+# scripts/install-python.sh.
 set -euo pipefail
 
 PACKAGES=(
@@ -11,10 +13,14 @@ PACKAGES=(
   # control plane: gRPC/Protobuf, SQLite, Boost.Asio/Beast, config and CLI parsing
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libsqlite3-dev libboost-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
-  # trainer: LibTorch (CPU) with Gloo for c10d, a fast BLAS
-  libtorch-dev libgloo-dev libopenblas0-pthread
-  # tests: Debian's python3 with torch/numpy runs the independent numerical references
-  libgtest-dev libgmock-dev sqlite3 procps python3-torch python3-numpy
+  # trainer: LibTorch itself is PyTorch's, from PyPI (below); c10d's Gloo header needs gloo's headers,
+  # which the wheel lacks: Debian's (tests/unit/trainer/parallel proves they fit); a fast BLAS for the
+  # Python references
+  libgloo-dev libopenblas0-pthread
+  # the project's Python environment (.venv)
+  python3-venv
+  # tests: GoogleTest; sqlite3 and ps for checks from outside (the references run in .venv's PyTorch)
+  libgtest-dev libgmock-dev sqlite3 procps python3-numpy
   # tests: promtool checks our /metrics exposition; the prometheus server scrapes it in e2e tests
   prometheus
   # SFT data pipeline: tokenizer.json pre-tokenizer regexes, SentencePiece models; chat templates
@@ -41,16 +47,17 @@ for p in "${PACKAGES[@]}"; do
 done
 
 if ((${#missing[@]} == 0)); then
-  echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+  echo "install-deps: all ${#PACKAGES[@]} Debian packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  SUDO="sudo"
-fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+"$(dirname "$0")/install-python.sh"

@@ -216,7 +216,7 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   EFT_RETURN_IF_ERROR(CheckAtLeast("spec.training.weight_decay", t->weight_decay(), 0));
   if (!t->has_max_grad_norm()) t->set_max_grad_norm(1.0);
   EFT_RETURN_IF_ERROR(CheckAtLeast("spec.training.max_grad_norm", t->max_grad_norm(), 0));
-  EFT_RETURN_IF_ERROR(CheckChoice("spec.training.precision", t->mutable_precision(), "bf16", {"bf16", "fp32"}));
+  EFT_RETURN_IF_ERROR(CheckChoice("spec.training.precision", t->mutable_precision(), "auto", {"auto", "bf16", "fp32"}));
   EFT_RETURN_IF_ERROR(CheckChoice("spec.training.activation_checkpointing", t->mutable_activation_checkpointing(),
                                   "full", {"none", "full"}));
   EFT_RETURN_IF_ERROR(CheckChoice("spec.training.device", t->mutable_device(), "auto", {"auto", "cpu", "cuda"}));

@@ -28,12 +28,14 @@
 #include "trainer/checkpoint/merge_lora.h"
 #include "trainer/model/llama.h"
 #include "trainer/model/model_config.h"
+#include "trainer/parallel/device.h"
 #include "trainer/chat_template/chat_template.h"
 #include "trainer/generate/generate_command.h"
 #include "trainer/train/host_allocator.h"
 #include "trainer/tokenizer/tokenize_command.h"
 #include "trainer/train/events.h"
 #include "trainer/train/launch.h"
+#include "trainer/train/precision.h"
 #include "trainer/train/prepare.h"
 #include "trainer/train/trainer.h"
 
@@ -256,6 +258,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
 
   std::string merge_base, merge_adapter, merge_out;
+  auto* version = app.add_subcommand("version", "print the LibTorch this eft-train was built with and the GPUs it sees");
   auto* merge = app.add_subcommand("merge-lora", "merge a PEFT LoRA adapter into its base model (docs/lora.md)");
   merge->add_option("--base", merge_base, "the base Hugging Face model directory")->required();
   merge->add_option("--adapter", merge_adapter, "the PEFT LoRA adapter directory")->required();
@@ -270,6 +273,10 @@ int main(int argc, char** argv) {
   }
   if (generate_commands.selected()) return generate_commands.Run(std::cin, std::cout, std::cerr);
   if (*init) return InitModel(im);
+  if (*version) {
+    std::printf("eft-train: %s; CPU: %s\n", BuildAndDevices().c_str(), DetectCpuBf16().describe().c_str());
+    return 0;
+  }
   if (*merge) {
     if (Status s = MergeLoraAdapter(merge_base, merge_adapter, merge_out); !s.ok()) return Fail(s);
     std::printf("merged %s into %s: %s\n", merge_adapter.c_str(), merge_base.c_str(), merge_out.c_str());

@@ -18,7 +18,7 @@ PARENT=${2:-/tmp}
 shift 2
 [ $# -ge 1 ] || { echo "usage: $0 ROUNDS CKPT_PARENT_DIR EFT_TRAIN [EFT_TRAIN...]" >&2; exit 2; }
 DIR=$(mktemp -d "$PARENT/eft-bench-full-XXXXXX")
-PY=/usr/bin/python3
+PY=${PY:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python}  # the project's PyTorch (scripts/install-python.sh)
 
 if [ "${SIZE:-0.5b}" = 0.5b ]; then
   "$1" init-model --arch qwen2 --hidden 896 --layers 24 --heads 14 --kv-heads 2 --intermediate 4864 \

@@ -18,7 +18,7 @@ BUILD=$(cd "${1:-build}" && pwd)
 PARENT=${2:-/tmp}
 TRAIN="$BUILD/trainer/eft-train"
 DIR=$(mktemp -d "$PARENT/eft-bench-ckpt-XXXXXX")
-PY=/usr/bin/python3
+PY=${PY:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python}  # the project's PyTorch (scripts/install-python.sh)
 
 echo "## disk (dd, 1 GiB, $PARENT)"
 dd if=/dev/zero of="$DIR/dd.bin" bs=4M count=256 conv=fdatasync 2>"$DIR/dd-write.txt"

@@ -15,7 +15,7 @@ BUILD=$(cd "${1:-build}" && pwd)
 THREADS=${2:-$(nproc)}
 TRAIN="$BUILD/trainer/eft-train"
 DIR=$(mktemp -d /tmp/eft-bench-generate-XXXXXX)
-PY=/usr/bin/python3
+PY=${PY:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python}  # the project's PyTorch (scripts/install-python.sh)
 LENGTHS=${EFT_BENCH_LENGTHS:-"32 128 512"}
 DTYPES=${EFT_BENCH_DTYPES:-"fp32 bf16"}
 

@@ -17,7 +17,8 @@
 # Options (environment): EFT_GPU_PARTS="build tests compare fixtures bench" (default: all),
 #   EFT_GPU_BENCH_STEPS=12, EFT_GPU_JOBS=$(nproc). For checking this script on a machine without a
 #   GPU: EFT_GPU_DEVICE=cpu (the "GPU" runs use the CPU) and EFT_GPU_BUILD=an existing build, or
-#   for the build itself EFT_GPU_TORCH_PREFIX=/usr (Debian's LibTorch) and EFT_GPU_NCCL=OFF.
+#   for the build itself EFT_GPU_PYTHON=.venv/bin/python (the project's PyTorch: the build CI makes).
+# The machine's own PyTorch is found through its python3 (cmake/EftTorch.cmake, -DEFT_PYTHON).
 set -uo pipefail
 
 src=$(pwd)
@@ -29,7 +30,7 @@ build=${EFT_GPU_BUILD:-$src/build-gpu}
 gpu=${EFT_GPU_DEVICE:-cuda}
 root=$src/.gpu-deps/root
 work=$(mktemp -d /tmp/eft-gpu-XXXXXX)
-py=python3
+py=${EFT_GPU_PYTHON:-python3}
 declare -a table=()
 note() { table+=("$1|$2|$3"); }
 want() { [[ " $parts " == *" $1 "* ]]; }
@@ -55,16 +56,6 @@ part() {
   cat /etc/os-release | head -3; ldd --version | head -1
 } >"$out/machine.log" 2>&1
 
-torch_prefix=${EFT_GPU_TORCH_PREFIX:-$($py -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)}
-# nccl.h of the NCCL that PyTorch's wheel depends on (nvidia-nccl-cu*), else the CUDA toolkit's.
-nccl_inc=$($py - <<'PY' 2>/dev/null
-import glob, os, site
-dirs = site.getsitepackages() + [site.getusersitepackages()]
-hits = [h for d in dirs for h in glob.glob(os.path.join(d, "nvidia", "**", "include", "nccl.h"), recursive=True)]
-hits += glob.glob("/usr/local/cuda*/include/nccl.h") + glob.glob("/usr/include/nccl.h")
-print(os.path.dirname(hits[0]) if hits else "")
-PY
-)
 
 # ---- 1. build ----------------------------------------------------------------------------------
 unpack_deps() {
@@ -87,7 +78,7 @@ unpack_deps() {
 }
 
 configure_and_build() {
-  [[ -n $torch_prefix ]] || { echo "python3 has no torch"; return 1; }
+  $py -c 'import torch' || { echo "$py has no torch"; return 1; }
   local libdir=$root/usr/lib/x86_64-linux-gnu
   export PKG_CONFIG_SYSROOT_DIR=$root
   export PKG_CONFIG_LIBDIR=$libdir/pkgconfig:$root/usr/share/pkgconfig
@@ -100,10 +91,9 @@ configure_and_build() {
   local protoc=$root/usr/bin/protoc
   [[ -x $protoc ]] || protoc=$(command -v protoc || echo protoc)
   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEFT_BUILD_CONTROL_PLANE=OFF \
-    -DCMAKE_PREFIX_PATH="$torch_prefix;$root/usr" -DPKG_CONFIG_EXECUTABLE="$pkgconfig_exe" \
+    -DEFT_PYTHON="$(command -v "$py")" -DCMAKE_PREFIX_PATH="$root/usr" -DPKG_CONFIG_EXECUTABLE="$pkgconfig_exe" \
     -DProtobuf_PROTOC_EXECUTABLE="$protoc" \
-    -DCUDAToolkit_ROOT="$cuda_root" -DNCCL_INCLUDE_DIR="$nccl_inc" -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DEFT_WITH_NCCL="${EFT_GPU_NCCL:-ON}" || return 1
+    -DCUDAToolkit_ROOT="$cuda_root" -DCMAKE_CUDA_ARCHITECTURES=90 || return 1
   cmake --build "$build" -j "$jobs" || return 1
   echo "built $(ls "$build"/tests/*/*_test "$build"/tests/*/*/*_test "$build"/tests/*/*/*/*_test 2>/dev/null | wc -l) test programs and $build/trainer/eft-train"
 }
@@ -190,91 +180,15 @@ hf_fixtures() {
   mkdir -p "$tree/tests/fixtures" && cp -r "$out/hf" "$tree/tests/fixtures/hf"
   EFT_SOURCE_DIR=$tree "$build/tests/unit/trainer/model/model_test" --gtest_filter='HfFixtureTest.*' || return 1
 }
-transformers_loads_output() {
-  # eft's final model directory loads in transformers with every weight matched: no missing,
-  # unexpected or mis-shaped tensor, config.json understood. (That the numbers mean the same model
-  # is hf_fixtures' job.)
-  local dir=$work/hf-out
-  "$train" init-model --arch llama --hidden 128 --layers 2 --heads 4 --kv-heads 2 --intermediate 352 \
-    --vocab-size 4096 --dtype bfloat16 --seed 9 --out "$work/model-llama" >/dev/null || return 1
-  sed "s|$work/model\$|$work/model-llama|; s|^name: .*|name: export|" "$work/gpu-bf16.yaml" >"$work/export.yaml"
-  "$train" train --config "$work/export.yaml" --nproc 1 --max-steps 3 --output-dir "$dir" >"$out/train-export.log" 2>&1 || return 1
-  $py - "$dir" <<'PY'
-import sys, torch, transformers
-d = sys.argv[1]
-try:
-    m, info = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, output_loading_info=True)
-except TypeError:  # transformers < 4.56
-    m, info = transformers.AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32, output_loading_info=True)
-problems = {k: v for k, v in info.items() if v}
-assert not problems, problems
-ids = torch.arange(3, 35).reshape(1, -1)
-with torch.no_grad():
-    logits = m(input_ids=ids).logits
-assert torch.isfinite(logits).all()
-print(f"transformers {transformers.__version__} loaded {d} ({type(m).__name__}, "
-      f"{sum(p.numel() for p in m.parameters())} parameters, every weight matched), logits finite")
-PY
-}
-peft_logits() {
-  # A LoRA adapter eft trained on the GPU, loaded with peft on top of the transformers model, gives
-  # the logits of eft's merged model (checkpoint.merge_lora). Without peft on the machine the adapter
-  # is merged by hand from its files and the formula instead (said in the output).
-  local base=$work/model-llama ad=$work/lora-out
-  [[ -f $work/data.jsonl ]] || make_data "$work" 4096 64 256
-  [[ -d $base ]] || "$train" init-model --arch llama --hidden 128 --layers 2 --heads 4 --kv-heads 2 \
-    --intermediate 352 --vocab-size 4096 --dtype bfloat16 --seed 9 --out "$base" >/dev/null || return 1
-  cat >"$work/lora.yaml" <<YAML
-name: lora
-model: $base
-data: {train: $work/data.jsonl, max_seq_len: 256}
-training: {global_batch_size: 8, micro_batch_size: 2, lr: 1.0e-3, precision: bf16, device: $gpu, epochs: 100,
-           lora: {r: 8, alpha: 16, target_modules: all-linear}}
-checkpoint: {merge_lora: true}
-YAML
-  "$train" train --config "$work/lora.yaml" --nproc 1 --max-steps 6 --output-dir "$ad" >"$out/train-lora.log" 2>&1 || return 1
-  $py - "$base" "$ad" "$ad/merged" <<'PY'
-import json, sys, torch, transformers
-base, adapter, merged = sys.argv[1:4]
-def load(d):
-    try:
-        return transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
-    except TypeError:  # transformers < 4.56
-        return transformers.AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
-ids = torch.arange(3, 131).reshape(2, -1)
-with torch.no_grad():
-    want = load(merged)(input_ids=ids).logits
-    plain = load(base)(input_ids=ids).logits
-model = load(base)
-try:
-    import peft
-    model, how = peft.PeftModel.from_pretrained(model, adapter), f"peft {peft.__version__}"
-except ImportError:
-    from safetensors.torch import load_file
-    cfg = json.load(open(f"{adapter}/adapter_config.json"))
-    tensors, params = load_file(f"{adapter}/adapter_model.safetensors"), dict(model.named_parameters())
-    for name, a in tensors.items():
-        if ".lora_A." in name:
-            b = tensors[name.replace(".lora_A.", ".lora_B.")]
-            target = name.replace("base_model.model.", "", 1).replace(".lora_A.weight", ".weight")
-            with torch.no_grad():
-                params[target] += cfg["lora_alpha"] / cfg["r"] * (b.float() @ a.float())
-    how = "peft not installed: merged by hand"
-with torch.no_grad():
-    got = model(input_ids=ids).logits
-err, moved, peak = (got - want).abs().max().item(), (plain - want).abs().max().item(), want.abs().max().item()
-# The merged model is stored in the base's dtype (bf16): its weights carry one bf16 rounding
-# (2^-9 relative) that the fp32 adapter path has not; that, compounded over the layers, stays far
-# below what the adapter changed.
-print(f"{how}: adapter on the transformers model vs eft's merged model, max |logit difference| {err:.2e} "
-      f"(the adapter moved the logits by {moved:.2e}, largest logit {peak:.2f})")
-sys.exit(0 if err <= 0.05 * peak and err * 4 <= moved else 1)
-PY
+hf_interop() {
+  # On the GPU: transformers loads a model eft fine-tuned there, and peft loads its LoRA adapter with
+  # the merged model's logits (CI runs the same script with the training on the CPU).
+  "$src/tests/reference/hf_interop_test.sh" "$train" "$py" "$work/hf-interop" "$gpu" || return 1
+  cp "$work"/hf-interop/*.log "$out/" 2>/dev/null || true
 }
 if want fixtures; then
   part hf-fixtures hf_fixtures
-  [[ -x $train ]] && part transformers-loads-output transformers_loads_output
-  [[ -x $train ]] && part peft-logits peft_logits
+  [[ -x $train ]] && part hf-interop hf_interop
 fi
 
 # ---- 5. benchmark ------------------------------------------------------------------------------

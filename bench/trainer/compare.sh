@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# eft-train against a plain PyTorch loop (bench/trainer/torch_loop.py, Debian's python3-torch) on the
+# eft-train against a plain PyTorch loop (bench/trainer/torch_loop.py, in the project's .venv PyTorch) on the
 # same model shape, data and batch, at world size 1 and 2, fp32 and bf16: runs interleaved (eft,
 # torch, eft, torch, ... per case, REPS rounds), each run's tokens/s the median of its steps after
 # two warm-up steps; the table gives the median over rounds, the spread (min-max) and the ratio of
@@ -23,7 +23,7 @@ CASES=${4:-"w1-fp32 w1-bf16 w2-fp32 w2-bf16"}
 HERE=$(cd "$(dirname "$0")" && pwd)
 TRAIN="$BUILD/trainer/eft-train"
 DIR=$(mktemp -d /tmp/eft-bench-compare-XXXXXX)
-PY=/usr/bin/python3
+PY=${PY:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python}  # the project's PyTorch (scripts/install-python.sh)
 PORT=$((29700 + RANDOM % 200))
 
 . "$(dirname "$0")/bench_model.sh"

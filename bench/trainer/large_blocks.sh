@@ -15,7 +15,7 @@ REPS=${2:-3}
 STEPS=${3:-8}
 TRAIN="$BUILD/trainer/eft-train"
 DIR=$(mktemp -d /tmp/eft-bench-large-blocks-XXXXXX)
-PY=/usr/bin/python3
+PY=${PY:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python}  # the project's PyTorch (scripts/install-python.sh)
 OLD="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
 
 "$TRAIN" init-model --arch qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --intermediate 128 \

@@ -22,7 +22,7 @@ STEPS=${3:-6}
 CASES=${4:-"w1 w2"}
 TRAIN="$BUILD/trainer/eft-train"
 DIR=$(mktemp -d /tmp/eft-bench-lora-XXXXXX)
-PY=/usr/bin/python3
+PY=${PY:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python}  # the project's PyTorch (scripts/install-python.sh)
 LORA_YAML=${LORA_YAML:-"{r: 16, alpha: 32, target_modules: all-linear}"}
 
 . "$(dirname "$0")/bench_model.sh"

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The plain PyTorch training loop eft-train is measured against (bench/trainer/compare.sh).
 
-What a user would write instead of eft-train for the same job, with Debian's python3-torch: a
+What a user would write instead of eft-train for the same job, with PyTorch (the project's .venv): a
 Llama decoder as nn.Modules (HF layout, rotate-half RoPE, grouped-query attention, SwiGLU MLP,
 RMSNorm, tied or untied head), torch.utils.checkpoint around every layer for full activation
 checkpointing, bf16 through CPU autocast (fp32 master weights, as eft keeps), AdamW (torch.optim),

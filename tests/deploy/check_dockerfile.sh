@@ -11,6 +11,7 @@
 #    cli/ and trainer/;
 #  - the runtime stage's apt-get list holds the Debian package of every shared library that this
 #    build's programs link directly (readelf NEEDED -> dpkg -S), and names only installed packages;
+#    libraries from the project's .venv (PyTorch's) are copied from the build stage to the same path;
 #  - hadolint, when it is installed (it is not a Debian package; skipped otherwise).
 # Usage: check_dockerfile.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -101,6 +102,15 @@ if command -v dpkg-query >/dev/null && command -v readelf >/dev/null; then
     for lib in $(readelf -d "$build/$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
       path=$(awk -v l="$lib" '$1 == l {print $2}' "$tmp/ldd")
       [[ -n $path ]] || { fail "$bin: cannot resolve $lib"; continue; }
+      # PyTorch's libraries (and the CUDA libraries they load) come from the project's .venv, which
+      # the runtime stage copies from the build stage to the same place.
+      if [[ $path == "$src/.venv/"* ]]; then
+        rel=${path#"$src/"}
+        covered=0
+        while read -r dir; do [[ /src/$rel == "$dir"/* ]] && covered=1; done < <(grep -oE '^COPY --from=build /src/\.venv[^ ]*' "$tmp/df" | awk '{print $3}')
+        ((covered)) || fail "$bin needs $lib from $path, which the runtime stage does not copy from /src/.venv"
+        continue
+      fi
       pkg=
       for cand in "$path" "$(readlink -f "$path")" "/usr$path" "/usr$(readlink -f "$path")"; do
         pkg=$(dpkg -S "$cand" 2>/dev/null | head -1 | cut -d: -f1) && [[ -n $pkg ]] && break

@@ -8,6 +8,7 @@
 
 #include "tests/e2e/trainer_fixture.h"
 #include "tests/unit/trainer/npm_fixtures.h"
+#include "tests/util/torch_python.h"
 #include "trainer/tokenizer/tokenizer.h"
 
 namespace eft::testing {
@@ -87,7 +88,7 @@ TEST_F(Generate, GreedyIdsEqualThePythonReference) {
       {"llama", "--arch llama --hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 96 --vocab-size 128"},
       {"qwen3", "--arch qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 1 --head-dim 32 --intermediate 96 "
                 "--vocab-size 128 --tie-embeddings"}};
-  const bool have_python = Shell("/usr/bin/python3 -c 'import torch, numpy'") == 0;
+  const bool have_python = Shell(eft::testing::TorchPython() + " -c 'import torch, numpy'") == 0;
   if (!have_python) std::cerr << "\n*** SKIPPING the Python reference comparison: no python3 with torch ***\n\n";
   const std::vector<int32_t> prompt = {5, 17, 99, 3, 64, 64, 12, 0, 127};
   for (const auto& [arch, args] : archs) {
@@ -102,7 +103,7 @@ TEST_F(Generate, GreedyIdsEqualThePythonReference) {
     EXPECT_EQ(Stats(o.err)[0]["stop"], "max_new_tokens");
     if (have_python) {
       std::string ref;
-      ASSERT_EQ(Shell("OMP_NUM_THREADS=1 /usr/bin/python3 " + SourceDir() +
+      ASSERT_EQ(Shell("OMP_NUM_THREADS=1 " + eft::testing::TorchPython() + " " + SourceDir() +
                           "/tests/reference/generate_reference.py " + model + " --prompt " + Join(prompt, ",") +
                           " --max-new-tokens 24 2>&1",
                       &ref),

@@ -242,13 +242,39 @@ TEST_F(TrainerTest, BadInputExitsTwoWithTheReason) {
   EXPECT_EQ(Shell(Train() + " train --config " + spec + " --set training.device=tpu", &out), 2);
   // The controller's words: eft-train reads its spec through the same code (spec/job_spec.h).
   EXPECT_NE(out.find("spec.training.device (\"tpu\") must be one of auto, cpu, cuda"), std::string::npos) << out;
-  if (!at::hasCUDA()) {  // CI's LibTorch: asking for a GPU is a configuration error, said plainly
-    EXPECT_EQ(Shell(Train() + " train --config " + spec + " --set training.device=cuda", &out), 2);
-    EXPECT_NE(out.find("built against a LibTorch without CUDA"), std::string::npos) << out;
-  }
   std::ofstream(dir_ / "model" / "config.json") << R"({"model_type": "gpt2"})";
   EXPECT_EQ(Shell(Train() + " train --config " + spec, &out), 2);
   EXPECT_NE(out.find("gpt2"), std::string::npos) << out;
+}
+
+// The CUDA build CI compiles (PyTorch's CUDA wheel; docs/gpu.md): on a machine without a GPU it
+// starts, sees none, trains on the CPU with device: auto, and refuses device: cuda saying why.
+TEST_F(TrainerTest, TheCudaBuildTrainsOnTheCpuWithoutAGpuAndRefusesCuda) {
+  std::string version;
+  ASSERT_EQ(Shell(Train() + " version", &version), 0) << version;
+  std::cout << version;
+#ifdef EFT_EXPECT_CUDA_BUILD
+  EXPECT_NE(version.find("CUDA build: yes"), std::string::npos) << version;
+  EXPECT_NE(version.find("NCCL communicator: yes"), std::string::npos) << version;
+  std::string needed;
+  ASSERT_EQ(Shell("readelf -d " + Train(), &needed), 0) << needed;
+  EXPECT_NE(needed.find("[libtorch_cuda.so]"), std::string::npos) << "libtorch_cuda is not linked:\n" << needed;
+#endif
+  if (version.find("GPUs visible: 0") == std::string::npos) GTEST_SKIP() << "a GPU is visible: " << version;
+  InitModel();
+  WriteData(8);
+  Run r = TrainRun("auto", 1, WriteSpec(8, 2, 1e-3), 2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(", on cpu,"), std::string::npos) << r.output;
+  EXPECT_EQ(r.losses.size(), 2u);
+  std::string out;
+  EXPECT_EQ(Shell(Train() + " train --config " + WriteSpec(8, 2, 1e-3) + " --set training.device=cuda", &out), 2);
+  const bool cuda_build = version.find("CUDA build: yes") != std::string::npos;
+  EXPECT_NE(out.find(cuda_build ? "spec.training.device is cuda, but no GPU is visible"
+                                : "built against a LibTorch without CUDA"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("terminate called"), std::string::npos) << out;
 }
 
 // --initializer-range: config.json says it and the weights are drawn with it (std of 6,144 normal

@@ -1,5 +1,6 @@
 #include "trainer/generate/inference_model.h"
 
+#include <c10/core/GradMode.h>
 #include <cmath>
 #include <limits>
 
@@ -124,7 +125,7 @@ Result<at::Tensor> InferenceModel::Forward(const std::vector<int32_t>& tokens, K
       return Status::InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                                      std::to_string(config_.vocab_size) + ")");
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const auto device = root_.embed.device();
   const auto long_options = at::TensorOptions().dtype(at::kLong).device(device);
   at::Tensor ids = at::tensor(at::ArrayRef<int32_t>(tokens), at::kInt).to(long_options).view({1, n});

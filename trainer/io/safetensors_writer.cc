@@ -1,5 +1,6 @@
 #include "trainer/io/safetensors_writer.h"
 
+#include <c10/core/GradMode.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -153,7 +154,7 @@ Status SafetensorsWriter::Append(const at::Tensor& tensor) {
                                    std::to_string(Numel(decl.shape)) + " elements, given " +
                                    std::to_string(tensor.defined() ? tensor.numel() : 0));
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   // On the CPU in the right dtype a contiguous tensor is written in place; anything else is
   // converted first (one tensor at a time, so a model on an accelerator never needs a second full
   // copy in host memory).

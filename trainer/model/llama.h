@@ -110,7 +110,7 @@ at::Tensor Logits(const ModelConfig& config, const RootWeights& root, const at::
 // rows with a trained label reach the head. A custom autograd function computes each chunk's
 // gradients in forward (for a unit upstream gradient; backward scales them), so peak memory is one
 // chunk of logits and the head weight is not saved for backward. When autograd is recording, that
-// gradient work is done even if backward never runs: evaluate under at::NoGradGuard.
+// gradient work is done even if backward never runs: evaluate under c10::NoGradGuard.
 // The loss is fp32 (fp64 for fp64 weights); its gradient reaches `hidden`, the final norm and the
 // head (the embedding when tied). Throws c10::Error for a label outside [0, vocab) other than -100.
 at::Tensor LossSum(const ModelConfig& config, const RootWeights& root, const at::Tensor& hidden,

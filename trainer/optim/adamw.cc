@@ -1,5 +1,6 @@
 #include "trainer/optim/adamw.h"
 
+#include <c10/core/GradMode.h>
 #include <cmath>
 
 #include <c10/util/Exception.h>
@@ -38,7 +39,7 @@ void AdamW::Step(double lr) {
   const double bias_correction2_sqrt = std::sqrt(bias_correction2);
   const double decay = 1 - lr * config_.weight_decay;
 
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (ParamState& s : params_) {
     if (s.param.numel() == 0) continue;
     if (decay != 1.0) {
@@ -48,7 +49,7 @@ void AdamW::Step(double lr) {
       at::Tensor factor = at::where(s.decay_mask.ne(0), at::scalar_tensor(decay, opts), at::scalar_tensor(1.0, opts));
       s.param.mul_(factor);
     }
-    s.exp_avg.mul_(b1).add_(s.grad, 1 - b1);
+    s.exp_avg.lerp_(s.grad, 1 - b1);  // PyTorch 2.x's form (1.13 had mul_ + add_: other roundings)
     s.exp_avg_sq.mul_(b2).addcmul_(s.grad, s.grad, 1 - b2);
     at::Tensor denom = s.exp_avg_sq.sqrt();
     denom.div_(bias_correction2_sqrt).add_(config_.eps);

@@ -1,5 +1,6 @@
 #include "trainer/optim/clip.h"
 
+#include <c10/core/GradMode.h>
 #include <algorithm>
 #include <cmath>
 
@@ -34,7 +35,7 @@ at::Tensor SumOfSquares(const std::vector<at::Tensor>& grads) {
 
 double ClipGradNorm(const std::vector<at::Tensor>& grads, double max_norm,
                     const std::function<void(at::Tensor&)>& all_reduce_sum) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor sq = SumOfSquares(grads);
   // Every rank takes part in the all-reduce, even one holding no gradients, or the others hang.
   if (all_reduce_sum) all_reduce_sum(sq);

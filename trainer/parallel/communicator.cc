@@ -181,6 +181,14 @@ Result<std::unique_ptr<Communicator>> CreateCpuCommunicator(const RendezvousOpti
   }
 }
 
+bool NcclCommunicatorBuilt() {
+#ifdef EFT_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 #ifndef EFT_WITH_NCCL
 Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const RendezvousOptions&, c10::Device) {
   return Status::FailedPrecondition(

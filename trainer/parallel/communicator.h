@@ -63,6 +63,8 @@ Result<std::unique_ptr<Communicator>> CreateCpuCommunicator(const RendezvousOpti
 // NCCL between GPU ranks on `device` (same rendezvous). FailedPrecondition when this eft-train was
 // built without NCCL. The bookkeeping collectives also accept CPU tensors (staged through the GPU).
 Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const RendezvousOptions& options, c10::Device device);
+// Whether this build has the NCCL communicator (EFT_WITH_NCCL: a LibTorch with CUDA and NCCL).
+bool NcclCommunicatorBuilt();
 
 // The communicator for ranks computing on `device`: world size 1 needs none; GPUs talk over NCCL,
 // CPUs over Gloo. ALREADY_EXISTS when this is rank 0 and another program holds MASTER_PORT (the rank

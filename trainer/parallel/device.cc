@@ -1,6 +1,10 @@
 #include "trainer/parallel/device.h"
 
 #include <ATen/Context.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/version.h>
+
+#include "trainer/parallel/communicator.h"
 
 #include <cstdlib>
 
@@ -9,6 +13,14 @@ namespace eft::trainer {
 int VisibleCudaDevices() {
   if (!at::hasCUDA()) return 0;
   return static_cast<int>(at::getNumGPUs());
+}
+
+bool CudaBuild() { return c10::impl::hasDeviceGuardImpl(c10::kCUDA); }
+
+std::string BuildAndDevices() {
+  return std::string("LibTorch ") + TORCH_VERSION + ", CUDA build: " + (CudaBuild() ? "yes" : "no") +
+         ", NCCL communicator: " + (NcclCommunicatorBuilt() ? "yes" : "no") +
+         ", GPUs visible: " + std::to_string(VisibleCudaDevices());
 }
 
 bool GpuAssignedByLauncher() {
@@ -25,8 +37,8 @@ Result<c10::Device> ChooseDevice(const DeviceRequest& r) {
   if (r.requested == "cpu") return c10::Device(c10::kCPU);
   std::string why_not;
   if (r.cuda_devices == 0) {
-    why_not = at::hasCUDA() ? "no GPU is visible (CUDA_VISIBLE_DEVICES, driver)"
-                            : "this eft-train was built against a LibTorch without CUDA (docs/gpu.md)";
+    why_not = CudaBuild() ? "no GPU is visible (CUDA_VISIBLE_DEVICES, driver)"
+                          : "this eft-train was built against a LibTorch without CUDA (docs/gpu.md)";
   } else if (r.assigned || r.local_world == 1) {
     return c10::Device(c10::kCUDA, 0);
   } else if (r.local_world <= r.cuda_devices && r.local_rank < r.cuda_devices) {

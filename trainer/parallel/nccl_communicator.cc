@@ -4,6 +4,7 @@
 // against a LibTorch with CUDA and NCCL (EFT_WITH_NCCL, see trainer/parallel/CMakeLists.txt).
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
+#include "trainer/parallel/device.h"
 #include "trainer/parallel/rendezvous.h"
 
 namespace eft::trainer {
@@ -86,6 +87,11 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const RendezvousOptions& o, c10::Device device) {
+  // Before the rendezvous, which would otherwise wait for peers and then fail deep inside NCCL.
+  if (!device.is_cuda() || device.index() >= VisibleCudaDevices()) {
+    return Status::FailedPrecondition("NCCL needs a GPU for every rank, but rank " + std::to_string(o.rank) + " has " +
+                                      device.str() + " and sees " + std::to_string(VisibleCudaDevices()) + " GPU(s)");
+  }
   try {
     auto store = internal::ConnectStore(o);
     auto options = c10d::ProcessGroupNCCL::Options::create();

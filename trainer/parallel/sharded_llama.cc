@@ -1,5 +1,6 @@
 #include "trainer/parallel/sharded_llama.h"
 
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -482,7 +483,7 @@ double ShardedLlama::ForwardBackward(const Batch& input, double loss_scale) {
 }
 
 at::Tensor ShardedLlama::ForwardLogits(const Batch& input) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const Batch batch = OnDevice(input);
   at::Tensor root_full = units_[0]->Gather(options_.compute_dtype);
   RootWeights root = BindRoot(config_, units_[0]->Views(root_full));
@@ -492,7 +493,7 @@ at::Tensor ShardedLlama::ForwardLogits(const Batch& input) {
 }
 
 double ShardedLlama::EvalLossSum(int64_t count, const std::function<Batch(int64_t)>& batch_at) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor root_full = units_[0]->Gather(options_.compute_dtype);
   RootWeights root = BindRoot(config_, units_[0]->Views(root_full));
   double total = 0;

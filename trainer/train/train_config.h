@@ -50,7 +50,7 @@ struct TrainConfig {
   ScheduleConfig schedule;
   AdamWConfig adamw;
   double max_grad_norm = 1.0;
-  std::string precision = "bf16";  // bf16 | fp32
+  std::string precision = "auto";  // auto | bf16 | fp32 (trainer/train/precision.h)
   bool activation_checkpointing = true;
   std::string sharding = "grad_op";  // full | grad_op | no_shard (trainer/parallel/sharded_llama.h)
   std::string device = "auto";  // auto | cpu | cuda (trainer/parallel/device.h)

@@ -22,6 +22,7 @@
 #include "trainer/data/packing.h"
 #include "trainer/train/debug_hooks.h"
 #include "trainer/train/evaluation.h"
+#include "trainer/train/precision.h"
 #include "trainer/train/training_data.h"
 #include "trainer/optim/clip.h"
 #include "trainer/optim/schedule.h"
@@ -147,7 +148,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
 
   ShardingOptions sharding;
   EFT_ASSIGN_OR_RETURN(sharding.strategy, ParseShardingStrategy(c.sharding));
-  sharding.compute_dtype = c.precision == "bf16" ? at::kBFloat16 : at::kFloat;
+  EFT_ASSIGN_OR_RETURN(const PrecisionChoice precision, AgreePrecision(c.precision, t->device_, DetectCpuBf16(), t->comm_.get()));
+  sharding.compute_dtype = precision.dtype;
   sharding.activation_checkpointing = c.activation_checkpointing;
   sharding.device = t->device_;
   if (c.merge_lora && c.output_dir.empty() && c.checkpoint_dir.empty()) {
@@ -221,7 +223,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
                   << "M parameters, world size " << t->env_.world << " (" << t->env_.source << ", "
                   << t->comm_->backend() << "), " << st.examples << " examples (" << st.tokens << " tokens, "
                   << st.truncated << " truncated), " << t->total_steps_ << " steps of " << c.global_batch_size
-                  << " sequences, " << c.precision << ", sharding " << c.sharding << ", activation checkpointing "
+                  << " sequences, " << precision.name << " (" << precision.reason << "), sharding " << c.sharding << ", activation checkpointing "
                   << (c.activation_checkpointing ? "full" : "none") << ", on " << t->device_.str() << ", " << threads
                   << " threads per rank";
   }

@@ -149,7 +149,7 @@ TEST(JobSpecTest, MinimalSpecGetsEveryDefault) {
   EXPECT_EQ(spec.training().weight_decay(), 0);
   EXPECT_TRUE(spec.training().has_max_grad_norm());
   EXPECT_DOUBLE_EQ(spec.training().max_grad_norm(), 1.0);
-  EXPECT_EQ(spec.training().precision(), "bf16");
+  EXPECT_EQ(spec.training().precision(), "auto");
   EXPECT_EQ(spec.training().activation_checkpointing(), "full");
   EXPECT_EQ(spec.training().device(), "auto");
   EXPECT_TRUE(spec.training().has_seed());
@@ -284,7 +284,7 @@ TEST(JobSpecTest, EveryValidationRuleNamesTheField) {
       {"/training/schedule/min_lr", 1e-3, "spec.training.schedule.min_lr (0.001) must be <= spec.training.lr (1e-05)"},
       {"/training/weight_decay", -0.1, "spec.training.weight_decay (-0.1) must be a finite number >= 0"},
       {"/training/max_grad_norm", -1, "spec.training.max_grad_norm (-1.0) must be a finite number >= 0"},
-      {"/training/precision", "fp16", "spec.training.precision (\"fp16\") must be one of bf16, fp32"},
+      {"/training/precision", "fp16", "spec.training.precision (\"fp16\") must be one of auto, bf16, fp32"},
       {"/training/device", "tpu", "spec.training.device (\"tpu\") must be one of auto, cpu, cuda"},
       {"/training/activation_checkpointing", "some",
        "spec.training.activation_checkpointing (\"some\") must be one of none, full"},

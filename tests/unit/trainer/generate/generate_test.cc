@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/unit/trainer/model/tiny_model.h"
+#include "tests/util/torch_python.h"
 #include "trainer/io/safetensors.h"
 
 namespace eft::trainer {
@@ -113,7 +114,7 @@ TEST_P(ReferenceGreedy, SameTokensAsFullRecomputeInPython) {
   ASSERT_TRUE(mine.ok()) << mine.status();
   EXPECT_EQ(mine->stop, StopReason::kMaxNewTokens);
 
-  auto [rc, out] = Shell("OMP_NUM_THREADS=1 /usr/bin/python3 " + SourceDir() + "/tests/reference/generate_reference.py " +
+  auto [rc, out] = Shell("OMP_NUM_THREADS=1 " + eft::testing::TorchPython() + " " + SourceDir() + "/tests/reference/generate_reference.py " +
                          dir.path() + " --prompt " + Join(prompt) + " --max-new-tokens 24");
   ASSERT_EQ(rc, 0) << out;
   const json ref = json::parse(out);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/unit/trainer/io/safetensors_test_util.h"
+#include "tests/util/torch_python.h"
 #include "trainer/io/safetensors.h"
 
 namespace eft::trainer {
@@ -116,8 +117,8 @@ class SafetensorsPythonTest : public SafetensorsTest {
  protected:
   void SetUp() override {
     SafetensorsTest::SetUp();
-    if (::access("/usr/bin/python3", X_OK) != 0 || RunCommand("/usr/bin/python3 -c 'import torch'").first != 0) {
-      GTEST_SKIP() << "\n*** SKIPPED: /usr/bin/python3 with torch is not available; the safetensors files are NOT "
+    if (RunCommand(eft::testing::TorchPython() + " -c 'import torch'").first != 0) {
+      GTEST_SKIP() << "\n*** SKIPPED: " << eft::testing::TorchPython() << " with torch is not available; the safetensors files are NOT "
                       "checked against an independent implementation ***\n";
     }
     script_ = Path("st.py");
@@ -129,7 +130,7 @@ class SafetensorsPythonTest : public SafetensorsTest {
 TEST_F(SafetensorsPythonTest, ReadsFilesPythonWrote) {
   for (const char* pad : {"pad", "nopad"}) {  // unpadded: data section not aligned, still readable
     const std::string path = Path(std::string("py_") + pad + ".safetensors");
-    auto [rc, out] = RunCommand("/usr/bin/python3 " + script_ + " write " + path + " " + pad);
+    auto [rc, out] = RunCommand(eft::testing::TorchPython() + " " + script_ + " write " + path + " " + pad);
     ASSERT_EQ(rc, 0) << out;
     auto f = SafetensorsFile::Open(path);
     ASSERT_TRUE(f.ok()) << f.status();
@@ -148,7 +149,7 @@ TEST_F(SafetensorsPythonTest, ReadsFilesPythonWrote) {
 TEST_F(SafetensorsPythonTest, PythonReadsFilesWeWrote) {
   const std::string path = Path("ours.safetensors");
   ASSERT_TRUE(WriteSafetensors(path, InteropTensors(), {{"format", "pt"}, {"origin", "python"}}).ok());
-  auto [rc, out] = RunCommand("/usr/bin/python3 " + script_ + " check " + path);
+  auto [rc, out] = RunCommand(eft::testing::TorchPython() + " " + script_ + " check " + path);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("python verified 12 tensors"), std::string::npos) << out;
 }

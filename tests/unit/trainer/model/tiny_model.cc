@@ -1,5 +1,6 @@
 #include "tiny_model.h"
 
+#include "tests/util/torch_python.h"
 #include "trainer/io/safetensors.h"
 
 #include <unistd.h>
@@ -215,9 +216,8 @@ std::vector<int64_t> RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
 }
 
 std::string ReferenceUnavailableReason() {
-  if (access("/usr/bin/python3", X_OK) != 0) return "/usr/bin/python3 is missing";
-  auto [rc, out] = Run("/usr/bin/python3 -c 'import torch, numpy'");
-  if (rc != 0) return "/usr/bin/python3 cannot import torch and numpy (apt-get install python3-torch python3-numpy): " + out;
+  auto [rc, out] = Run(eft::testing::TorchPython() + " -c 'import torch, numpy'");
+  if (rc != 0) return eft::testing::TorchPython() + " cannot import torch and numpy (run scripts/install-deps.sh): " + out;
   return "";
 }
 
@@ -244,7 +244,7 @@ ReferenceResult RunReferenceWith(json manifest, const std::vector<std::pair<std:
   std::ofstream(dir + "/manifest.json") << manifest.dump(1);
 
   const std::string script = SourceDir() + "/tests/reference/llama_reference.py";
-  auto [rc, output] = Run("OMP_NUM_THREADS=1 /usr/bin/python3 " + script + " " + dir);
+  auto [rc, output] = Run("OMP_NUM_THREADS=1 " + eft::testing::TorchPython() + " " + script + " " + dir);
   if (rc != 0) throw std::runtime_error("reference failed (exit " + std::to_string(rc) + "):\n" + output);
 
   std::ifstream in(dir + "/result.json");

@@ -64,7 +64,7 @@ struct ReferenceResult {
   int64_t trained_tokens = 0;
   std::vector<std::pair<std::string, at::Tensor>> grads;  // when requested
 };
-// Empty string when /usr/bin/python3 with torch and numpy can run the reference; else why not.
+// Empty string when PyTorch's Python (tests/util/torch_python.h) can run the reference; else why not.
 std::string ReferenceUnavailableReason();
 // Writes model + batch to a temp dir, runs the reference, reads its outputs. Throws on failure.
 ReferenceResult RunReference(const TinyModel& m, const Batch& batch, bool want_grads);

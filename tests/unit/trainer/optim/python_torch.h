@@ -1,5 +1,5 @@
-// Runs small reference computations in Debian's python3 + torch, the implementation our optimizer
-// code promises to agree with. Tensors travel as raw little-endian fp32 files in a scratch dir.
+// Runs small reference computations in PyTorch (tests/util/torch_python.h), the implementation our
+// optimizer code promises to agree with. Tensors travel as raw little-endian fp32 files in a scratch dir.
 #pragma once
 
 #include <cstdio>
@@ -11,9 +11,11 @@
 
 #include <ATen/ATen.h>
 
+#include "tests/util/torch_python.h"
+
 namespace eft::trainer::testing {
 
-inline constexpr const char* kPython = "/usr/bin/python3";
+inline const std::string kPython = eft::testing::TorchPython();
 
 struct CommandResult {
   int status = -1;
@@ -34,9 +36,8 @@ inline CommandResult RunCommand(const std::string& command) {
 // Empty when python3 with torch is usable; otherwise why not (for a loud GTEST_SKIP).
 inline std::string PythonTorchMissing() {
   static const std::string why = [] {
-    if (!std::filesystem::exists(kPython)) return std::string(kPython) + " not found";
-    CommandResult r = RunCommand(std::string(kPython) + " -c 'import torch; print(torch.__version__)'");
-    if (r.status != 0) return std::string(kPython) + " cannot import torch (install python3-torch): " + r.output;
+    CommandResult r = RunCommand(kPython + " -c 'import torch; print(torch.__version__)'");
+    if (r.status != 0) return kPython + " cannot import torch (run scripts/install-deps.sh): " + r.output;
     return std::string();
   }();
   return why;

@@ -97,17 +97,19 @@ TEST(CreateCommunicator, CpuRanksAloneNeedNoRendezvous) {
   EXPECT_EQ((*comm)->world(), 1);
 }
 
-#ifndef EFT_WITH_NCCL
-TEST(CreateCommunicator, GpuRanksWithoutNcclInThisBuildAreRefused) {
+// A GPU rank without NCCL in the build, or with NCCL but without the GPU, is refused before any
+// rendezvous (which would wait for the other rank and then fail inside NCCL).
+TEST(CreateCommunicator, GpuRanksWithoutNcclOrWithoutTheGpuAreRefused) {
+  if (VisibleCudaDevices() > 0) GTEST_SKIP() << "a GPU is visible";
   RendezvousOptions o;
   o.rank = 1;
   o.world = 2;
   auto comm = CreateCommunicator(o, c10::Device(c10::kCUDA, 0));
   ASSERT_FALSE(comm.ok());
   EXPECT_EQ(comm.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(comm.status().message().find("without it"), std::string::npos) << comm.status();
+  EXPECT_NE(comm.status().message().find(NcclCommunicatorBuilt() ? "sees 0 GPU(s)" : "without it"), std::string::npos)
+      << comm.status();
 }
-#endif
 
 }  // namespace
 }  // namespace eft::trainer

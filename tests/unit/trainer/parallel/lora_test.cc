@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <iostream>
 
 #include <ATen/record_function.h>
@@ -352,12 +353,22 @@ TEST(Lora, UpdateIsScaleOverKeepTimesTheMaskedInputThroughAThenB) {
                                      ad.b.detach().to(at::kDouble).t()) * 2.0;
   const double peak = want.abs().max().item<double>();
   ASSERT_GT(peak, 1.0);
-  // fp32: a few ulps of O(10) sums. bf16: the input, both adapters and both products are rounded to
-  // 8 significant bits (2^-8 relative each): 3% of the largest entry bounds their sum with margin.
-  for (auto [dtype, tolerance] : {std::pair{at::kFloat, 1e-5}, std::pair{at::kBFloat16, 3e-2}}) {
+  // Derived, per entry (Higham's gamma_n = n u / (1 - n u) bounds n roundings to unit roundoff u): in
+  // the compute dtype the input, A, the scaled B and both products are each rounded once (5), the
+  // 0/1 mask is exact; the products accumulate in fp32 over 32 and 4 terms. Each bound applies to
+  // the sum of the magnitudes of the terms, |x m| |A|^T |B|^T scale / (1 - p), not to the result,
+  // which may cancel.
+  const at::Tensor magnitude = at::matmul(at::matmul((x.to(at::kDouble) * mask.to(at::kDouble) / 0.7).abs(),
+                                                     ad.a.detach().to(at::kDouble).abs().t()),
+                                          ad.b.detach().to(at::kDouble).abs().t()) * 2.0;
+  auto gamma = [](double n, double u) { return n * u / (1 - n * u); };
+  const double fp32_u = std::ldexp(1.0, -24), bf16_u = std::ldexp(1.0, -8);
+  for (auto [dtype, u] : {std::pair{at::kFloat, fp32_u}, std::pair{at::kBFloat16, bf16_u}}) {
     const at::Tensor got = LoraUpdate(x.to(dtype), ad, lora, 4, dtype);
     EXPECT_EQ(got.scalar_type(), dtype);
-    EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(), tolerance * peak) << dtype;
+    const at::Tensor bound = magnitude * (gamma(5, u) + gamma(32 + 4, fp32_u));
+    const double worst = ((got.to(at::kDouble) - want).abs() / bound.clamp_min(1e-300)).max().item<double>();
+    EXPECT_LE(worst, 1.0) << dtype << ": the largest error is " << worst << " times its rounding bound";
     got.sum().backward();
     EXPECT_EQ(ad.a.grad().scalar_type(), at::kFloat) << "the adapters' gradients stay fp32";
     EXPECT_GT(ad.b.grad().abs().max().item<double>(), 0.0);

@@ -164,7 +164,7 @@ TEST(TrainConfigTest, DefaultsAreTheSchemasDefaults) {
   EXPECT_DOUBLE_EQ(c->schedule.lr, 1e-5);
   EXPECT_EQ(c->schedule.type, "cosine");
   EXPECT_DOUBLE_EQ(c->max_grad_norm, 1.0);
-  EXPECT_EQ(c->precision, "bf16");
+  EXPECT_EQ(c->precision, "auto");
   EXPECT_TRUE(c->activation_checkpointing);
   EXPECT_EQ(c->sharding, "grad_op");
   EXPECT_EQ(c->device, "auto");

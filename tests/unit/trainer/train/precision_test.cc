@@ -1,0 +1,113 @@
+// training.precision: auto's choice from the hardware, the CPU feature detection against the kernel's
+// own view (/proc/cpuinfo), the agreement of several ranks, and the measured bf16 cost.
+#include "trainer/train/precision.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "../parallel/rank_threads.h"
+#include "trainer/parallel/communicator.h"
+
+namespace eft::trainer {
+namespace {
+
+const c10::Device kCpu(c10::kCPU), kGpu(c10::kCUDA, 0);
+
+PrecisionChoice Chosen(const std::string& requested, const c10::Device& device, bool native) {
+  auto c = ChoosePrecision(requested, device, native, "the hardware");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : PrecisionChoice{};
+}
+
+TEST(ChoosePrecision, AutoIsBf16WhereNativeAndFp32Elsewhere) {
+  EXPECT_EQ(Chosen("auto", kGpu, true).dtype, at::kBFloat16);
+  EXPECT_EQ(Chosen("auto", kCpu, true).dtype, at::kBFloat16);
+  const PrecisionChoice emulated = Chosen("auto", kCpu, false);
+  EXPECT_EQ(emulated.dtype, at::kFloat);
+  EXPECT_EQ(emulated.name, "fp32");
+  EXPECT_FALSE(emulated.emulated_bf16);
+  // The start-up line says why, and how to get bf16 anyway.
+  EXPECT_NE(emulated.reason.find("no native bf16"), std::string::npos) << emulated.reason;
+  EXPECT_NE(emulated.reason.find("precision: bf16"), std::string::npos) << emulated.reason;
+  EXPECT_EQ(Chosen("", kCpu, true).name, "bf16");  // unset (a config built without the spec) is auto
+}
+
+TEST(ChoosePrecision, AnExplicitChoiceIsKeptAndEmulatedBf16IsFlagged) {
+  EXPECT_EQ(Chosen("fp32", kGpu, true).dtype, at::kFloat);
+  EXPECT_EQ(Chosen("bf16", kCpu, true).dtype, at::kBFloat16);
+  EXPECT_FALSE(Chosen("bf16", kCpu, true).emulated_bf16);
+  const PrecisionChoice slow = Chosen("bf16", kCpu, false);
+  EXPECT_EQ(slow.dtype, at::kBFloat16);
+  EXPECT_TRUE(slow.emulated_bf16);
+  EXPECT_EQ(slow.reason, "as set");
+}
+
+TEST(ChoosePrecision, RefusesUnknownNames) {
+  auto c = ChoosePrecision("fp16", kCpu, true, "x");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("auto, bf16, fp32"), std::string::npos) << c.status();
+}
+
+// The kernel lists the features it enabled (XSAVE state included) as "flags"; cpuid through libgcc
+// must agree with it.
+TEST(DetectCpuBf16, AgreesWithProcCpuinfo) {
+  std::ifstream in("/proc/cpuinfo");
+  if (!in) GTEST_SKIP() << "no /proc/cpuinfo";
+  std::set<std::string> flags;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    for (std::string w; words >> w;) flags.insert(w);
+    break;
+  }
+  ASSERT_FALSE(flags.empty());
+  const CpuBf16Support s = DetectCpuBf16();
+  EXPECT_EQ(s.avx512_bf16, flags.count("avx512_bf16") == 1);
+  EXPECT_EQ(s.amx_bf16, flags.count("amx_bf16") == 1);
+  std::cout << "this CPU: " << s.describe() << "\n";
+}
+
+TEST(MeasureCpuBf16Slowdown, IsAPositiveRatio) {
+  const double r = MeasureCpuBf16Slowdown();
+  EXPECT_GT(r, 0);
+  EXPECT_LT(r, 1000);
+  std::cout << "bf16 / fp32 time of a [256x512] x [512x512] product here: " << r << " ("
+            << DetectCpuBf16().describe() << ")\n";
+}
+
+TEST(AgreePrecision, OneRankFollowsItsHardware) {
+  RendezvousOptions o;
+  auto comm = CreateCpuCommunicator(o);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  CpuBf16Support native, emulated;
+  native.amx_bf16 = true;
+  EXPECT_EQ(AgreePrecision("auto", kCpu, native, comm->get())->dtype, at::kBFloat16);
+  EXPECT_EQ(AgreePrecision("auto", kCpu, emulated, comm->get())->dtype, at::kFloat);
+  EXPECT_EQ(AgreePrecision("auto", kGpu, emulated, comm->get())->dtype, at::kBFloat16);  // the GPU computes
+  EXPECT_EQ(AgreePrecision("fp32", kCpu, native, comm->get())->dtype, at::kFloat);
+}
+
+// Over real Gloo: auto is bf16 only when every rank has it natively, so all ranks compute alike.
+TEST(AgreePrecision, AutoIsFp32OnEveryRankWhenOneRankLacksNativeBf16) {
+  for (int without : {-1, 0, 2}) {  // which rank lacks it; -1: none
+    std::vector<at::ScalarType> chosen(3);
+    RunRanks(3, [&](Communicator& comm) {
+      CpuBf16Support cpu;
+      cpu.avx512_bf16 = comm.rank() != without;
+      auto c = AgreePrecision("auto", kCpu, cpu, &comm);
+      ASSERT_TRUE(c.ok()) << c.status();
+      chosen[comm.rank()] = c->dtype;
+      if (without >= 0 && comm.rank() != without) {
+        EXPECT_NE(c->reason.find("another rank's CPU"), std::string::npos) << c->reason;
+      }
+    });
+    for (at::ScalarType d : chosen) EXPECT_EQ(d, without < 0 ? at::kBFloat16 : at::kFloat) << "without " << without;
+  }
+}
+
+}  // namespace
+}  // namespace eft::trainer

@@ -1,0 +1,58 @@
+// Which dtype the model computes in (training.precision).
+//
+//   auto  bf16 where the hardware computes it natively: every CUDA device eft runs on, and CPUs with
+//         AVX512-BF16 or AMX-BF16; fp32 on other CPUs, where LibTorch emulates bf16 and a step is
+//         many times slower than in fp32 (docs/benchmarks.md, "bf16 on CPUs")
+//   bf16  bf16 everywhere; on a CPU without native bf16 the trainer warns once, with the cost
+//         measured on that CPU at start-up
+//   fp32  fp32 everywhere
+//
+// Master weights, gradients, optimizer state and checkpoints are fp32 in every case. All ranks of a
+// job compute in one dtype: `auto` picks bf16 only when every rank has it natively.
+#pragma once
+
+#include <string>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "common/status.h"
+
+namespace eft::trainer {
+
+class Communicator;
+
+// What this CPU offers for bf16 (cpuid, with the OS's support for the AVX-512/AMX state).
+struct CpuBf16Support {
+  bool avx512_bf16 = false;
+  bool amx_bf16 = false;
+  bool native() const { return avx512_bf16 || amx_bf16; }
+  std::string describe() const;  // "AVX512-BF16", "AMX-BF16, AVX512-BF16" or "no native bf16 (AVX2)"
+};
+CpuBf16Support DetectCpuBf16();
+
+struct PrecisionChoice {
+  at::ScalarType dtype = at::kFloat;
+  std::string name;    // bf16 | fp32
+  std::string reason;  // for the start-up line: "auto: ..." or "as set"
+  // bf16 was asked for on a CPU that emulates it: the caller measures and warns.
+  bool emulated_bf16 = false;
+};
+
+// The decision: `requested` is auto | bf16 | fp32 (InvalidArgument otherwise); `native_bf16` is whether
+// every rank's device computes bf16 natively (a CUDA device, or a CPU whose CpuBf16Support::native()).
+Result<PrecisionChoice> ChoosePrecision(const std::string& requested, const c10::Device& device, bool native_bf16,
+                                        const std::string& hardware);
+
+// bf16 time over fp32 time of the same matrix products on this CPU, with the threads LibTorch has now
+// (well under a second of work): below 1 where bf16 is native, 10 or more where it is emulated. What
+// the slow-bf16 warning quotes.
+double MeasureCpuBf16Slowdown();
+
+// The run's choice on every rank: this device's hardware (`cpu`: DetectCpuBf16()), and for `auto`
+// with several ranks every rank's (one all-reduce, which every rank must make). Rank 0 logs a
+// warning, with the measured slowdown, when bf16 is set on a CPU that emulates it.
+Result<PrecisionChoice> AgreePrecision(const std::string& requested, const c10::Device& device,
+                                       const CpuBf16Support& cpu, Communicator* comm);
+
+}  // namespace eft::trainer
