@@ -18,9 +18,12 @@ int VisibleCudaDevices() {
 bool CudaBuild() { return c10::impl::hasDeviceGuardImpl(c10::kCUDA); }
 
 std::string BuildAndDevices() {
-  return std::string("LibTorch ") + TORCH_VERSION + ", CUDA build: " + (CudaBuild() ? "yes" : "no") +
-         ", NCCL communicator: " + (NcclCommunicatorBuilt() ? "yes" : "no") +
-         ", GPUs visible: " + std::to_string(VisibleCudaDevices());
+  std::string s = "LibTorch ";
+  s += TORCH_VERSION;
+  s += CudaBuild() ? ", CUDA build: yes" : ", CUDA build: no";
+  s += NcclCommunicatorBuilt() ? ", NCCL communicator: yes" : ", NCCL communicator: no";
+  s += ", GPUs visible: " + std::to_string(VisibleCudaDevices());
+  return s;
 }
 
 bool GpuAssignedByLauncher() {
