@@ -4,6 +4,9 @@
 
 #include <ATen/Context.h>
 
+#include <cstdlib>
+#include <fstream>
+
 namespace eft::testing {
 namespace {
 
@@ -275,6 +278,45 @@ TEST_F(TrainerTest, TheCudaBuildTrainsOnTheCpuWithoutAGpuAndRefusesCuda) {
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("terminate called"), std::string::npos) << out;
+}
+
+// training.precision: auto (docs/gpu.md, "Precision"). A CPU without native bf16 is this CPU with
+// LibTorch held to AVX2 (what LibTorch runs on an AVX2-only CPU): auto trains in fp32 and says why;
+// bf16 set explicitly trains in bf16 and warns once, with the slowdown it measured on the spot.
+TEST_F(TrainerTest, PrecisionAutoFollowsTheCpuAndEmulatedBf16Warns) {
+  InitModel();
+  WriteData(8);
+  const std::string held = "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2";
+  const std::string warning = "a bf16 matrix product took ";
+  Run auto_held = TrainRun("auto-held", 1, WriteSpec(8, 2, 1e-3, "auto"), 1, "", held);
+  ASSERT_EQ(auto_held.exit_code, 0) << auto_held.output;
+  EXPECT_NE(auto_held.output.find("fp32 (auto: this CPU ("), std::string::npos) << auto_held.output;
+  EXPECT_NE(auto_held.output.find("does not compute bf16 natively"), std::string::npos) << auto_held.output;
+  EXPECT_EQ(auto_held.output.find(warning), std::string::npos) << auto_held.output;
+
+  Run bf16_held = TrainRun("bf16-held", 1, WriteSpec(8, 2, 1e-3, "bf16"), 1, "", held);
+  ASSERT_EQ(bf16_held.exit_code, 0) << bf16_held.output;
+  EXPECT_NE(bf16_held.output.find("bf16 (as set)"), std::string::npos) << bf16_held.output;
+  const size_t at = bf16_held.output.find(warning);
+  ASSERT_NE(at, std::string::npos) << bf16_held.output;
+  EXPECT_EQ(bf16_held.output.find(warning, at + 1), std::string::npos) << "warned more than once";
+  const double slowdown = std::atof(bf16_held.output.c_str() + at + warning.size());
+  EXPECT_GT(slowdown, 1.0) << "emulated bf16 is slower than fp32: " << bf16_held.output.substr(at, 200);
+
+  // Not held: auto follows what the kernel says the CPU has.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string flags;
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("flags", 0) == 0) {
+      flags = line + " ";
+      break;
+    }
+  }
+  const bool native = flags.find(" avx512_bf16 ") != std::string::npos || flags.find(" amx_bf16 ") != std::string::npos;
+  Run auto_run = TrainRun("auto", 1, WriteSpec(8, 2, 1e-3, "auto"), 1);
+  ASSERT_EQ(auto_run.exit_code, 0) << auto_run.output;
+  EXPECT_NE(auto_run.output.find(native ? "bf16 (auto: this CPU (" : "fp32 (auto: this CPU ("), std::string::npos)
+      << auto_run.output;
 }
 
 // --initializer-range: config.json says it and the weights are drawn with it (std of 6,144 normal

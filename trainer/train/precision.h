@@ -22,13 +22,18 @@ namespace eft::trainer {
 
 class Communicator;
 
-// What this CPU offers for bf16 (cpuid, with the OS's support for the AVX-512/AMX state).
+// What this CPU offers for bf16 (cpuid, with the OS's support for the AVX-512/AMX state), and whether
+// LibTorch has been held below it (ATEN_CPU_CAPABILITY=default|avx2, or a ONEDNN_MAX_CPU_ISA without
+// bf16: then its kernels emulate bf16 whatever the CPU has).
 struct CpuBf16Support {
   bool avx512_bf16 = false;
   bool amx_bf16 = false;
-  bool native() const { return avx512_bf16 || amx_bf16; }
-  std::string describe() const;  // "AVX512-BF16", "AMX-BF16, AVX512-BF16" or "no native bf16 (AVX2)"
+  std::string held_by;  // e.g. "ONEDNN_MAX_CPU_ISA=AVX2"; empty: not held
+  bool native() const { return (avx512_bf16 || amx_bf16) && held_by.empty(); }
+  // "AVX512-BF16", "AMX-BF16, AVX512-BF16", "no native bf16", "AVX512-BF16, held back by ATEN_CPU_CAPABILITY=avx2"
+  std::string describe() const;
 };
+// From cpuid and the process environment.
 CpuBf16Support DetectCpuBf16();
 
 struct PrecisionChoice {
@@ -44,9 +49,9 @@ struct PrecisionChoice {
 Result<PrecisionChoice> ChoosePrecision(const std::string& requested, const c10::Device& device, bool native_bf16,
                                         const std::string& hardware);
 
-// bf16 time over fp32 time of the same matrix products on this CPU, with the threads LibTorch has now
-// (well under a second of work): below 1 where bf16 is native, 10 or more where it is emulated. What
-// the slow-bf16 warning quotes.
+// bf16 time over fp32 time of a linear layer's forward and backward products on this CPU, with the
+// threads LibTorch has now (well under a second of work): below 1 where bf16 is native, 10 or more
+// where it is emulated. What the slow-bf16 warning quotes.
 double MeasureCpuBf16Slowdown();
 
 // The run's choice on every rank: this device's hardware (`cpu`: DetectCpuBf16()), and for `auto`

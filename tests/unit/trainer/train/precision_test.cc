@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -31,7 +32,7 @@ TEST(ChoosePrecision, AutoIsBf16WhereNativeAndFp32Elsewhere) {
   EXPECT_EQ(emulated.name, "fp32");
   EXPECT_FALSE(emulated.emulated_bf16);
   // The start-up line says why, and how to get bf16 anyway.
-  EXPECT_NE(emulated.reason.find("no native bf16"), std::string::npos) << emulated.reason;
+  EXPECT_NE(emulated.reason.find("does not compute bf16 natively"), std::string::npos) << emulated.reason;
   EXPECT_NE(emulated.reason.find("precision: bf16"), std::string::npos) << emulated.reason;
   EXPECT_EQ(Chosen("", kCpu, true).name, "bf16");  // unset (a config built without the spec) is auto
 }
@@ -55,6 +56,8 @@ TEST(ChoosePrecision, RefusesUnknownNames) {
 // The kernel lists the features it enabled (XSAVE state included) as "flags"; cpuid through libgcc
 // must agree with it.
 TEST(DetectCpuBf16, AgreesWithProcCpuinfo) {
+  ::unsetenv("ATEN_CPU_CAPABILITY");
+  ::unsetenv("ONEDNN_MAX_CPU_ISA");
   std::ifstream in("/proc/cpuinfo");
   if (!in) GTEST_SKIP() << "no /proc/cpuinfo";
   std::set<std::string> flags;
@@ -69,6 +72,29 @@ TEST(DetectCpuBf16, AgreesWithProcCpuinfo) {
   EXPECT_EQ(s.avx512_bf16, flags.count("avx512_bf16") == 1);
   EXPECT_EQ(s.amx_bf16, flags.count("amx_bf16") == 1);
   std::cout << "this CPU: " << s.describe() << "\n";
+}
+
+// LibTorch held below the CPU's bf16 instructions emulates bf16 whatever the CPU has.
+TEST(DetectCpuBf16, LibTorchHeldBelowBf16IsNotNative) {
+  const bool has = DetectCpuBf16().avx512_bf16 || DetectCpuBf16().amx_bf16;
+  struct Case {
+    const char* var;
+    const char* value;
+    bool held;
+  };
+  for (const Case& c : {Case{"ONEDNN_MAX_CPU_ISA", "AVX2", true}, Case{"ONEDNN_MAX_CPU_ISA", "avx512_core", true},
+                        Case{"ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", false}, Case{"ONEDNN_MAX_CPU_ISA", "ALL", false},
+                        Case{"ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX", false}, Case{"ATEN_CPU_CAPABILITY", "avx2", true},
+                        Case{"ATEN_CPU_CAPABILITY", "default", true}, Case{"ATEN_CPU_CAPABILITY", "avx512", false}}) {
+    ::setenv(c.var, c.value, 1);
+    const CpuBf16Support s = DetectCpuBf16();
+    ::unsetenv(c.var);
+    EXPECT_EQ(!s.held_by.empty(), c.held) << c.var << "=" << c.value;
+    EXPECT_EQ(s.native(), has && !c.held) << c.var << "=" << c.value;
+    if (c.held && has) {
+      EXPECT_NE(s.describe().find(std::string("held back by ") + c.var), std::string::npos) << s.describe();
+    }
+  }
 }
 
 TEST(MeasureCpuBf16Slowdown, IsAPositiveRatio) {
