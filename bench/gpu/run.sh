@@ -30,6 +30,7 @@ build=${EFT_GPU_BUILD:-$src/build-gpu}
 gpu=${EFT_GPU_DEVICE:-cuda}
 root=$src/.gpu-deps/root
 work=$(mktemp -d /tmp/eft-gpu-XXXXXX)
+trap 'rm -rf "$work"' EXIT  # scratch models and data; what is kept goes to $out
 py=${EFT_GPU_PYTHON:-python3}
 declare -a table=()
 note() { table+=("$1|$2|$3"); }
