@@ -3,8 +3,8 @@
 # PyTorch of another Python given as -DEFT_PYTHON=/path/to/python (a GPU machine's own; docs/gpu.md).
 #
 # PyPI's torch for Linux is the CUDA build. Its TorchConfig wants a CUDA toolkit at configure time; the
-# pip-installed toolkit (nvidia-cuda-nvcc & co.) has no unversioned library names, so install-deps.sh
-# lays out a toolkit-shaped folder of links, .venv/cuda, which this file points CMake at. A machine with a
+# pip-installed toolkit (nvidia-cuda-nvcc & co.) has no unversioned library names, so
+# scripts/install-python.sh lays out a toolkit-shaped folder of links, .venv/cuda, which this file points CMake at. A machine with a
 # real toolkit (nvcc on PATH, /usr/local/cuda) keeps it.
 #
 # Sets EFT_TORCH_VERSION, EFT_TORCH_CUDA (the CUDA version torch was built with, empty for CPU builds)
@@ -66,7 +66,7 @@ if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
 endif()
 find_package(Torch REQUIRED)
 # PyTorch's libtorch.so carries and exports its own copy of parts of libstdc++ (std::filesystem among
-# them, from the older-ABI toolchain the wheel targets). Ahead of the system's libstdc++ in a program's
+# them, from the toolchain the wheel was built with). Ahead of the system's libstdc++ in a program's
 # load order it would serve the program's own calls too, and its remove_all jumps through a weak symbol
 # that this libstdc++ does not define: a crash at the first recursive delete. Every program and
 # library defined from here on names libstdc++ first, so std:: stays with the system's library.
