@@ -33,8 +33,9 @@ CAPITALS_EVAL_EVERY=${CAPITALS_EVAL_EVERY:-20}
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 # job_field JOB PYTHON_EXPR: a field of `eftctl job get -o json` (j is the job), 0 until the job exists.
+# One line always: eftctl failing (no such job yet) must not add a second "0" under pipefail.
 job_field() {
-  "$EFTCTL" job get "$1" -o json 2>/dev/null | python3 -c "import json,sys
+  { "$EFTCTL" job get "$1" -o json 2>/dev/null || true; } | python3 -c "import json,sys
 try: j = json.load(sys.stdin)
 except Exception: j = {}
 print($2)" || echo 0
