@@ -2,10 +2,12 @@
 // groups, a tiny random Llama written by `eft-train init-model`, pre-tokenized data.
 #include "tests/e2e/trainer_fixture.h"
 
+#include "tests/util/cpu_flags.h"
+
 #include <ATen/Context.h>
 
 #include <cstdlib>
-#include <fstream>
+#include <set>
 
 namespace eft::testing {
 namespace {
@@ -304,15 +306,8 @@ TEST_F(TrainerTest, PrecisionAutoFollowsTheCpuAndEmulatedBf16Warns) {
   EXPECT_GT(slowdown, 1.0) << "emulated bf16 is slower than fp32: " << bf16_held.output.substr(at, 200);
 
   // Not held: auto follows what the kernel says the CPU has.
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string flags;
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("flags", 0) == 0) {
-      flags = line + " ";
-      break;
-    }
-  }
-  const bool native = flags.find(" avx512_bf16 ") != std::string::npos || flags.find(" amx_bf16 ") != std::string::npos;
+  const std::set<std::string> flags = KernelCpuFlags();
+  const bool native = flags.count("avx512_bf16") + flags.count("amx_bf16") > 0;
   Run auto_run = TrainRun("auto", 1, WriteSpec(8, 2, 1e-3, "auto"), 1);
   ASSERT_EQ(auto_run.exit_code, 0) << auto_run.output;
   EXPECT_NE(auto_run.output.find(native ? "bf16 (auto: this CPU (" : "fp32 (auto: this CPU ("), std::string::npos)

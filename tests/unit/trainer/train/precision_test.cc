@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "../parallel/rank_threads.h"
+#include "tests/util/cpu_flags.h"
 #include "trainer/parallel/communicator.h"
 
 namespace eft::trainer {
@@ -58,16 +59,8 @@ TEST(ChoosePrecision, RefusesUnknownNames) {
 TEST(DetectCpuBf16, AgreesWithProcCpuinfo) {
   ::unsetenv("ATEN_CPU_CAPABILITY");
   ::unsetenv("ONEDNN_MAX_CPU_ISA");
-  std::ifstream in("/proc/cpuinfo");
-  if (!in) GTEST_SKIP() << "no /proc/cpuinfo";
-  std::set<std::string> flags;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
-    for (std::string w; words >> w;) flags.insert(w);
-    break;
-  }
-  ASSERT_FALSE(flags.empty());
+  const std::set<std::string> flags = eft::testing::KernelCpuFlags();
+  if (flags.empty()) GTEST_SKIP() << "no flags in /proc/cpuinfo";
   const CpuBf16Support s = DetectCpuBf16();
   EXPECT_EQ(s.avx512_bf16, flags.count("avx512_bf16") == 1);
   EXPECT_EQ(s.amx_bf16, flags.count("amx_bf16") == 1);
