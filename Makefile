@@ -18,9 +18,9 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # --repeat until-pass:2: a test that fails is run once more, and a second failure fails the run.
-# Stopgap for two rare, not yet explained failures under a loaded machine (the Slurm requeue test, and a
-# hang of Lora.NoGradientOfABaseWeightIsComputedUnderAnyStrategy's Gloo ranks): ctest still prints
-# every failed try, so they stay visible while they are found.
+# Stopgap for one rare, not yet explained failure under a loaded machine (the Slurm requeue test,
+# slurm.EftClusterSbatchCompletesRequeuesAndCancels): ctest still prints every failed try, so it
+# stays visible while it is found.
 test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --repeat until-pass:2 $(CTEST_ARGS)
 

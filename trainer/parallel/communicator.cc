@@ -1,6 +1,8 @@
 #include "trainer/parallel/communicator.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "common/listen_port.h"
 
@@ -145,6 +147,17 @@ c10::intrusive_ptr<c10d::Store> ConnectStore(const RendezvousOptions& o) {
   return c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
 }
 
+void DisableFlightRecorderUnlessAsked() {
+  // Once, before any group exists: the recorder reads its size when the first group creates it,
+  // and setenv must not race with another rank thread's getenv.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("TORCH_FR_BUFFER_SIZE") == nullptr && std::getenv("TORCH_NCCL_TRACE_BUFFER_SIZE") == nullptr) {
+      ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
+    }
+  });
+}
+
 Status RendezvousFailed(const RendezvousOptions& o, const std::exception& e) {
   // Rank 0 checked the port just before; another program may still have taken it in between.
   if (o.rank == 0 && std::strstr(e.what(), "Address already in use") != nullptr) {
@@ -162,6 +175,7 @@ Result<std::unique_ptr<Communicator>> CreateCpuCommunicator(const RendezvousOpti
     return Status::InvalidArgument("rank " + std::to_string(o.rank) + " is not in [0, " + std::to_string(o.world) + ")");
   }
   if (o.world == 1) return std::unique_ptr<Communicator>(new LocalCommunicator());
+  internal::DisableFlightRecorderUnlessAsked();
   try {
     auto store = internal::ConnectStore(o);
     auto options = c10d::ProcessGroupGloo::Options::create(o.timeout);

@@ -92,6 +92,7 @@ Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const RendezvousOpt
     return Status::FailedPrecondition("NCCL needs a GPU for every rank, but rank " + std::to_string(o.rank) + " has " +
                                       device.str() + " and sees " + std::to_string(VisibleCudaDevices()) + " GPU(s)");
   }
+  internal::DisableFlightRecorderUnlessAsked();
   try {
     auto store = internal::ConnectStore(o);
     auto options = c10d::ProcessGroupNCCL::Options::create();
