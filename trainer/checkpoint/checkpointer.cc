@@ -8,7 +8,7 @@
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/io/safetensors_writer.h"
-#include "trainer/train/debug_hooks.h"
+#include "trainer/runtime/debug_hooks.h"
 
 namespace eft::trainer {
 namespace {

@@ -27,19 +27,21 @@
 #include "trainer/checkpoint/trainer_state.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/parallel/sharded_llama.h"
-#include "trainer/train/events.h"
+#include "trainer/runtime/events.h"
 
 namespace eft::trainer {
 
+// spec.checkpoint, filled by BuildCheckpointPolicy (trainer/train/build.h) and nowhere else: the spec
+// owns the defaults, so none are repeated here (value-initialise: CheckpointPolicy{} is all off).
 struct CheckpointPolicy {
   std::string root;            // checkpoint.dir; empty: no checkpoints
-  int64_t every_steps = 0;     // sharded; 0: never
-  int64_t full_every_steps = 0;  // full; 0: only at the end
-  int keep_last = 3;
+  int64_t every_steps;         // sharded; 0: never
+  int64_t full_every_steps;    // full; 0: only at the end
+  int keep_last;
   std::string tokenizer_dir;   // copied into full checkpoints
-  bool require_resume = false; // checkpoint.require_resume: all found checkpoints unusable -> fail
-  bool keep_best = false;      // checkpoint.keep_best: retention spares BestEvaluatedCheckpoint (manifest.h)
-  FullWriteMode full_write = FullWriteMode::kParallel;  // checkpoint.full_write (full_state.h)
+  bool require_resume;         // checkpoint.require_resume: all found checkpoints unusable -> fail
+  bool keep_best;              // checkpoint.keep_best: retention spares BestEvaluatedCheckpoint (manifest.h)
+  FullWriteMode full_write;    // checkpoint.full_write (full_state.h)
 };
 
 class Checkpointer {

@@ -44,39 +44,6 @@ std::string TrainerState::config_hash() const {
   return buf;
 }
 
-static json CompatibilityRecordWithoutLora(const TrainConfig& c, const ModelConfig& model, int64_t examples, int64_t tokens);
-
-json CompatibilityRecord(const TrainConfig& c, const ModelConfig& model, int64_t examples, int64_t tokens) {
-  json record = CompatibilityRecordWithoutLora(c, model, examples, tokens);
-  // Only for LoRA runs, so full fine-tuning checkpoints written before LoRA existed still resume.
-  if (c.lora.enabled) {
-    record["training.lora"] = {{"r", c.lora.r}, {"alpha", c.lora.alpha}, {"dropout", c.lora.dropout},
-                               {"target_modules", c.lora.target_modules}};
-  }
-  return record;
-}
-
-static json CompatibilityRecordWithoutLora(const TrainConfig& c, const ModelConfig& model, int64_t examples, int64_t tokens) {
-  return {{"model", model.ToHfJson()},
-          {"data.examples", examples},
-          {"data.tokens", tokens},
-          {"data.max_seq_len", c.max_seq_len},
-          {"data.packing", c.packing},
-          {"data.loss_on", c.loss_on},
-          {"data.train_on_eos", c.train_on_eos},
-          {"data.truncation", c.truncation},
-          {"training.global_batch_size", c.global_batch_size},
-          {"training.epochs", c.epochs},
-          {"training.max_steps", c.max_steps},  // with epochs, the LR schedule's length
-          {"training.seed", c.seed},
-          {"training.lr", c.schedule.lr},
-          {"training.schedule.type", c.schedule.type},
-          {"training.schedule.warmup_ratio", c.schedule.warmup_ratio},
-          {"training.schedule.min_lr", c.schedule.min_lr},
-          {"training.weight_decay", c.adamw.weight_decay},
-          {"training.max_grad_norm", c.max_grad_norm}};
-}
-
 Status CheckCompatible(const json& saved, const json& current) {
   std::string diffs;
   for (const auto& [key, now] : current.items()) {

@@ -14,8 +14,6 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "trainer/model/model_config.h"
-#include "trainer/train/train_config.h"
 
 namespace eft::trainer {
 
@@ -38,11 +36,9 @@ struct TrainerState {
   static Result<TrainerState> FromJson(const nlohmann::json& j);
 };
 
-// The fields a resume must agree on, by name.
-nlohmann::json CompatibilityRecord(const TrainConfig& config, const ModelConfig& model, int64_t dataset_examples,
-                                   int64_t dataset_tokens);
-// OK when `saved` and `current` agree; else FailedPrecondition naming every differing field with both
-// values ("training.global_batch_size: checkpoint 32, now 64").
+// OK when `saved` and `current` (the records of two runs: which fields a resume must agree on, by
+// name, e.g. CompatibilityRecord in trainer/train/train_config.h) agree; else FailedPrecondition naming
+// every differing field with both values ("training.global_batch_size: checkpoint 32, now 64").
 Status CheckCompatible(const nlohmann::json& saved, const nlohmann::json& current);
 
 }  // namespace eft::trainer

@@ -14,6 +14,7 @@
 #include "eft/v1/spec.pb.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/schedule.h"
+#include "trainer/model/model_config.h"
 
 namespace eft::trainer {
 
@@ -95,5 +96,12 @@ Status ApplyOverride(const std::string& assignment, nlohmann::json* spec);
 // business (placement, restarts, the program and its environment), as paths like
 // "resources.nodes.min". Every other field reaches TrainConfig; a test holds both lists to that.
 const std::vector<std::string>& FieldsTheTrainerIgnores();
+
+// What a resume must agree on with the run that saved the checkpoint, by name (the model, the data,
+// the global batch, the schedule, the seed; TrainerState::compat, checked by CheckCompatible in
+// trainer/checkpoint/trainer_state.h). World size, nodes, micro-batch size, precision and activation
+// checkpointing may change between attempts.
+nlohmann::json CompatibilityRecord(const TrainConfig& config, const ModelConfig& model, int64_t dataset_examples,
+                                   int64_t dataset_tokens);
 
 }  // namespace eft::trainer

@@ -1,8 +1,5 @@
 #include "trainer/train/trainer.h"
 
-#include <ATen/Parallel.h>
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -15,12 +12,13 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "trainer/runtime/debug_hooks.h"
+#include "trainer/train/build.h"
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/checkpoint/merge_lora.h"
 #include "trainer/checkpoint/peft_adapter.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/data/packing.h"
-#include "trainer/train/debug_hooks.h"
 #include "trainer/train/evaluation.h"
 #include "trainer/train/precision.h"
 #include "trainer/train/training_data.h"
@@ -43,71 +41,63 @@ std::atomic<bool> g_stop_requested{false};
 std::atomic<bool> g_nothing_to_save{true};
 static_assert(std::atomic<bool>::is_always_lock_free);
 
-// LibTorch's intra-op pool and OpenBLAS's own pool each default to every core; together they
-// oversubscribe the CPU and spin against each other (2 cores: fp32 training 1.3x slower, see
-// docs/benchmarks.md "fp32 and BLAS threads"). Keep OpenBLAS
-// single-threaded unless the user set OPENBLAS_NUM_THREADS. Looked up at run time: the BLAS library
-// is whatever libblas.so.3 Debian's alternatives point at.
-void LimitBlasThreads() {
-  if (std::getenv("OPENBLAS_NUM_THREADS")) return;
-  using SetThreads = void (*)(int);
-  if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
-}
-
-// Every parameter config.json implies is in the weights with its shape, read from the safetensors
-// headers before anything of the model's size exists: a config.json with plausible but wrong sizes
-// would otherwise allocate the whole (maybe far larger) model first and fail late, or run out of
-// memory.
-Status CheckWeightsMatchConfig(const SafetensorsDir& weights, const ModelConfig& config, const std::string& dir) {
-  std::vector<ParamSpec> specs = RootParamSpecs(config);
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    auto layer = LayerParamSpecs(config, static_cast<int>(i));
-    specs.insert(specs.end(), layer.begin(), layer.end());
-  }
-  auto shape_text = [](const std::vector<int64_t>& shape) { return c10::str(at::IntArrayRef(shape)); };
-  for (const ParamSpec& spec : specs) {
-    const SafetensorsEntry* entry = weights.Find(spec.name);
-    if (entry == nullptr) {
-      return Status::NotFound(dir + ": no tensor '" + spec.name + "' in the safetensors files, and " + dir +
-                              "/config.json describes a model that has one");
-    }
-    if (entry->shape != spec.shape) {
-      return Status::InvalidArgument(dir + ": " + spec.name + ": shape " + shape_text(entry->shape) +
-                                     " in the safetensors files, but config.json gives " + shape_text(spec.shape));
-    }
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env) {
   EFT_RETURN_IF_ERROR(ValidateSchedule(config.schedule));  // the schedule's own precondition
+  EFT_ASSIGN_OR_RETURN(const CheckpointPolicy policy, BuildCheckpointPolicy(config));
+  if (config.merge_lora && config.output_dir.empty() && config.checkpoint_dir.empty()) {
+    return Status::InvalidArgument("spec.checkpoint.merge_lora: the merged model goes to <--output-dir>/merged or "
+                                   "<spec.checkpoint.dir>/merged; set one of them");
+  }
   std::unique_ptr<Trainer> t(new Trainer(std::move(config), std::move(env)));
   const TrainConfig& c = t->config_;
+  const int threads = ConfigureThreads(c, t->env_);
 
-  int threads = c.threads;
-  // torchrun's convention: OMP_NUM_THREADS caps the threads of every rank.
-  if (threads <= 0 && std::getenv("OMP_NUM_THREADS")) threads = std::atoi(std::getenv("OMP_NUM_THREADS"));
-  if (threads <= 0) {
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, t->env_.local_world));
-  }
-  at::set_num_threads(threads);
-  LimitBlasThreads();
-
+  // The model directory and the data first: their errors are the user's, and cost no rendezvous.
   EFT_ASSIGN_OR_RETURN(ModelConfig model_config, ModelConfig::FromHfDir(c.model));
   EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDir::Open(c.model));
   EFT_RETURN_IF_ERROR(CheckWeightsMatchConfig(*weights, model_config, c.model));
+  EFT_ASSIGN_OR_RETURN(const PackingStats packing, t->PrepareData(model_config.vocab_size));
+
+  EFT_ASSIGN_OR_RETURN(t->device_, ChooseRankDevice(c, t->env_));
+  // Kernels and NCCL pick the current device where none is given: make it this rank's own.
+  t->device_guard_ = std::make_unique<c10::DeviceGuard>(t->device_);
+  EFT_ASSIGN_OR_RETURN(t->comm_, ConnectRanks(t->env_, t->device_));
+  EFT_ASSIGN_OR_RETURN(const PrecisionChoice precision,
+                       AgreePrecision(c.precision, t->device_, DetectCpuBf16(), t->comm_.get()));
+  EFT_ASSIGN_OR_RETURN(const ShardingOptions sharding, BuildShardingOptions(c, precision, t->device_));
+  StallIfAsked("load");
+  EFT_ASSIGN_OR_RETURN(t->model_, BuildModel(model_config, *weights, c.model, t->comm_.get(), sharding,
+                                             BuildLoraOptions(c)));
+  if (c.lora.enabled) EFT_RETURN_IF_ERROR(t->InitAdapters());
+  t->pad_token_id_ = model_config.pad_token_id >= 0 ? model_config.pad_token_id : 0;
+  t->optimizer_ = BuildOptimizer(c, *t->model_);
+
+  t->sampler_ = std::make_unique<GlobalSampler>(t->dataset_.size(), c.global_batch_size, c.seed);
+  t->total_steps_ = c.epochs * t->sampler_->steps_per_epoch();
+  if (c.max_steps > 0) t->total_steps_ = std::min(t->total_steps_, c.max_steps);
+
+  t->checkpointer_ = std::make_unique<Checkpointer>(policy, t->comm_.get(), t->model_.get(), t->optimizer_.get(),
+                                                    &t->events_);
+  t->compat_ = CompatibilityRecord(c, model_config, t->dataset_.stats().examples, t->dataset_.stats().tokens);
+  EFT_RETURN_IF_ERROR(t->ResumeIfAsked());
+  if (t->env_.rank == 0) t->LogStart(model_config, packing, precision, threads);
+  return t;
+}
+
+Result<PackingStats> Trainer::PrepareData(int64_t vocab_size) {
+  const TrainConfig& c = config_;
   EFT_ASSIGN_OR_RETURN(LoadedText text, LoadTextPipeline(c));
   StallIfAsked("tokenize");
-  EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareTrainingData(c, model_config.vocab_size, text.pipeline()));
-  t->dataset_ = std::move(data.documents);
-  if (t->dataset_.size() == 0) {
+  EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareTrainingData(c, vocab_size, text.pipeline()));
+  dataset_ = std::move(data.documents);
+  if (dataset_.size() == 0) {
     return Status::InvalidArgument("spec.data.train: " + c.train_data + " holds no usable examples (" +
                                    data.stats.ToJson().dump() + ")");
   }
-  const DatasetStats documents = t->dataset_.stats();
-  if (t->env_.rank == 0) {
+  documents_ = dataset_.stats();
+  if (env_.rank == 0) {
     const SftBuildStats& st = data.stats;
     EFT_LOG(INFO) << "data: " << st.examples << " examples from " << st.lines << " lines of " << c.train_data << " ("
                   << (data.from_cache ? "read from " : "built into ") << data.cache_file << "); "
@@ -116,118 +106,47 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
                   << (st.first_bad.empty() ? std::string() : " (first: " + st.first_bad + ")") << ", "
                   << st.no_trained << " with nothing to train";
   }
-  EFT_RETURN_IF_ERROR(t->PrepareEval(model_config.vocab_size, text.pipeline()));
+  EFT_RETURN_IF_ERROR(PrepareEval(vocab_size, text.pipeline()));
   PackingStats packing;
-  if (c.packing) t->dataset_ = PackDataset(t->dataset_, c.max_seq_len, &packing);
+  if (c.packing) dataset_ = PackDataset(dataset_, c.max_seq_len, &packing);
+  return packing;
+}
 
-  DeviceRequest dr;
-  dr.requested = c.device;
-  dr.cuda_devices = VisibleCudaDevices();
-  dr.assigned = GpuAssignedByLauncher();
-  dr.local_rank = t->env_.local_rank;
-  dr.local_world = t->env_.local_world;
-  EFT_ASSIGN_OR_RETURN(t->device_, ChooseDevice(dr));
-  if (t->device_.is_cpu() && dr.cuda_devices > 0 && t->env_.rank == 0) {
-    EFT_LOG(WARNING) << "training on the CPU although " << dr.cuda_devices << " GPU(s) are visible: "
-                     << (c.device == "cpu" ? "spec.training.device is cpu"
-                                           : std::to_string(dr.local_world) + " local ranks cannot each have their own");
-  }
-  // Kernels and NCCL pick the current device where none is given: make it this rank's own.
-  t->device_guard_ = std::make_unique<c10::DeviceGuard>(t->device_);
-
-  RendezvousOptions rv;
-  rv.rank = t->env_.rank;
-  rv.world = t->env_.world;
-  rv.master_addr = t->env_.master_addr;
-  rv.master_port = t->env_.master_port;
-  if (rv.world > 1) {
-    EFT_LOG(INFO) << "rendezvous of " << rv.world << " ranks at " << rv.master_addr << ":" << rv.master_port;
-  }
-  EFT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateCommunicator(rv, t->device_));
-  t->comm_ = std::make_unique<TimedCommunicator>(std::move(comm));
-
-  ShardingOptions sharding;
-  EFT_ASSIGN_OR_RETURN(sharding.strategy, ParseShardingStrategy(c.sharding));
-  EFT_ASSIGN_OR_RETURN(const PrecisionChoice precision, AgreePrecision(c.precision, t->device_, DetectCpuBf16(), t->comm_.get()));
-  sharding.compute_dtype = precision.dtype;
-  sharding.activation_checkpointing = c.activation_checkpointing;
-  sharding.device = t->device_;
-  if (c.merge_lora && c.output_dir.empty() && c.checkpoint_dir.empty()) {
-    return Status::InvalidArgument("spec.checkpoint.merge_lora: the merged model goes to <--output-dir>/merged or "
-                                   "<spec.checkpoint.dir>/merged; set one of them");
-  }
-  LoraOptions lora;
-  if (c.lora.enabled) {  // docs/lora.md
-    lora.enabled = true;
-    lora.r = c.lora.r;
-    lora.scale = c.lora.scale();
-    lora.dropout = c.lora.dropout;
-    lora.modules = c.lora.target_modules;
-    lora.seed = c.seed;
-  }
-  t->model_ = std::make_unique<ShardedLlama>(model_config, t->comm_.get(), sharding, lora);
-  StallIfAsked("load");
-  EFT_RETURN_IF_ERROR(t->model_->InitFrom([&](const ParamSpec& spec) -> Result<at::Tensor> {
-    return weights->Load(spec.name, at::kFloat);
-  }).WithContext("loading " + c.model));
-  if (c.lora.enabled) EFT_RETURN_IF_ERROR(t->InitAdapters());
-  t->pad_token_id_ = model_config.pad_token_id >= 0 ? model_config.pad_token_id : 0;
-
-  t->optimizer_ = std::make_unique<AdamW>(c.adamw);
-  for (FlatParamUnit* u : t->model_->trainable_units()) t->optimizer_->AddParam(u->shard(), u->grad(), u->decay_mask());
-
-  t->sampler_ = std::make_unique<GlobalSampler>(t->dataset_.size(), c.global_batch_size, c.seed);
-  t->total_steps_ = c.epochs * t->sampler_->steps_per_epoch();
-  if (c.max_steps > 0) t->total_steps_ = std::min(t->total_steps_, c.max_steps);
-
-  CheckpointPolicy policy;
-  policy.root = c.checkpoint_dir;
-  policy.every_steps = c.checkpoint_every_steps;
-  policy.full_every_steps = c.checkpoint_full_every_steps;
-  policy.keep_last = c.keep_last;
-  policy.tokenizer_dir = c.model;
-  policy.require_resume = c.require_resume;
-  policy.keep_best = c.keep_best;
-  const std::optional<FullWriteMode> full_write = FullWriteModeFromName(c.full_write);
-  if (!full_write) {
-    return Status::InvalidArgument("spec.checkpoint.full_write (\"" + c.full_write + "\") must be one of parallel, rank0");
-  }
-  policy.full_write = *full_write;
-  t->checkpointer_ = std::make_unique<Checkpointer>(policy, t->comm_.get(), t->model_.get(), t->optimizer_.get(),
-                                                    &t->events_);
-  t->compat_ = CompatibilityRecord(c, model_config, t->dataset_.stats().examples, t->dataset_.stats().tokens);
+Status Trainer::ResumeIfAsked() {
   // A retry whose controller knew of no checkpoint (the save's event was lost, or the controller
   // itself was replaced, as on a Slurm requeue) still resumes from what is on disk.
-  if (t->env_.resume_from.empty() && t->env_.attempt > 1 && !c.checkpoint_dir.empty()) {
-    if (t->env_.rank == 0) {
-      EFT_LOG(INFO) << "attempt " << t->env_.attempt << " without EFT_RESUME_FROM: looking for a checkpoint in "
-                    << c.checkpoint_dir;
+  if (env_.resume_from.empty() && env_.attempt > 1 && !config_.checkpoint_dir.empty()) {
+    if (env_.rank == 0) {
+      EFT_LOG(INFO) << "attempt " << env_.attempt << " without EFT_RESUME_FROM: looking for a checkpoint in "
+                    << config_.checkpoint_dir;
     }
-    t->env_.resume_from = "auto";
+    env_.resume_from = "auto";
   }
-  if (!t->env_.resume_from.empty()) {
-    EFT_ASSIGN_OR_RETURN(std::optional<TrainerState> resumed, t->checkpointer_->Resume(t->env_.resume_from, t->compat_));
-    if (resumed) {
-      t->step_ = resumed->step;
-      t->loss_tail_ = resumed->loss_tail;
-    }
+  if (env_.resume_from.empty()) return Status::Ok();
+  EFT_ASSIGN_OR_RETURN(std::optional<TrainerState> resumed, checkpointer_->Resume(env_.resume_from, compat_));
+  if (resumed) {
+    step_ = resumed->step;
+    loss_tail_ = resumed->loss_tail;
   }
-  if (t->env_.rank == 0) {
-    const DatasetStats& st = documents;
-    if (c.packing) {
-      EFT_LOG(INFO) << "packed " << packing.documents << " documents into " << packing.rows << " sequences of up to "
-                    << c.max_seq_len << " tokens (" << static_cast<int>(packing.efficiency() * 1000) / 10.0
-                    << "% tokens, the rest padding)";
-    }
-    EFT_LOG(INFO) << "eft-train: " << model_config.model_type << " " << model_config.NumParameters() / 1e6
-                  << "M parameters, world size " << t->env_.world << " (" << t->env_.source << ", "
-                  << t->comm_->backend() << "), " << st.examples << " examples (" << st.tokens << " tokens, "
-                  << st.truncated << " truncated), " << t->total_steps_ << " steps of " << c.global_batch_size
-                  << " sequences, " << precision.name << " (" << precision.reason << "), sharding " << c.sharding << ", activation checkpointing "
-                  << (c.activation_checkpointing ? "full" : "none") << ", on " << t->device_.str() << ", " << threads
-                  << " threads per rank";
+  return Status::Ok();
+}
+
+void Trainer::LogStart(const ModelConfig& model, const PackingStats& packing, const PrecisionChoice& precision,
+                       int threads) const {
+  const TrainConfig& c = config_;
+  const DatasetStats& st = documents_;
+  if (c.packing) {
+    EFT_LOG(INFO) << "packed " << packing.documents << " documents into " << packing.rows << " sequences of up to "
+                  << c.max_seq_len << " tokens (" << static_cast<int>(packing.efficiency() * 1000) / 10.0
+                  << "% tokens, the rest padding)";
   }
-  return t;
+  EFT_LOG(INFO) << "eft-train: " << model.model_type << " " << model.NumParameters() / 1e6 << "M parameters, world size "
+                << env_.world << " (" << env_.source << ", " << comm_->backend() << "), " << st.examples
+                << " examples (" << st.tokens << " tokens, " << st.truncated << " truncated), " << total_steps_
+                << " steps of " << c.global_batch_size << " sequences, " << precision.name << " (" << precision.reason
+                << "), sharding " << c.sharding << ", activation checkpointing "
+                << (c.activation_checkpointing ? "full" : "none") << ", on " << device_.str() << ", " << threads
+                << " threads per rank";
 }
 
 Status Trainer::PrepareEval(int64_t vocab_size, const TextPipeline& text) {

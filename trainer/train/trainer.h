@@ -17,8 +17,10 @@
 #include "trainer/parallel/sharded_llama.h"
 #include "trainer/parallel/timed_communicator.h"
 #include "trainer/train/evaluation.h"
-#include "trainer/train/events.h"
+#include "trainer/runtime/events.h"
 #include "trainer/train/launch.h"
+#include "trainer/train/precision.h"
+#include "trainer/data/packing.h"
 #include "trainer/train/train_config.h"
 #include "trainer/train/training_data.h"
 
@@ -63,6 +65,12 @@ class Trainer {
 
  private:
   Trainer(TrainConfig config, RankEnv env) : config_(std::move(config)), env_(std::move(env)), events_(env_.events_fd) {}
+  // Create's steps: the training (and eval) set, tokenized, split and packed; the resume from
+  // EFT_RESUME_FROM (or, on a retry, from what the checkpoint directory holds); the start-up line.
+  Result<PackingStats> PrepareData(int64_t vocab_size);
+  Status ResumeIfAsked();
+  void LogStart(const ModelConfig& model, const PackingStats& packing, const PrecisionChoice& precision,
+                int threads) const;
   void Report(const StepResult& r);
   TrainerState State() const;
   void ReportMemory();
@@ -87,6 +95,7 @@ class Trainer {
   std::unique_ptr<ShardedLlama> model_;
   std::unique_ptr<AdamW> optimizer_;
   TokenDataset dataset_;
+  DatasetStats documents_;  // of the training set before packing
   std::unique_ptr<GlobalSampler> sampler_;
   int64_t total_steps_ = 0;
   int64_t step_ = 0;  // completed optimizer steps

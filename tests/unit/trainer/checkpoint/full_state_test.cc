@@ -60,7 +60,7 @@ class FullStateTest : public ::testing::TestWithParam<FullWriteMode> {
                            std::optional<FullWriteMode> mode = std::nullopt, const ModelConfig& config = TinyBf16Config()) {
     std::vector<Status> statuses(world);
     auto body = [&](Communicator& comm) {
-      ShardingOptions options;
+      ShardingOptions options(ShardingStrategy::kFull, true);
       options.compute_dtype = at::kBFloat16;
       ShardedLlama model(config, &comm, options);
       ASSERT_TRUE(model.InitRandom(7).ok());
@@ -119,7 +119,7 @@ TEST_P(FullStateTest, TheFilesHoldTheWholeStateAtTheirDtypes) {
   // The reference: the same model whole, at world size 1, without any checkpoint code.
   auto comm = CreateCpuCommunicator(RendezvousOptions{});
   ASSERT_TRUE(comm.ok());
-  ShardedLlama model(TinyBf16Config(), comm->get(), ShardingOptions{});
+  ShardedLlama model(TinyBf16Config(), comm->get(), ShardingOptions(ShardingStrategy::kFull, true));
   ASSERT_TRUE(model.InitRandom(7).ok());
   auto weights = SafetensorsDir::Open((dir_ / "out").string());
   ASSERT_TRUE(weights.ok()) << weights.status();
@@ -198,7 +198,7 @@ TEST(FullStateParallelTest, OneRanksWriteErrorFailsTheOthers) {
   const ModelConfig config = TinyBf16Config(/*vocab=*/1021, /*hidden=*/64);
   auto save = [&](const fs::path& out, FullWriteMode mode, std::vector<Status>* statuses, int64_t* optimizer_bytes) {
     RunRanks(2, [&](Communicator& comm) {
-      ShardedLlama model(config, &comm, ShardingOptions{});
+      ShardedLlama model(config, &comm, ShardingOptions(ShardingStrategy::kFull, true));
       ASSERT_TRUE(model.InitRandom(7).ok());
       std::vector<UnitState> units;
       for (FlatParamUnit* u : model.trainable_units()) {

@@ -1,5 +1,6 @@
 // Trainer state round trip and the compatibility rule a resume is checked with.
 #include "trainer/checkpoint/trainer_state.h"
+#include "trainer/train/train_config.h"
 
 #include <gtest/gtest.h>
 

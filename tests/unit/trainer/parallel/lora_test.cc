@@ -144,12 +144,12 @@ TEST(Lora, LossAndAdapterGradientsEqualTheReferenceFromTheFormula) {
     const ModelConfig config = testing::TinyConfig(arch);
     const LoraOptions lora = Lora(4, 8);
     const Batch batch = TwoRows(config);
-    Outcome one = Train(1, config, ShardingOptions(), lora, 1);
+    Outcome one = Train(1, config, ShardingOptions(ShardingStrategy::kFull, true), lora, 1);
     testing::ReferenceResult ref = testing::RunLoraReference(config, one.params, 4, 8, batch);
     ASSERT_EQ(ref.grads.size(), one.adapter_grads.size()) << "the reference trains exactly the adapters";
     const double scale = 1.0 / static_cast<double>(batch.trained_tokens);
     for (int world : {1, 2, 3}) {
-      Outcome got = world == 1 ? one : Train(world, config, ShardingOptions(), lora, 1);
+      Outcome got = world == 1 ? one : Train(world, config, ShardingOptions(ShardingStrategy::kFull, true), lora, 1);
       // fp32 on both sides, the same maths in a different formulation (see llama_test.cc): a few
       // ulps of O(1-10) intermediates. 1e-5 relative leaves margin and catches any real mistake
       // (a wrong scale or a missing adapter moves the loss by 1e-2 or more here).
@@ -170,12 +170,10 @@ TEST(Lora, LossAndAdapterGradientsEqualTheReferenceFromTheFormula) {
 TEST(Lora, EveryStrategyWithAndWithoutCheckpointingGivesTheSameAdapterGradients) {
   const ModelConfig config = testing::TinyConfig("qwen3");
   const LoraOptions lora = Lora(2, 4, {"q_proj", "v_proj", "down_proj"});
-  Outcome ref = Train(1, config, ShardingOptions(), lora, 1);
+  Outcome ref = Train(1, config, ShardingOptions(ShardingStrategy::kFull, true), lora, 1);
   for (auto strategy : {ShardingStrategy::kFull, ShardingStrategy::kGradOp, ShardingStrategy::kNoShard}) {
     for (bool checkpointing : {true, false}) {
-      ShardingOptions o;
-      o.strategy = strategy;
-      o.activation_checkpointing = checkpointing;
+      const ShardingOptions o(strategy, checkpointing);
       Outcome got = Train(2, config, o, lora, 2, /*micro_batches=*/2);
       ASSERT_EQ(got.adapter_grads.size(), ref.adapter_grads.size());
       EXPECT_NEAR(got.losses[0], ref.losses[0], 1e-9 * ref.losses[0]);
@@ -223,9 +221,7 @@ TEST(Lora, NoGradientOfABaseWeightIsComputedUnderAnyStrategy) {
   };
   for (auto strategy : {ShardingStrategy::kFull, ShardingStrategy::kGradOp, ShardingStrategy::kNoShard}) {
     for (bool checkpointing : {true, false}) {
-      ShardingOptions o;
-      o.strategy = strategy;
-      o.activation_checkpointing = checkpointing;
+      const ShardingOptions o(strategy, checkpointing);
       const std::string what = ShardingStrategyName(strategy) + " checkpointing=" + std::to_string(checkpointing);
       EXPECT_GT(products(o, LoraOptions()), 0) << what << ": full fine-tuning computes them (the counter works)";
       EXPECT_EQ(products(o, Lora(4, 8)), 0) << what;
@@ -237,10 +233,10 @@ TEST(Lora, NoGradientOfABaseWeightIsComputedUnderAnyStrategy) {
 TEST(Lora, TrainingGivesTheSameLossesAtEveryWorldSizeAndLeavesTheBaseAlone) {
   const ModelConfig config = testing::TinyConfig("llama");
   const LoraOptions lora = Lora(4, 8);
-  Outcome one = Train(1, config, ShardingOptions(), lora, 4);
+  Outcome one = Train(1, config, ShardingOptions(ShardingStrategy::kFull, true), lora, 4);
   ASSERT_LT(one.losses.back(), one.losses.front()) << "the adapters learn";
   for (int world : {2, 3}) {
-    Outcome got = Train(world, config, ShardingOptions(), lora, 4);
+    Outcome got = Train(world, config, ShardingOptions(ShardingStrategy::kFull, true), lora, 4);
     for (size_t s = 0; s < one.losses.size(); ++s) {
       // Identical maths; only the order of the gradient sums differs, and AdamW amplifies that little.
       EXPECT_NEAR(got.losses[s], one.losses[s], 1e-5 * one.losses[s]) << "W=" << world << " step " << s;
@@ -255,8 +251,7 @@ TEST(Lora, TrainingGivesTheSameLossesAtEveryWorldSizeAndLeavesTheBaseAlone) {
 
 TEST(Lora, DropoutIsRepeatedByTheRecomputationAndDependsOnTheStep) {
   const ModelConfig config = testing::TinyConfig("llama");
-  ShardingOptions with, without;
-  without.activation_checkpointing = false;
+  const ShardingOptions with(ShardingStrategy::kFull, true), without(ShardingStrategy::kFull, false);
   const LoraOptions lora = Lora(4, 8, kAllLinear, 0.3);
   Outcome a = Train(2, config, with, lora, 2), b = Train(2, config, without, lora, 2);
   Outcome none = Train(2, config, with, Lora(4, 8), 2);
@@ -272,7 +267,7 @@ std::pair<double, std::vector<at::Tensor>> OneStep(const ModelConfig& config, co
                                                    const std::vector<Batch>& micro) {
   std::pair<double, std::vector<at::Tensor>> out;
   RunRanks(1, [&](Communicator& comm) {
-    ShardedLlama model(config, &comm, ShardingOptions(), lora);
+    ShardedLlama model(config, &comm, ShardingOptions(ShardingStrategy::kFull, true), lora);
     ASSERT_TRUE(model.InitRandom(3).ok());
     ASSERT_TRUE(InitNonZeroAdapters(model, config).ok());
     model.SetStep(5);
@@ -317,7 +312,7 @@ TEST(Lora, DropoutDependsOnTheSampleKeyNotOnItsMicroBatchOrPadding) {
   EXPECT_GT(std::abs(none.first - together.first), 1e-4 * together.first) << "dropout does something";
   // Without keys there is no mask to draw: refused, not made up.
   RunRanks(1, [&](Communicator& comm) {
-    ShardedLlama model(config, &comm, ShardingOptions(), lora);
+    ShardedLlama model(config, &comm, ShardingOptions(ShardingStrategy::kFull, true), lora);
     ASSERT_TRUE(model.InitRandom(3).ok());
     model.BeginStep(1);
     EXPECT_THROW(model.ForwardBackward(testing::MakeBatch(rows, 0), 1.0), c10::Error);
@@ -385,7 +380,7 @@ TEST(Lora, OnlyTheAdaptersAreTrainableAndTheBaseIsKeptInTheComputeDtype) {
   const ModelConfig config = testing::TinyConfig("llama");
   RunRanks(2, [&](Communicator& comm) {
     for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-      ShardingOptions options;
+      ShardingOptions options(ShardingStrategy::kFull, true);
       options.compute_dtype = dtype;
       ShardedLlama full(config, &comm, options), lora(config, &comm, options, Lora(16, 32));
       ASSERT_EQ(lora.trainable_units().size(), static_cast<size_t>(config.num_hidden_layers));

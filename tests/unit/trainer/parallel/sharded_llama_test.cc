@@ -77,7 +77,7 @@ constexpr double kGradTolerance = 1e-6;
 TEST(ShardedLlama, ShardedGradientsEqualUnshardedAtEveryWorldSize) {
   for (bool tied : {false, true}) {
     ModelConfig config = TinyConfig("llama", tied);
-    ShardingOptions options;
+    ShardingOptions options(ShardingStrategy::kFull, true);
     Outcome ref = RunModel(1, config, options);
     ASSERT_GT(ref.loss, 0);
     for (int world : {2, 3, 4}) {
@@ -97,9 +97,7 @@ TEST(ShardedLlama, ShardedGradientsEqualUnshardedAtEveryWorldSize) {
 TEST(ShardedLlama, ActivationCheckpointingGivesIdenticalGradients) {
   for (const char* arch : {"llama", "qwen2", "qwen3"}) {
     ModelConfig config = TinyConfig(arch, false);
-    ShardingOptions with, without;
-    with.activation_checkpointing = true;
-    without.activation_checkpointing = false;
+    const ShardingOptions with(ShardingStrategy::kFull, true), without(ShardingStrategy::kFull, false);
     for (int world : {1, 2}) {
       Outcome a = RunModel(world, config, with), b = RunModel(world, config, without);
       EXPECT_EQ(a.loss, b.loss);
@@ -114,8 +112,7 @@ TEST(ShardedLlama, ActivationCheckpointingGivesIdenticalGradients) {
 TEST(ShardedLlama, AnEmptyMicroBatchJoinsTheCollectivesAndAddsNothing) {
   ModelConfig config = TinyConfig("llama", false);
   for (bool checkpointing : {true, false}) {
-    ShardingOptions options;
-    options.activation_checkpointing = checkpointing;
+    const ShardingOptions options(ShardingStrategy::kFull, checkpointing);
     Outcome ref = RunModel(1, config, options);
     Outcome got = RunModel(3, config, options, /*empty_rank=*/1);  // two ranks have the batch, one has none
     for (size_t i = 0; i < ref.grads.size(); ++i) {
@@ -126,7 +123,7 @@ TEST(ShardedLlama, AnEmptyMicroBatchJoinsTheCollectivesAndAddsNothing) {
 
 TEST(ShardedLlama, Bf16ComputeStaysCloseToFp32) {
   ModelConfig config = TinyConfig("qwen3", false);
-  ShardingOptions fp32, bf16;
+  ShardingOptions fp32(ShardingStrategy::kFull, true), bf16(ShardingStrategy::kFull, true);
   bf16.compute_dtype = at::kBFloat16;
   Outcome a = RunModel(2, config, fp32), b = RunModel(2, config, bf16);
   // bf16 keeps 8 bits of mantissa (relative error ~4e-3 per rounding); over 3 tiny layers the
@@ -188,8 +185,7 @@ TEST(ShardedLlama, EveryShardingStrategyGivesTheSameGradientsOverStepsAndMicroBa
   ModelConfig config = TinyConfig("qwen3", false);
   for (bool checkpointing : {true, false}) {
     for (int world : {1, 2, 3}) {
-      ShardingOptions full;
-      full.activation_checkpointing = checkpointing;
+      const ShardingOptions full(ShardingStrategy::kFull, checkpointing);
       StepOutcome ref = RunSteps(world, config, full, 2, 3);
       ASSERT_EQ(ref.grads.size(), 2u);
       for (ShardingStrategy strategy : {ShardingStrategy::kGradOp, ShardingStrategy::kNoShard}) {
@@ -219,7 +215,8 @@ TEST(ShardedLlama, TheSecondStepSeesTheFirstUpdate) {
   // Guards the test above: if the update did not change the second step's gradients, a strategy
   // that kept stale parameters would pass it.
   ModelConfig config = TinyConfig("llama", false);
-  StepOutcome updated = RunSteps(2, config, {}, 2, 1), frozen = RunSteps(2, config, {}, 2, 1, /*lr=*/0.0);
+  const ShardingOptions full(ShardingStrategy::kFull, true);
+  StepOutcome updated = RunSteps(2, config, full, 2, 1), frozen = RunSteps(2, config, full, 2, 1, /*lr=*/0.0);
   EXPECT_TRUE(at::equal(updated.grads[0][1], frozen.grads[0][1]));
   EXPECT_GT(MaxDiff(updated.grads[1][1], frozen.grads[1][1]), 1e-4);
 }
@@ -228,8 +225,7 @@ TEST(ShardedLlama, MoreMicroBatchesThanAnnouncedIsAnError) {
   ModelConfig config = TinyConfig("llama", false);
   for (ShardingStrategy strategy : {ShardingStrategy::kFull, ShardingStrategy::kGradOp}) {
     RunRanks(1, [&](Communicator& comm) {
-      ShardingOptions options;
-      options.strategy = strategy;
+      const ShardingOptions options(strategy, true);
       ShardedLlama model(config, &comm, options);
       ASSERT_TRUE(model.InitRandom(7).ok());
       model.BeginStep(1);
@@ -253,8 +249,7 @@ TEST(ShardedLlama, ShardingStrategyNamesRoundTrip) {
 TEST(ShardedLlama, NoShardKeepsWholeParametersAndSaysSo) {
   ModelConfig config = TinyConfig("llama", false);
   RunRanks(2, [&](Communicator& comm) {
-    ShardingOptions full, no_shard;
-    no_shard.strategy = ShardingStrategy::kNoShard;
+    ShardingOptions full(ShardingStrategy::kFull, true), no_shard(ShardingStrategy::kNoShard, true);
     no_shard.compute_dtype = at::kBFloat16;
     ShardedLlama a(config, &comm, full), b(config, &comm, no_shard);
     int64_t whole = 0;
@@ -266,10 +261,10 @@ TEST(ShardedLlama, NoShardKeepsWholeParametersAndSaysSo) {
 TEST(ShardedLlama, EachRankKeepsOneWthOfTheParameters) {
   ModelConfig config = TinyConfig("llama", false);
   int64_t one = 0;
-  RunRanks(1, [&](Communicator& comm) { one = ShardedLlama(config, &comm, {}).ShardBytes(); });
+  RunRanks(1, [&](Communicator& comm) { one = ShardedLlama(config, &comm, ShardingOptions(ShardingStrategy::kFull, true)).ShardBytes(); });
   for (int world : {2, 4}) {
     std::vector<int64_t> bytes(world);
-    RunRanks(world, [&](Communicator& comm) { bytes[comm.rank()] = ShardedLlama(config, &comm, {}).ShardBytes(); });
+    RunRanks(world, [&](Communicator& comm) { bytes[comm.rank()] = ShardedLlama(config, &comm, ShardingOptions(ShardingStrategy::kFull, true)).ShardBytes(); });
     for (int64_t b : bytes) {
       // Each unit is padded to a multiple of W, so at most W-1 extra elements per unit.
       EXPECT_LE(b, one / world + 4 * 2 * world * 4) << "world=" << world;

@@ -99,8 +99,7 @@ EvalResult EvaluateOn(const testing::TinyModel& m, const TokenDataset& eval, Eva
   EvalResult out;
   const auto named = m.Named();
   RunRanks(c.world, [&](Communicator& comm) {
-    ShardingOptions o;
-    o.strategy = ShardingStrategy::kFull;
+    ShardingOptions o(ShardingStrategy::kFull, true);
     o.compute_dtype = dtype;
     ShardedLlama model(m.config, &comm, o);
     ASSERT_TRUE(model.InitFrom([&](const ParamSpec& spec) -> Result<at::Tensor> {

@@ -1,4 +1,4 @@
-#include "trainer/train/host_allocator.h"
+#include "trainer/runtime/host_allocator.h"
 
 #include <malloc.h>
 

@@ -1,4 +1,4 @@
-#include "trainer/train/events.h"
+#include "trainer/runtime/events.h"
 
 #include <unistd.h>
 

@@ -2,7 +2,7 @@
 // allocated, touched and freed again and again) costs page faults on every round with glibc's
 // defaults and none once configured; a user's own malloc settings are left alone. Each case runs in
 // a forked child, because malloc's settings are process-wide and cannot be undone.
-#include "trainer/train/host_allocator.h"
+#include "trainer/runtime/host_allocator.h"
 
 #include <sys/resource.h>
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-#include "trainer/train/debug_hooks.h"
+#include "trainer/runtime/debug_hooks.h"
 
 #include <chrono>
 #include <cstdlib>

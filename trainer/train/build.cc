@@ -1,0 +1,149 @@
+#include "trainer/train/build.h"
+
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include "common/logging.h"
+#include "trainer/parallel/device.h"
+
+namespace eft::trainer {
+namespace {
+
+// LibTorch's intra-op pool and OpenBLAS's own pool each default to every core; together they
+// oversubscribe the CPU and spin against each other (2 cores: fp32 training 1.3x slower, see
+// docs/benchmarks.md "fp32 and BLAS threads"). Keep OpenBLAS single-threaded unless the user set
+// OPENBLAS_NUM_THREADS. Looked up at run time: the BLAS library is whatever libblas.so.3 Debian's
+// alternatives point at.
+void LimitBlasThreads() {
+  if (std::getenv("OPENBLAS_NUM_THREADS")) return;
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
+}
+
+}  // namespace
+
+int ConfigureThreads(const TrainConfig& config, const RankEnv& env) {
+  int threads = config.threads;
+  // torchrun's convention: OMP_NUM_THREADS caps the threads of every rank.
+  if (threads <= 0 && std::getenv("OMP_NUM_THREADS")) threads = std::atoi(std::getenv("OMP_NUM_THREADS"));
+  if (threads <= 0) {
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, env.local_world));
+  }
+  at::set_num_threads(threads);
+  LimitBlasThreads();
+  return threads;
+}
+
+Result<c10::Device> ChooseRankDevice(const TrainConfig& config, const RankEnv& env) {
+  DeviceRequest request;
+  request.requested = config.device;
+  request.cuda_devices = VisibleCudaDevices();
+  request.assigned = GpuAssignedByLauncher();
+  request.local_rank = env.local_rank;
+  request.local_world = env.local_world;
+  EFT_ASSIGN_OR_RETURN(c10::Device device, ChooseDevice(request));
+  if (device.is_cpu() && request.cuda_devices > 0 && env.rank == 0) {
+    EFT_LOG(WARNING) << "training on the CPU although " << request.cuda_devices << " GPU(s) are visible: "
+                     << (config.device == "cpu" ? "spec.training.device is cpu"
+                                                : std::to_string(request.local_world) +
+                                                      " local ranks cannot each have their own");
+  }
+  return device;
+}
+
+Result<std::unique_ptr<TimedCommunicator>> ConnectRanks(const RankEnv& env, c10::Device device) {
+  RendezvousOptions rv;
+  rv.rank = env.rank;
+  rv.world = env.world;
+  rv.master_addr = env.master_addr;
+  rv.master_port = env.master_port;
+  if (rv.world > 1) {
+    EFT_LOG(INFO) << "rendezvous of " << rv.world << " ranks at " << rv.master_addr << ":" << rv.master_port;
+  }
+  EFT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateCommunicator(rv, device));
+  return std::make_unique<TimedCommunicator>(std::move(comm));
+}
+
+// A config.json with plausible but wrong sizes would otherwise allocate the whole (maybe far larger)
+// model first and fail late, or run out of memory.
+Status CheckWeightsMatchConfig(const SafetensorsDir& weights, const ModelConfig& model, const std::string& dir) {
+  std::vector<ParamSpec> specs = RootParamSpecs(model);
+  for (int64_t i = 0; i < model.num_hidden_layers; ++i) {
+    auto layer = LayerParamSpecs(model, static_cast<int>(i));
+    specs.insert(specs.end(), layer.begin(), layer.end());
+  }
+  auto shape_text = [](const std::vector<int64_t>& shape) { return c10::str(at::IntArrayRef(shape)); };
+  for (const ParamSpec& spec : specs) {
+    const SafetensorsEntry* entry = weights.Find(spec.name);
+    if (entry == nullptr) {
+      return Status::NotFound(dir + ": no tensor '" + spec.name + "' in the safetensors files, and " + dir +
+                              "/config.json describes a model that has one");
+    }
+    if (entry->shape != spec.shape) {
+      return Status::InvalidArgument(dir + ": " + spec.name + ": shape " + shape_text(entry->shape) +
+                                     " in the safetensors files, but config.json gives " + shape_text(spec.shape));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<ShardingOptions> BuildShardingOptions(const TrainConfig& config, const PrecisionChoice& precision,
+                                             c10::Device device) {
+  EFT_ASSIGN_OR_RETURN(ShardingStrategy strategy, ParseShardingStrategy(config.sharding));
+  ShardingOptions sharding(strategy, config.activation_checkpointing);
+  sharding.compute_dtype = precision.dtype;
+  sharding.device = device;
+  return sharding;
+}
+
+LoraOptions BuildLoraOptions(const TrainConfig& config) {
+  LoraOptions lora;
+  if (!config.lora.enabled) return lora;  // docs/lora.md
+  lora.enabled = true;
+  lora.r = config.lora.r;
+  lora.scale = config.lora.scale();
+  lora.dropout = config.lora.dropout;
+  lora.modules = config.lora.target_modules;
+  lora.seed = config.seed;
+  return lora;
+}
+
+Result<std::unique_ptr<ShardedLlama>> BuildModel(const ModelConfig& model, const SafetensorsDir& weights,
+                                                 const std::string& model_dir, Communicator* comm,
+                                                 const ShardingOptions& sharding, const LoraOptions& lora) {
+  auto sharded = std::make_unique<ShardedLlama>(model, comm, sharding, lora);
+  EFT_RETURN_IF_ERROR(sharded->InitFrom([&](const ParamSpec& spec) -> Result<at::Tensor> {
+    return weights.Load(spec.name, at::kFloat);
+  }).WithContext("loading " + model_dir));
+  return sharded;
+}
+
+std::unique_ptr<AdamW> BuildOptimizer(const TrainConfig& config, ShardedLlama& model) {
+  auto optimizer = std::make_unique<AdamW>(config.adamw);
+  for (FlatParamUnit* u : model.trainable_units()) optimizer->AddParam(u->shard(), u->grad(), u->decay_mask());
+  return optimizer;
+}
+
+Result<CheckpointPolicy> BuildCheckpointPolicy(const TrainConfig& config) {
+  const std::optional<FullWriteMode> full_write = FullWriteModeFromName(config.full_write);
+  if (!full_write) {
+    return Status::InvalidArgument("spec.checkpoint.full_write (\"" + config.full_write +
+                                   "\") must be one of parallel, rank0");
+  }
+  CheckpointPolicy policy{};
+  policy.root = config.checkpoint_dir;
+  policy.every_steps = config.checkpoint_every_steps;
+  policy.full_every_steps = config.checkpoint_full_every_steps;
+  policy.keep_last = config.keep_last;
+  policy.tokenizer_dir = config.model;
+  policy.require_resume = config.require_resume;
+  policy.keep_best = config.keep_best;
+  policy.full_write = *full_write;
+  return policy;
+}
+
+}  // namespace eft::trainer
