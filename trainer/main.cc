@@ -154,16 +154,43 @@ Result<TrainConfig> LoadConfig(const std::string& config_path, const std::vector
   return TrainConfigFromJobSpec(*spec);
 }
 
-int Train(const std::string& config_path, const std::vector<std::string>& overrides, int threads,
-          const std::string& output_dir, const std::string& resume, double peak_tflops) {
-  auto config = LoadConfig(config_path, overrides);
+// `eft-train train`'s command line.
+struct TrainArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int nproc = 0;
+  int64_t max_steps = 0;
+  int threads = 0;
+  std::string output_dir, resume;
+  double peak_tflops = 0;
+  std::string profile_steps, profile_dir;
+
+  // The same, without --nproc, for each local rank.
+  std::vector<std::string> RankArgs() const {
+    std::vector<std::string> args{"train"};
+    if (!config_path.empty()) args.insert(args.end(), {"--config", config_path});
+    for (const auto& o : overrides) args.insert(args.end(), {"--set", o});
+    if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
+    if (!output_dir.empty()) args.insert(args.end(), {"--output-dir", output_dir});
+    if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
+    if (peak_tflops > 0) args.insert(args.end(), {"--peak-tflops", std::to_string(peak_tflops)});
+    if (!profile_steps.empty()) args.insert(args.end(), {"--profile-steps", profile_steps});
+    if (!profile_dir.empty()) args.insert(args.end(), {"--profile-dir", profile_dir});
+    return args;
+  }
+};
+
+int Train(const TrainArgs& args) {
+  auto config = LoadConfig(args.config_path, args.overrides);
   if (!config.ok()) return Fail(config.status());
-  config->threads = threads;
-  config->peak_tflops = peak_tflops;
-  if (!output_dir.empty()) config->output_dir = output_dir;
+  config->threads = args.threads;
+  config->peak_tflops = args.peak_tflops;
+  config->profile_steps = args.profile_steps;
+  config->profile_dir = args.profile_dir;
+  if (!args.output_dir.empty()) config->output_dir = args.output_dir;
   auto env = RankEnvFromEnvironment();
   if (!env.ok()) return Fail(env.status());
-  if (!resume.empty()) env->resume_from = resume;
+  if (!args.resume.empty()) env->resume_from = args.resume;
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGINT, OnStopSignal);
   // A file size limit (ulimit -f) then fails the write with EFBIG, like a full disk, instead of
@@ -194,22 +221,20 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   auto* train = app.add_subcommand("train", "train one rank (or --nproc local ranks)");
-  std::string config_path;
-  std::vector<std::string> overrides;
-  int nproc = 0;
-  int64_t max_steps = 0;
-  int threads = 0;
-  std::string output_dir, resume;
-  double peak_tflops = 0;
-  train->add_option("--resume", resume, "auto (the newest valid checkpoint in checkpoint.dir) or a checkpoint path "
+  TrainArgs ta;
+  train->add_option("--resume", ta.resume, "auto (the newest valid checkpoint in checkpoint.dir) or a checkpoint path "
                                         "(default: $EFT_RESUME_FROM)");
-  train->add_option("--config", config_path, "job spec YAML/JSON (default: $EFT_JOB_SPEC)");
-  train->add_option("--set", overrides, "override one field: --set training.lr=1e-4 (repeatable)");
-  train->add_option("--nproc", nproc, "spawn this many local ranks (like torchrun --nproc-per-node)");
-  train->add_option("--max-steps", max_steps, "stop after this many optimizer steps");
-  train->add_option("--threads", threads, "intra-op threads per rank (default: cores / local ranks)");
-  train->add_option("--output-dir", output_dir, "also write the final model as a Hugging Face directory here");
-  train->add_option("--peak-tflops", peak_tflops,
+  train->add_option("--config", ta.config_path, "job spec YAML/JSON (default: $EFT_JOB_SPEC)");
+  train->add_option("--set", ta.overrides, "override one field: --set training.lr=1e-4 (repeatable)");
+  train->add_option("--nproc", ta.nproc, "spawn this many local ranks (like torchrun --nproc-per-node)");
+  train->add_option("--max-steps", ta.max_steps, "stop after this many optimizer steps");
+  train->add_option("--threads", ta.threads, "intra-op threads per rank (default: cores / local ranks)");
+  train->add_option("--output-dir", ta.output_dir, "also write the final model as a Hugging Face directory here");
+  train->add_option("--profile-steps", ta.profile_steps,
+                    "A:B: record steps A to B with LibTorch's profiler (CPU ops, GPU kernels) as a Chrome trace "
+                    "per rank (bench/gpu/profile_summary.py sums it)");
+  train->add_option("--profile-dir", ta.profile_dir, "where --profile-steps writes trace.rank<R>.json (default: .)");
+  train->add_option("--peak-tflops", ta.peak_tflops,
                     "one rank's peak dense TFLOP/s in the compute precision (e.g. 989 for an H100 in bf16): "
                     "progress and step events then report MFU")
       ->envname("EFT_PEAK_TFLOPS")
@@ -290,17 +315,8 @@ int main(int argc, char** argv) {
     return RunPrepare(*config);
   }
 
-  if (max_steps > 0) overrides.push_back("training.max_steps=" + std::to_string(max_steps));
-  if (nproc > 0) {
-    // Re-run ourselves N times without --nproc.
-    std::vector<std::string> args{"train"};
-    if (!config_path.empty()) args.insert(args.end(), {"--config", config_path});
-    for (const auto& o : overrides) args.insert(args.end(), {"--set", o});
-    if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
-    if (!output_dir.empty()) args.insert(args.end(), {"--output-dir", output_dir});
-    if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
-    if (peak_tflops > 0) args.insert(args.end(), {"--peak-tflops", std::to_string(peak_tflops)});
-    return SpawnLocalRanks(nproc, args);
-  }
-  return Train(config_path, overrides, threads, output_dir, resume, peak_tflops);
+  if (ta.max_steps > 0) ta.overrides.push_back("training.max_steps=" + std::to_string(ta.max_steps));
+  // Re-run ourselves N times without --nproc.
+  if (ta.nproc > 0) return SpawnLocalRanks(ta.nproc, ta.RankArgs());
+  return Train(ta);
 }

@@ -338,4 +338,41 @@ TEST_F(TrainerTest, InitModelDrawsWithTheGivenInitializerRange) {
 }
 
 }  // namespace
+// --profile-steps (trainer/train/step_profiler.h): two ranks each write a Chrome trace of exactly the
+// asked steps, and bench/gpu/profile_summary.py sums it by kernel family, matrix products first.
+TEST_F(TrainerTest, ProfileStepsWritesATraceTheSummaryReads) {
+  InitModel();
+  WriteData(16);
+  const std::string traces = (dir_ / "traces").string();
+  Run r = TrainRun("profiled", 2, WriteSpec(8, 2, 1e-3, "fp32"), 4, "--profile-steps 2:3 --profile-dir " + traces);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.losses.size(), 4u);
+  EXPECT_NE(r.output.find("profile of steps 2-3 written to"), std::string::npos) << r.output;
+  for (int rank : {0, 1}) {
+    const std::string trace = traces + "/trace.rank" + std::to_string(rank) + ".json";
+    ASSERT_TRUE(fs::exists(trace)) << r.output;
+    const std::string summary = (dir_ / ("summary" + std::to_string(rank) + ".json")).string();
+    std::string out;
+    ASSERT_EQ(Shell("python3 " + std::string(EFT_SOURCE_DIR_DEFAULT) + "/bench/gpu/profile_summary.py " + trace +
+                        " --json " + summary, &out), 0) << out;
+    std::ifstream in(summary);
+    const json s = json::parse(in);
+    EXPECT_EQ(s["steps"], 2) << out;
+    EXPECT_EQ(s["source"], "CPU ops (self time, all threads)") << out;
+    std::map<std::string, double> share;
+    double sum = 0;
+    for (const json& f : s["families"]) sum += share[f["family"]] = f["share"];
+    EXPECT_NEAR(sum, 1.0, 1e-6) << out;
+    // The tiny model's step is dominated by overheads, not by its few small matrix products: only
+    // that every part of a step is found is checked here.
+    for (const char* family : {"gemm", "elementwise", "norm", "loss", "optimizer", "autograd engine",
+                               "outside ops (collective waits, eft code)"}) {
+      EXPECT_GT(share[family], 0) << family << "\n" << out;
+    }
+  }
+  Run bad = TrainRun("bad", 1, WriteSpec(8, 2, 1e-3), 1, "--profile-steps 3:2");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--profile-steps \"3:2\": give A:B"), std::string::npos) << bad.output;
+}
+
 }  // namespace eft::testing

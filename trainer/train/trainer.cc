@@ -46,6 +46,7 @@ static_assert(std::atomic<bool>::is_always_lock_free);
 Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env) {
   EFT_RETURN_IF_ERROR(ValidateSchedule(config.schedule));  // the schedule's own precondition
   EFT_ASSIGN_OR_RETURN(const CheckpointPolicy policy, BuildCheckpointPolicy(config));
+  EFT_ASSIGN_OR_RETURN(const ProfileWindow profile, ParseProfileWindow(config.profile_steps, config.profile_dir));
   if (config.merge_lora && config.output_dir.empty() && config.checkpoint_dir.empty()) {
     return Status::InvalidArgument("spec.checkpoint.merge_lora: the merged model goes to <--output-dir>/merged or "
                                    "<spec.checkpoint.dir>/merged; set one of them");
@@ -82,6 +83,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
                                                     &t->events_);
   t->compat_ = CompatibilityRecord(c, model_config, t->dataset_.stats().examples, t->dataset_.stats().tokens);
   EFT_RETURN_IF_ERROR(t->ResumeIfAsked());
+  t->profiler_ = std::make_unique<StepProfiler>(profile, t->env_.rank, t->device_);
   if (t->env_.rank == 0) t->LogStart(model_config, packing, precision, threads);
   return t;
 }
@@ -331,7 +333,9 @@ Status Trainer::Run() {
   // The loss before fine-tuning, for comparison (a resumed run has its earlier evaluations).
   if (has_eval_ && step_ == 0 && total_steps_ > 0) RunEval();
   while (step_ < total_steps_) {
+    profiler_->BeforeStep(step_ + 1);
     EFT_ASSIGN_OR_RETURN(StepResult r, Step());
+    EFT_RETURN_IF_ERROR(profiler_->AfterStep(step_).status());
     loss_tail_.push_back(r.loss);
     if (loss_tail_.size() > 100) loss_tail_.erase(loss_tail_.begin());
     Report(r);

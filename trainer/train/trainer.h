@@ -20,6 +20,7 @@
 #include "trainer/runtime/events.h"
 #include "trainer/train/launch.h"
 #include "trainer/train/precision.h"
+#include "trainer/train/step_profiler.h"
 #include "trainer/data/packing.h"
 #include "trainer/train/train_config.h"
 #include "trainer/train/training_data.h"
@@ -102,6 +103,7 @@ class Trainer {
   double started_at_ = 0;
   int64_t pad_token_id_ = 0;
   std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<StepProfiler> profiler_;
   std::vector<double> loss_tail_;
   nlohmann::json compat_;
   bool has_eval_ = false;
