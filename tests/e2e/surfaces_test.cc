@@ -2,6 +2,7 @@
 // and a worker that restarts under a running job.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -21,9 +22,9 @@ struct CommandResult {
   std::string out;
 };
 
-// Runs eftctl with the given arguments against the cluster; stdout and stderr together.
-CommandResult Eftctl(TestCluster& c, const std::string& args) {
-  std::string cmd = BuildDir() + "/cli/eftctl --controller " + c.controller_address() + " " + args + " 2>&1";
+// Runs a shell command; stdout and stderr together.
+CommandResult RunShell(const std::string& command) {
+  std::string cmd = command + " 2>&1";
   CommandResult r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -33,6 +34,11 @@ CommandResult Eftctl(TestCluster& c, const std::string& args) {
   int status = ::pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// Runs eftctl with the given arguments against the cluster.
+CommandResult Eftctl(TestCluster& c, const std::string& args) {
+  return RunShell(BuildDir() + "/cli/eftctl --controller " + c.controller_address() + " " + args);
 }
 
 TEST(Surfaces, EftctlSubmitFollowDescribeAndErrors) {
@@ -87,6 +93,57 @@ TEST(Surfaces, EftctlSubmitFollowDescribeAndErrors) {
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.out.find("job 99 not found"), std::string::npos) << missing.out;
   EXPECT_EQ(Eftctl(c, "job frobnicate").exit_code, 2);
+}
+
+// A job of 300 steps followed through a pipe prints a bounded number of lines (a line per state
+// change and event, a progress line per tenth), and under a terminal (script(1) gives eftctl a pty)
+// one status block redrawn in place.
+TEST(Surfaces, FollowPrintsBoundedLinesInAPipeAndABlockOnATerminal) {
+  TestCluster c;
+  c.StartAll();
+  auto write_spec = [&](const std::string& name) {
+    std::string path = c.dir() + "/" + name + ".yaml";
+    std::ofstream f(path);
+    f << "name: " << name << "\n"
+      << "resources: {nodes: {min: 2, max: 2}}\n"
+      << "checkpoint: {dir: " << c.checkpoint_root() << "/" << name << "}\n"
+      << "command: [" << WorkloadBinary() << ", --steps, '300', --step-ms, '10', --checkpoint-every, '100',"
+      << " --checkpoint-dir, " << c.checkpoint_root() << "/" << name << "]\n";
+    return path;
+  };
+  CommandResult piped = Eftctl(c, "job submit -f " + write_spec("piped") + " --follow");
+  EXPECT_EQ(piped.exit_code, 0) << piped.out;
+  const size_t lines = std::count(piped.out.begin(), piped.out.end(), '\n');
+  EXPECT_NE(piped.out.find("job 1 step 300/300 (100%)"), std::string::npos) << piped.out;
+  EXPECT_NE(piped.out.find("job 1 (piped) SUCCEEDED attempt 1"), std::string::npos) << piped.out;
+  EXPECT_NE(piped.out.find("job 1 event attempt_started: attempt 1: world size 2"), std::string::npos) << piped.out;
+  EXPECT_EQ(piped.out.find('\x1b'), std::string::npos) << "no terminal codes in a pipe";
+  // submitted + 4 states + 11 tenths + about 6 events; 300 lines before.
+  EXPECT_LE(lines, 30u) << piped.out;
+  EXPECT_LE(std::count(piped.out.begin(), piped.out.end(), '%'), 11) << piped.out;
+
+  CommandResult raw = Eftctl(c, "job watch 1 --no-progress");
+  EXPECT_EQ(raw.exit_code, 0) << raw.out;
+  EXPECT_NE(raw.out.find("job 1 SUCCEEDED attempt 1"), std::string::npos) << raw.out;
+
+  // On a terminal: the block is drawn, then moved over (cursor up 4 lines) instead of scrolling.
+  const std::string cmd = BuildDir() + "/cli/eftctl --controller " + c.controller_address() + " job submit -f " +
+                          write_spec("tty") + " --follow";
+  CommandResult tty = RunShell("TERM=xterm COLUMNS=100 script -qec '" + cmd + "' /dev/null");
+  EXPECT_EQ(tty.exit_code, 0) << tty.out;
+  EXPECT_NE(tty.out.find("\x1b[4A"), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("] 300/300  100%"), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("job 2 (tty)  SUCCEEDED  attempt 1"), std::string::npos) << tty.out;
+  // Nothing but the submit line and whole 4-line frames, each but the first drawn over the one before.
+  size_t frames = 1;
+  for (size_t at = tty.out.find("\x1b[4A"); at != std::string::npos; at = tty.out.find("\x1b[4A", at + 1)) ++frames;
+  EXPECT_EQ(static_cast<size_t>(std::count(tty.out.begin(), tty.out.end(), '\n')), 1 + 4 * frames) << tty.out;
+
+  // logs -f in a pipe stays exactly the ranks' logs.
+  CommandResult logs = Eftctl(c, "job logs 1 -f --rank 0");
+  EXPECT_EQ(logs.exit_code, 0) << logs.out;
+  EXPECT_NE(logs.out.find("step 300/300"), std::string::npos) << logs.out;
+  EXPECT_EQ(logs.out.find('\x1b'), std::string::npos);
 }
 
 TEST(Surfaces, LogsAreShippedAndStreamedAndWatchSeesEveryState) {
