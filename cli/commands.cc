@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -10,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "cli/follow.h"
+#include "cli/loss_chart.h"
 #include "common/file_util.h"
 #include "spec/job_spec.h"
 
@@ -139,6 +141,38 @@ int JobLogs(ControllerClient& c, const std::string& id, bool follow, int rank, i
   std::cout.flush();
   grpc::Status s = reader->Finish();
   return s.ok() ? 0 : Fail("logs of job " + id, s);
+}
+
+int PlotJob(ControllerClient& c, const std::string& id, const std::string& path) {
+  const std::string ext = path.size() >= 4 ? path.substr(path.size() - 4) : "";
+  if (path != "-" && ext != ".svg") {
+    std::fprintf(stderr, "eftctl: --out %s: eftctl writes SVG; name the file *.svg (for a PNG: rsvg-convert -o loss.png loss.svg)\n",
+                 path.c_str());
+    return 2;
+  }
+  v1::GetJobRequest req;
+  req.set_id(id);
+  v1::Job job;
+  grpc::ClientContext ctx;
+  c.Prepare(&ctx);
+  grpc::Status s = c.jobs().GetJob(&ctx, req, &job);
+  if (!s.ok()) return Fail("job " + id, s);
+  const std::string svg = LossSvg(job);
+  if (path == "-") {
+    std::cout << svg;
+    std::cout.flush();
+    return 0;
+  }
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << svg;
+  f.close();
+  if (!f) {
+    std::fprintf(stderr, "eftctl: cannot write %s\n", path.c_str());
+    return 1;
+  }
+  std::printf("wrote %s (train loss: %d points, eval loss: %d points)\n", path.c_str(),
+              job.loss_history().train_size(), job.loss_history().eval_size());
+  return 0;
 }
 
 int ListNodes(ControllerClient& c) {

@@ -27,6 +27,10 @@ int WatchJob(ControllerClient& c, const std::string& id, bool progress = true);
 // `progress` is false.
 int JobLogs(ControllerClient& c, const std::string& id, bool follow, int rank, int attempt, bool progress = true);
 
+// `job plot ID --out FILE`: the job's loss curves as an SVG picture (cli/loss_chart.h); '-' writes
+// it to stdout.
+int PlotJob(ControllerClient& c, const std::string& id, const std::string& out);
+
 int ListNodes(ControllerClient& c);
 // `node drain [--evict]` (drained = true) and `node undrain`.
 int SetNodeDrained(ControllerClient& c, const std::string& name, bool drained, bool evict = false);

@@ -49,6 +49,10 @@ int main(int argc, char** argv) {
   logs->add_flag("--no-progress", no_progress, no_progress_help);
   auto* cancel = job->add_subcommand("cancel", "cancel a job (its ranks get SIGTERM, then SIGKILL)");
   cancel->add_option("ID", id)->required();
+  std::string plot_out;
+  auto* plot = job->add_subcommand("plot", "the job's train and eval loss over the steps as an SVG picture");
+  plot->add_option("ID", id)->required();
+  plot->add_option("--out", plot_out, "the SVG file to write ('-': stdout)")->required();
   auto* watch = job->add_subcommand("watch", "stream a job's progress until it ends");
   watch->add_option("ID", id)->required();
   watch->add_flag("--no-progress", no_progress, no_progress_help);
@@ -87,6 +91,7 @@ int main(int argc, char** argv) {
   if (*describe) return ShowJob(c, id, JobView::kDescription);
   if (*ck_list) return ShowJob(c, id, JobView::kCheckpoints);
   if (*cancel) return CancelJob(c, id);
+  if (*plot) return PlotJob(c, id, plot_out);
   if (*watch) return WatchJob(c, id, !no_progress);
   if (*logs) return JobLogs(c, id, follow, rank, attempt, !no_progress);
   if (*node_list) return ListNodes(c);

@@ -146,6 +146,54 @@ TEST(Surfaces, FollowPrintsBoundedLinesInAPipeAndABlockOnATerminal) {
   EXPECT_EQ(logs.out.find('\x1b'), std::string::npos);
 }
 
+// The loss curves: describe shows them, plot draws them (read back by python3's XML parser), and
+// after a kill -9 of the controller both are still there.
+TEST(Surfaces, LossHistoryInDescribeAndPlotSurvivesAControllerKill) {
+  TestCluster c;
+  c.StartAll();
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("curve", 2, 2, 600, 2, 200), &job).ok());
+  job = c.WaitForJob(job.id(), IsTerminal, 90s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(job);
+  ASSERT_GT(job.loss_history().train_size(), 0);
+  EXPECT_LE(job.loss_history().train_size(), 512) << "600 steps, at most 512 points";
+  EXPECT_EQ(job.loss_history().train(job.loss_history().train_size() - 1).step(), 600);
+  int64_t samples = 0;
+  for (const auto& p : job.loss_history().train()) samples += p.samples();
+  EXPECT_EQ(samples, 600) << "every step's report in exactly one point";
+  EXPECT_GT(job.loss_history().eval_size(), 0);
+
+  CommandResult describe = Eftctl(c, "job describe " + job.id());
+  EXPECT_EQ(describe.exit_code, 0) << describe.out;
+  // 600 reports over 512: merged pairwise, so the first point is the mean of steps 1 and 2.
+  EXPECT_NE(describe.out.find("Loss:        train 0.75 -> "), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("\n             eval  "), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("\u2581"), std::string::npos) << "a sparkline: " << describe.out;
+
+  const std::string svg = c.dir() + "/loss.svg";
+  CommandResult plot = Eftctl(c, "job plot " + job.id() + " --out " + svg);
+  EXPECT_EQ(plot.exit_code, 0) << plot.out;
+  CommandResult points = RunShell(
+      "python3 -c \"import sys, xml.etree.ElementTree as ET; r = ET.parse(sys.argv[1]).getroot(); "
+      "print(' '.join(str(len(l.get('points').split())) for l in r.iter('{http://www.w3.org/2000/svg}polyline')))\" " +
+      svg);
+  EXPECT_EQ(points.out, std::to_string(job.loss_history().train_size()) + " " +
+                            std::to_string(job.loss_history().eval_size()) + "\n");
+  CommandResult png = Eftctl(c, "job plot " + job.id() + " --out " + c.dir() + "/loss.png");
+  EXPECT_EQ(png.exit_code, 2);
+  EXPECT_NE(png.out.find("eftctl writes SVG; name the file *.svg"), std::string::npos) << png.out;
+
+  // The flush runs every second; the job ended longer ago than that.
+  std::this_thread::sleep_for(1500ms);
+  c.KillController(9);
+  c.StartController();
+  CommandResult again = Eftctl(c, "job describe " + job.id());
+  EXPECT_EQ(again.exit_code, 0) << again.out;
+  auto loss_lines = [](const std::string& text) { return text.substr(text.find("Loss:"), text.find("\nAttempts:") - text.find("Loss:")); };
+  EXPECT_EQ(loss_lines(again.out), loss_lines(describe.out));
+  EXPECT_EQ(c.GetJob(job.id()).loss_history().DebugString(), job.loss_history().DebugString());
+}
+
 TEST(Surfaces, LogsAreShippedAndStreamedAndWatchSeesEveryState) {
   TestCluster c;
   c.StartAll();
