@@ -25,7 +25,8 @@ int SubmitJob(ControllerClient& c, const std::string& file, const std::string& r
   } else {
     Result<std::string> read = ReadFileToString(file);
     if (!read.ok()) {
-      std::fprintf(stderr, "eftctl: cannot read %s\n", file.c_str());
+      std::fprintf(stderr, "eftctl: %s (-f takes a job spec file, YAML or JSON; '-' reads stdin)\n",
+                   read.status().message().c_str());
       return 2;
     }
     text = std::move(read).value();

@@ -194,6 +194,54 @@ TEST(Surfaces, LossHistoryInDescribeAndPlotSurvivesAControllerKill) {
   EXPECT_EQ(c.GetJob(job.id()).loss_history().DebugString(), job.loss_history().DebugString());
 }
 
+// The first mistakes people make with the tour's commands: each answer says what is wrong and
+// what to do, in two lines, with none of gRPC's internals.
+TEST(Surfaces, FirstErrorsSayWhatIsWrongAndWhatToDo) {
+  ClusterOptions options;
+  options.workers = 1;
+  options.http = true;
+  TestCluster c(options);
+  c.StartAll();
+  const int nobody = PickFreePort();
+  // No controller there.
+  CommandResult none = RunShell(BuildDir() + "/cli/eftctl --controller 127.0.0.1:" + std::to_string(nobody) + " node list");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_EQ(none.out, "eftctl: listing nodes: nothing listens on 127.0.0.1:" + std::to_string(nobody) +
+                          " (connection refused).\nGive eftctl the controller's --listen address (--controller "
+                          "HOST:PORT, $EFT_CONTROLLER or `controller:` in ~/.config/eft/config.yaml) and check that "
+                          "eft-controller runs there.\n");
+  // The REST port instead of the gRPC one.
+  CommandResult rest = RunShell(BuildDir() + "/cli/eftctl --controller " + c.http_address() + " job list");
+  EXPECT_EQ(rest.exit_code, 1);
+  EXPECT_NE(rest.out.find("eftctl: listing jobs: " + c.http_address() +
+                          " answers HTTP/1, not gRPC (the controller's REST --http port?)."),
+            std::string::npos)
+      << rest.out;
+  // A worker pointed at the wrong port says so in its log.
+  ChildProcess worker;
+  const std::string log = c.dir() + "/lost-worker.log";
+  ASSERT_TRUE(worker.Start({BuildDir() + "/worker/eft-worker", "--controller", "127.0.0.1:" + std::to_string(nobody),
+                            "--name", "lost", "--work-dir", c.dir() + "/work/lost", "--address", "127.0.0.1"},
+                           {}, log));
+  EXPECT_TRUE(WaitUntil([&] { return ReadFile(log).find("cannot register") != std::string::npos; }, 10s)) << ReadFile(log);
+  const std::string said = ReadFile(log);
+  EXPECT_NE(said.find("cannot register: nothing listens on 127.0.0.1:" + std::to_string(nobody) +
+                      " (connection refused); is eft-controller running, and is 127.0.0.1:" + std::to_string(nobody) +
+                      " its --listen address?"),
+            std::string::npos)
+      << said;
+  for (const std::string& text : {none.out, rest.out, said}) {
+    EXPECT_EQ(text.find("failed to connect to all addresses"), std::string::npos) << text;
+  }
+  worker.KillGroup();
+  // A misspelt field and a file that is not there: exit 2 before anything is sent.
+  CommandResult missing = Eftctl(c, "job submit -f " + c.dir() + "/no-such.yaml");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_EQ(missing.out, "eftctl: cannot read " + c.dir() +
+                             "/no-such.yaml: No such file or directory (-f takes a job spec file, YAML or JSON; "
+                             "'-' reads stdin)\n");
+}
+
 TEST(Surfaces, LogsAreShippedAndStreamedAndWatchSeesEveryState) {
   TestCluster c;
   c.StartAll();
