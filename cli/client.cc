@@ -6,10 +6,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/grpc/unreachable.h"
 #include "common/yaml_json.h"
 
 namespace eft::cli {
 namespace {
+
+// The controller address the client was made for, so Fail can name it (one client per process).
+std::string g_controller;
 
 // A string setting of ~/.config/eft/config.yaml ($EFT_CONFIG overrides the path); "" when unset.
 std::string ConfigValue(const std::string& key) {
@@ -56,6 +60,7 @@ Result<ClientTls> ResolveGlobalOptions(GlobalOptions* g) {
 }
 
 ControllerClient::ControllerClient(const GlobalOptions& options, const ClientTls& tls) : options_(options) {
+  g_controller = options.controller;
   auto channel = grpc::CreateChannel(options.controller, MakeChannelCredentials(tls));
   jobs_ = v1::JobService::NewStub(channel);
   nodes_ = v1::NodeService::NewStub(channel);
@@ -79,6 +84,13 @@ void Print(const GlobalOptions& g, const google::protobuf::Message& m, const std
 }
 
 int Fail(const std::string& what, const grpc::Status& s) {
+  if (std::string cause = DescribeUnreachable(s, g_controller); !cause.empty()) {
+    std::fprintf(stderr,
+                 "eftctl: %s: %s.\nGive eftctl the controller's --listen address (--controller HOST:PORT, "
+                 "$EFT_CONTROLLER or `controller:` in %s) and check that eft-controller runs there.\n",
+                 what.c_str(), cause.c_str(), kConfigPath);
+    return 1;
+  }
   std::string code;
   switch (s.error_code()) {
     case grpc::StatusCode::UNAVAILABLE: code = "controller unreachable"; break;

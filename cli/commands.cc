@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -9,19 +10,23 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "cli/follow.h"
+#include "cli/loss_chart.h"
 #include "common/file_util.h"
 #include "spec/job_spec.h"
 
 namespace eft::cli {
 
-int SubmitJob(ControllerClient& c, const std::string& file, const std::string& request_id, bool follow) {
+int SubmitJob(ControllerClient& c, const std::string& file, const std::string& request_id, bool follow,
+              bool progress) {
   std::string text;
   if (file == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
     Result<std::string> read = ReadFileToString(file);
     if (!read.ok()) {
-      std::fprintf(stderr, "eftctl: cannot read %s\n", file.c_str());
+      std::fprintf(stderr, "eftctl: %s (-f takes a job spec file, YAML or JSON; '-' reads stdin)\n",
+                   read.status().message().c_str());
       return 2;
     }
     text = std::move(read).value();
@@ -40,7 +45,7 @@ int SubmitJob(ControllerClient& c, const std::string& file, const std::string& r
   grpc::Status s = c.jobs().SubmitJob(&ctx, req, &out);
   if (!s.ok()) return Fail("submitting " + file, s);
   Print(c.options(), out, "job " + out.id() + " submitted (" + out.spec().name() + ")\n");
-  return follow ? WatchJob(c, out.id()) : 0;
+  return follow ? FollowJob(c, out.id(), progress) : 0;
 }
 
 int ListJobs(ControllerClient& c, const std::string& state_filter) {
@@ -104,29 +109,13 @@ int CancelJob(ControllerClient& c, const std::string& id) {
   return 0;
 }
 
-int WatchJob(ControllerClient& c, const std::string& id) {
-  grpc::ClientContext ctx;
-  v1::WatchJobRequest req;
-  req.set_id(id);
-  c.Auth(&ctx);
-  auto reader = c.jobs().WatchJob(&ctx, req);
-  v1::Job job;
-  std::string last;
-  while (reader->Read(&job)) {
-    std::string line = ProgressLine(job);
-    if (line != last) std::cout << line << std::endl;
-    last = line;
-  }
-  grpc::Status s = reader->Finish();
-  if (!s.ok()) return Fail("watching job " + id, s);
-  return job.state() == v1::JOB_STATE_SUCCEEDED ? 0 : 1;
-}
+int WatchJob(ControllerClient& c, const std::string& id, bool progress) { return FollowJob(c, id, progress); }
 
-int JobLogs(ControllerClient& c, const std::string& id, bool follow, int rank, int attempt) {
+int JobLogs(ControllerClient& c, const std::string& id, bool follow, int rank, int attempt, bool progress) {
+  if (follow) return FollowLogs(c, id, rank, attempt, progress);
   grpc::ClientContext ctx;
   v1::GetLogsRequest req;
   req.set_job_id(id);
-  req.set_follow(follow);
   if (rank >= 0) req.set_rank(rank);
   req.set_attempt(attempt);
   c.Auth(&ctx);
@@ -137,7 +126,6 @@ int JobLogs(ControllerClient& c, const std::string& id, bool follow, int rank, i
   while (reader->Read(&chunk)) {
     if (rank >= 0) {
       std::cout << chunk.data();
-      std::cout.flush();
       continue;
     }
     std::string& buf = partial[{chunk.attempt(), chunk.rank()}];
@@ -147,13 +135,45 @@ int JobLogs(ControllerClient& c, const std::string& id, bool follow, int rank, i
       std::cout << "[attempt " << chunk.attempt() << " rank " << chunk.rank() << "] " << buf.substr(0, pos + 1);
       buf.erase(0, pos + 1);
     }
-    std::cout.flush();
   }
   for (const auto& [key, rest] : partial) {
     if (!rest.empty()) std::cout << "[attempt " << key.first << " rank " << key.second << "] " << rest << "\n";
   }
+  std::cout.flush();
   grpc::Status s = reader->Finish();
   return s.ok() ? 0 : Fail("logs of job " + id, s);
+}
+
+int PlotJob(ControllerClient& c, const std::string& id, const std::string& path) {
+  const std::string ext = path.size() >= 4 ? path.substr(path.size() - 4) : "";
+  if (path != "-" && ext != ".svg") {
+    std::fprintf(stderr, "eftctl: --out %s: eftctl writes SVG; name the file *.svg (for a PNG: rsvg-convert -o loss.png loss.svg)\n",
+                 path.c_str());
+    return 2;
+  }
+  v1::GetJobRequest req;
+  req.set_id(id);
+  v1::Job job;
+  grpc::ClientContext ctx;
+  c.Prepare(&ctx);
+  grpc::Status s = c.jobs().GetJob(&ctx, req, &job);
+  if (!s.ok()) return Fail("job " + id, s);
+  const std::string svg = LossSvg(job);
+  if (path == "-") {
+    std::cout << svg;
+    std::cout.flush();
+    return 0;
+  }
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << svg;
+  f.close();
+  if (!f) {
+    std::fprintf(stderr, "eftctl: cannot write %s\n", path.c_str());
+    return 1;
+  }
+  std::printf("wrote %s (train loss: %d points, eval loss: %d points)\n", path.c_str(),
+              job.loss_history().train_size(), job.loss_history().eval_size());
+  return 0;
 }
 
 int ListNodes(ControllerClient& c) {

@@ -24,12 +24,17 @@ int main(int argc, char** argv) {
 
   auto* job = app.add_subcommand("job", "jobs")->require_subcommand(1);
   std::string file, request_id, id, state_filter;
-  bool follow = false;
+  bool follow = false, no_progress = false;
+  const char* no_progress_help =
+      "no live status block or bounded progress lines: one line per change the controller sends (logs: the logs only)";
   int rank = -1, attempt = 0;
   auto* submit = job->add_subcommand("submit", "submit a job spec (YAML or JSON)");
   submit->add_option("-f,--file", file, "job spec file ('-' for stdin)")->required();
   submit->add_option("--request-id", request_id, "idempotency key: resubmitting with it returns the same job");
-  submit->add_flag("--follow", follow, "stream progress until the job ends; exit 0 only if it succeeded");
+  submit->add_flag("--follow", follow,
+                   "show the job until it ends (a live status block on a terminal, else a line per state change, "
+                   "event and 10% of steps); exit 0 only if it succeeded");
+  submit->add_flag("--no-progress", no_progress, no_progress_help);
   auto* list = job->add_subcommand("list", "list jobs, newest first");
   list->add_option("--state", state_filter, "only jobs in this state (e.g. RUNNING)");
   auto* get = job->add_subcommand("get", "one job");
@@ -41,10 +46,16 @@ int main(int argc, char** argv) {
   logs->add_flag("-f,--follow", follow, "keep streaming until the job ends");
   logs->add_option("--rank", rank, "only this rank");
   logs->add_option("--attempt", attempt, "only this attempt");
+  logs->add_flag("--no-progress", no_progress, no_progress_help);
   auto* cancel = job->add_subcommand("cancel", "cancel a job (its ranks get SIGTERM, then SIGKILL)");
   cancel->add_option("ID", id)->required();
+  std::string plot_out;
+  auto* plot = job->add_subcommand("plot", "the job's train and eval loss over the steps as an SVG picture");
+  plot->add_option("ID", id)->required();
+  plot->add_option("--out", plot_out, "the SVG file to write ('-': stdout)")->required();
   auto* watch = job->add_subcommand("watch", "stream a job's progress until it ends");
   watch->add_option("ID", id)->required();
+  watch->add_flag("--no-progress", no_progress, no_progress_help);
 
   auto* node = app.add_subcommand("node", "nodes")->require_subcommand(1);
   std::string name;
@@ -74,14 +85,15 @@ int main(int argc, char** argv) {
   }
   ControllerClient c(g, *tls);
 
-  if (*submit) return SubmitJob(c, file, request_id, follow);
+  if (*submit) return SubmitJob(c, file, request_id, follow, !no_progress);
   if (*list) return ListJobs(c, state_filter);
   if (*get) return ShowJob(c, id, JobView::kRow);
   if (*describe) return ShowJob(c, id, JobView::kDescription);
   if (*ck_list) return ShowJob(c, id, JobView::kCheckpoints);
   if (*cancel) return CancelJob(c, id);
-  if (*watch) return WatchJob(c, id);
-  if (*logs) return JobLogs(c, id, follow, rank, attempt);
+  if (*plot) return PlotJob(c, id, plot_out);
+  if (*watch) return WatchJob(c, id, !no_progress);
+  if (*logs) return JobLogs(c, id, follow, rank, attempt, !no_progress);
   if (*node_list) return ListNodes(c);
   if (*drain || *undrain) return SetNodeDrained(c, name, /*drained=*/static_cast<bool>(*drain), evict);
   return 2;

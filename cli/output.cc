@@ -8,6 +8,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "cli/loss_chart.h"
 #include "common/yaml_json.h"
 
 namespace eft::cli {
@@ -174,6 +175,9 @@ std::string DescribeJob(const v1::Job& j) {
     out << "Eval:        loss " << Num(p.eval_loss()) << " at step " << p.eval_step() << " ("
         << p.eval_tokens() << " tokens)\n";
   }
+  // The curves at a glance (`eftctl job plot` draws them); after a controller restart the progress
+  // above is gone until the next step, the history is not.
+  out << LossSummary(j.loss_history());
   out << "\nAttempts:\n";
   std::vector<std::vector<std::string>> rows;
   for (const auto& a : j.attempts()) {

@@ -2,6 +2,7 @@
 // and the desired set of ranks each worker is told to run.
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include "common/logging.h"
 #include "common/rank_protocol.h"
@@ -174,6 +175,8 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
         j->progress = effect.progress;
         if (j->progress.total_steps() == 0) j->progress.set_total_steps(total);
         KeepEval(before, &j->progress);
+        j->train_loss.Add(effect.progress.step(), effect.progress.loss());
+        loss_dirty_.insert(j->rec.id);
         j->reached_step = std::max(j->reached_step, effect.progress.step());
         stepped.insert(j->rec.id);
         if (j->awaiting_first_step && j->active() && j->current()) {
@@ -187,6 +190,8 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
         j->progress.set_eval_loss(effect.progress.eval_loss());
         j->progress.set_eval_step(effect.progress.eval_step());
         j->progress.set_eval_tokens(effect.progress.eval_tokens());
+        j->eval_loss.Add(effect.progress.eval_step(), effect.progress.eval_loss());
+        loss_dirty_.insert(j->rec.id);
         Bump(*j);
         break;
       case Kind::kRankError:
@@ -255,11 +260,38 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
 }
 
 void Controller::FlushReachedStepsLocked() {
-  if (reached_dirty_.empty()) return;
+  if (reached_dirty_.empty() && loss_dirty_.empty()) return;
   std::set<std::string> due;
   due.swap(reached_dirty_);
   StoreReachedStepsLocked(due);
+  StoreLossHistoryLocked();
   reached_flushed_at_ = clock_->Now();
+}
+
+void Controller::StoreLossHistoryLocked() {
+  std::vector<JobEntry*> due;
+  for (const auto& id : loss_dirty_) {
+    if (JobEntry* j = FindJob(id)) due.push_back(j);
+  }
+  Status s = store_->RunInTransaction([&]() REQUIRES(mu_) -> Status {
+    for (JobEntry* j : due) {
+      for (auto [curve, series] : {std::pair{LossCurve::kTrain, &j->train_loss}, std::pair{LossCurve::kEval, &j->eval_loss}}) {
+        if (!series->dirty()) continue;
+        EFT_RETURN_IF_ERROR(store_->SaveLossPoints(j->rec.id, curve, series->dirty_from(), series->points()));
+      }
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) {
+    // The curves stay dirty in memory: the next flush writes them.
+    EFT_LOG(WARNING) << "could not store the loss history (" << s << "); retrying";
+    return;
+  }
+  for (JobEntry* j : due) {
+    j->train_loss.MarkSaved();
+    j->eval_loss.MarkSaved();
+  }
+  loss_dirty_.clear();
 }
 
 void Controller::StoreReachedStepsLocked(const std::set<std::string>& job_ids) {

@@ -35,7 +35,7 @@ Controller::~Controller() {
   stopping_ = true;
   if (ticker_.joinable()) ticker_.join();
   MutexLock lock(&mu_);
-  FlushReachedStepsLocked();  // a clean shutdown forgets no step
+  FlushReachedStepsLocked();  // a clean shutdown forgets no step, nor a point of a loss curve
 }
 
 void Controller::StartTicker() {
@@ -67,6 +67,10 @@ Status Controller::Load() {
     EFT_ASSIGN_OR_RETURN(j.attempts, store_->LoadAttempts(j.rec.id));
     EFT_ASSIGN_OR_RETURN(j.checkpoints, store_->LoadCheckpoints(j.rec.id));
     EFT_ASSIGN_OR_RETURN(j.events, store_->LoadEvents(j.rec.id));
+    EFT_ASSIGN_OR_RETURN(auto train, store_->LoadLossPoints(j.rec.id, LossCurve::kTrain));
+    EFT_ASSIGN_OR_RETURN(auto eval, store_->LoadLossPoints(j.rec.id, LossCurve::kEval));
+    j.train_loss = LossSeries::FromPoints(std::move(train));
+    j.eval_loss = LossSeries::FromPoints(std::move(eval));
     for (const auto& e : j.events) {
       if (auto r = ResizeReasonOf(e)) ++j.resizes[static_cast<size_t>(*r)];
       if (e.type == kPreemptedEvent) ++j.preemptions;
@@ -429,7 +433,9 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
 
 v1::Job Controller::ToProto(const JobEntry& j, bool full) const {
   const int32_t world = j.active() && j.current() ? j.current()->world_size : 0;
-  return JobToProto(JobView{j.rec, j.attempts, j.checkpoints, j.events, j.progress, world}, full);
+  return JobToProto(JobView{j.rec, j.attempts, j.checkpoints, j.events, j.progress, world, &j.train_loss.points(),
+                            &j.eval_loss.points()},
+                    full);
 }
 
 v1::Node Controller::ToProto(const NodeEntry& n) const {

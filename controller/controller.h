@@ -40,6 +40,7 @@
 #include "controller/group_commit.h"
 #include "controller/job_index.h"
 #include "controller/log_store.h"
+#include "controller/loss_history.h"
 #include "controller/records.h"
 #include "controller/resize_policy.h"
 #include "controller/scheduler.h"
@@ -152,6 +153,9 @@ class Controller {
     std::vector<CheckpointRecord> checkpoints;
     std::vector<EventRecord> events;
     v1::TrainingProgress progress;
+    // The loss curves (loss_history.h), written to the store with the reached steps (loss_dirty_).
+    LossSeries train_loss;
+    LossSeries eval_loss;
     std::vector<RankView> ranks;  // of the newest attempt while the job is STARTING/RUNNING
     SteadyTime stop_deadline{};   // RECOVERING: stop waiting for old ranks to be reported gone
     // When the last attempt ended, and whether that end counted against max_restarts: a node found
@@ -289,7 +293,10 @@ class Controller {
   // one transaction; none without a new step. Running attempts are written by the ticker every
   // progress_flush_interval (reached_dirty_), ended ones at once.
   void StoreReachedStepsLocked(const std::set<std::string>& job_ids) REQUIRES(mu_);
+  // Writes the reached steps and the loss curves that changed since the last flush.
   void FlushReachedStepsLocked() REQUIRES(mu_);
+  // The changed points of the loss curves of loss_dirty_'s jobs, one transaction; kept dirty on failure.
+  void StoreLossHistoryLocked() REQUIRES(mu_);
   // The ranks `node` should run, and the spec of every attempt that has a desired rank the node's
   // last report did not list (a listed rank was started: its worker needs the spec no more), so the
   // spec travels once per attempt and node rather than in every reply.
@@ -334,6 +341,9 @@ class Controller {
   std::map<std::string, std::string> reserved_ GUARDED_BY(mu_);
   // Jobs whose running attempt reported a step not stored yet, and when they were last written.
   std::set<std::string> reached_dirty_ GUARDED_BY(mu_);
+  // Jobs whose loss curves changed since they were last stored (with the reached steps' flush, so a
+  // kill -9 forgets at most progress_flush_interval of a curve).
+  std::set<std::string> loss_dirty_ GUARDED_BY(mu_);
   SteadyTime reached_flushed_at_ GUARDED_BY(mu_){};
 
   // Submits are written in groups, one transaction for all that arrived meanwhile (group_commit.h).

@@ -79,4 +79,14 @@ struct EventRecord {
   std::string message;
 };
 
+// One point of a job's loss curve (controller/loss_history.h): the mean of `samples` reported
+// losses, the last of them at `step`.
+struct LossPointRecord {
+  int64_t step = 0;
+  double value = 0;
+  int64_t samples = 1;
+};
+// The curves a job keeps: the train loss of its step events and the eval loss of its eval events.
+enum class LossCurve { kTrain = 0, kEval = 1 };
+
 }  // namespace eft::controller

@@ -74,6 +74,14 @@ ALTER TABLE attempts ADD COLUMN reached_step INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE reservations (
   node TEXT PRIMARY KEY NOT NULL, job_id INTEGER NOT NULL REFERENCES jobs (id)) WITHOUT ROWID;
 )sql",
+    // 4: each job's loss curves (train, eval) for describe, REST and `eftctl job plot`
+    // (docs/architecture.md, "Loss history"): at most loss_history.h's cap of rows per curve.
+    R"sql(
+CREATE TABLE loss_points (
+  job_id INTEGER NOT NULL REFERENCES jobs (id), curve INTEGER NOT NULL, idx INTEGER NOT NULL,
+  step INTEGER NOT NULL, value REAL NOT NULL, samples INTEGER NOT NULL DEFAULT 1,
+  PRIMARY KEY (job_id, curve, idx)) WITHOUT ROWID;
+)sql",
 };
 
 }  // namespace

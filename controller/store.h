@@ -31,7 +31,7 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
   int schema_version() const;
   const std::string& path() const { return path_; }
 
@@ -76,6 +76,13 @@ class Store {
   // Job events (decisions with reasons), append-only.
   Status AppendEvent(const EventRecord& event);
   Result<std::vector<EventRecord>> LoadEvents(const std::string& job_id);  // oldest first
+
+  // A job's loss curves (controller/loss_history.h), a point per row keyed by (job, curve, index).
+  // SaveLossPoints writes points[from..] at their indices and deletes the rows at points.size() and
+  // beyond, so a curve that was downsampled or cut back is stored exactly as given.
+  Status SaveLossPoints(const std::string& job_id, LossCurve curve, size_t from,
+                        const std::vector<LossPointRecord>& points);
+  Result<std::vector<LossPointRecord>> LoadLossPoints(const std::string& job_id, LossCurve curve);  // by index
 
   // A persistent counter, e.g. for choosing MASTER_PORTs: returns the value after adding 1
   // (1 on the first call for a name).

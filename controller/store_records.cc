@@ -334,6 +334,38 @@ Result<std::vector<CheckpointRecord>> Store::LoadCheckpoints(const std::string& 
   return WithContext(std::move(checkpoints), "loading checkpoints of job " + job_id);
 }
 
+Status Store::SaveLossPoints(const std::string& job_id, LossCurve curve, size_t from,
+                             const std::vector<LossPointRecord>& points) {
+  Status status = RunInTransaction([&]() -> Status {
+    EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
+    const int64_t c = static_cast<int64_t>(curve);
+    for (size_t i = from; i < points.size(); ++i) {
+      const LossPointRecord& p = points[i];
+      EFT_RETURN_IF_ERROR(MissingJobIsNotFound(
+          Write("INSERT INTO loss_points (job_id, curve, idx, step, value, samples) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (job_id, curve, idx) DO UPDATE SET step = excluded.step, value = excluded.value, "
+                "samples = excluded.samples",
+                id, c, static_cast<int64_t>(i), p.step, p.value, p.samples)));
+    }
+    return Write("DELETE FROM loss_points WHERE job_id = ? AND curve = ? AND idx >= ?", id, c,
+                 static_cast<int64_t>(points.size()));
+  });
+  return status.WithContext("storing the loss history of job " + job_id);
+}
+
+Result<std::vector<LossPointRecord>> Store::LoadLossPoints(const std::string& job_id, LossCurve curve) {
+  auto points = [&]() -> Result<std::vector<LossPointRecord>> {
+    EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
+    return Query<LossPointRecord>(
+        "SELECT step, value, samples FROM loss_points WHERE job_id = ? AND curve = ? ORDER BY idx",
+        [](const Statement& row) -> Result<LossPointRecord> {
+          return LossPointRecord{row.Int(0), row.Real(1), row.Int(2)};
+        },
+        id, static_cast<int64_t>(curve));
+  }();
+  return WithContext(std::move(points), "loading the loss history of job " + job_id);
+}
+
 Result<std::optional<CheckpointRecord>> Store::LatestCheckpoint(const std::string& job_id) {
   auto latest = [&]() -> Result<std::optional<CheckpointRecord>> {
     EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));

@@ -38,6 +38,8 @@ class Store::Statement {
   }
 
   Statement& Bind(int64_t value) { return Check(sqlite3_bind_int64(stmt_, ++param_, value)); }
+  Statement& Bind(int32_t value) { return Bind(static_cast<int64_t>(value)); }
+  Statement& Bind(double value) { return Check(sqlite3_bind_double(stmt_, ++param_, value)); }
   Statement& Bind(const std::string& value) {
     return Check(sqlite3_bind_text64(stmt_, ++param_, value.data(), value.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
   }
@@ -63,6 +65,7 @@ class Store::Statement {
 
   int64_t Int(int column) const { return sqlite3_column_int64(stmt_, column); }
   int32_t Int32(int column) const { return static_cast<int32_t>(sqlite3_column_int64(stmt_, column)); }
+  double Real(int column) const { return sqlite3_column_double(stmt_, column); }
   std::string Text(int column) const {
     const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
     return text == nullptr ? std::string() : std::string(text, sqlite3_column_bytes(stmt_, column));

@@ -61,6 +61,17 @@ v1::Job JobToProto(const JobView& j, bool full) {
   for (const auto& a : j.attempts) *out.add_attempts() = AttemptToProto(a);
   for (const auto& c : j.checkpoints) *out.add_checkpoints() = CheckpointToProto(c);
   for (const auto& e : j.events) *out.add_events() = EventToProto(e);
+  auto add = [](const std::vector<LossPointRecord>* points, google::protobuf::RepeatedPtrField<v1::LossPoint>* to) {
+    if (points == nullptr) return;
+    for (const auto& p : *points) {
+      v1::LossPoint* q = to->Add();
+      q->set_step(p.step);
+      q->set_loss(p.value);
+      q->set_samples(p.samples);
+    }
+  };
+  add(j.train_loss, out.mutable_loss_history()->mutable_train());
+  add(j.eval_loss, out.mutable_loss_history()->mutable_eval());
   return out;
 }
 

@@ -21,9 +21,12 @@ struct JobView {
   const std::vector<EventRecord>& events;
   const v1::TrainingProgress& progress;  // step 0: none reported yet (then not shown)
   int32_t running_world_size = 0;        // of the running attempt; 0 when none runs
+  // The loss curves (loss_history.h); null: none.
+  const std::vector<LossPointRecord>* train_loss = nullptr;
+  const std::vector<LossPointRecord>* eval_loss = nullptr;
 };
 
-// `full`: with attempts, checkpoints and events (GetJob); without, the summary ListJobs shows.
+// `full`: with attempts, checkpoints, events and the loss history (GetJob); without, the summary ListJobs shows.
 v1::Job JobToProto(const JobView& job, bool full);
 v1::Attempt AttemptToProto(const AttemptRecord& attempt);
 v1::Checkpoint CheckpointToProto(const CheckpointRecord& checkpoint);

@@ -120,6 +120,8 @@ YAML
   FINAL=$(ls -dv "$DEMO"/capitals-checkpoints/step-* | tail -1)
   say "Held-out questions, before and after fine-tuning (eft-train generate, greedy)"
   # Quoted, so an answer of blank lines (what random weights tend to say) is visible as "\n\n...".
+  # generate shows the reply as a chat UI does: the empty <think> block Qwen3's template taught the
+  # model to write is dropped (--format raw would keep it; docs/generate.md).
   answer() {
     "$BUILD/trainer/eft-train" generate --model "$1" --messages "$2" --max-new-tokens 16 --threads 2 |
       python3 -c 'import json,sys; t = sys.stdin.read(); print(json.dumps(t[:-1] if t.endswith("\n") else t))'

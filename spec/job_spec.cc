@@ -208,6 +208,10 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
     return Invalid("spec.training.schedule.warmup_ratio (" + FormatDouble(sched->warmup_ratio()) +
                    ") must be >= 0 and < 1 (a fraction of the steps, e.g. 0.1)");
   }
+  if (sched->warmup_steps() < 0) {
+    return Invalid("spec.training.schedule.warmup_steps (" + std::to_string(sched->warmup_steps()) +
+                   ") must be >= 0 (optimizer steps; 0: warmup_ratio decides)");
+  }
   EFT_RETURN_IF_ERROR(CheckAtLeast("spec.training.schedule.min_lr", sched->min_lr(), 0));
   if (sched->min_lr() > t->lr()) {
     return Invalid("spec.training.schedule.min_lr (" + FormatDouble(sched->min_lr()) +

@@ -117,8 +117,31 @@ const std::map<std::string, std::string>& Aliases() {
       {"environment", "env"},          {"dataset", "data"},
       {"modelpath", "model"},          {"modelnameorpath", "model"},
       {"outputdir", "dir"},            {"node", "nodes"},
+      // Hugging Face TrainingArguments and TRL's SFTConfig, as people type them.
+      {"perdevicetrainbatchsize", "micro_batch_size"},
+      {"gradientaccumulationsteps", "global_batch_size"}, {"maxseqlength", "max_seq_len"},
+      {"evalsteps", "eval_every_steps"},  {"evalstrategy", "eval_every_steps"},
+      {"bf16", "precision"},           {"fp16", "precision"},
+      {"torchdtype", "precision"},     {"warmupratio", "warmup_ratio"},
+      {"evaldataset", "eval"},
+      {"traindataset", "train"},       {"lorar", "r"},
+      {"loraalpha", "alpha"},          {"loradropout", "dropout"},
   };
   return *kAliases;
+}
+
+// Where the eft field is not a rename, a word on how it differs, appended to "did you mean".
+const std::map<std::string, std::string>& AliasNotes() {
+  static const auto* kNotes = new std::map<std::string, std::string>{
+      {"gradientaccumulationsteps",
+       "; eft takes the batch per optimizer step, global_batch_size = micro_batch_size x accumulation x "
+       "world size, and derives the accumulation for whatever world size the job runs at"},
+      {"perdevicetrainbatchsize", "; sequences per forward/backward on one rank"},
+      {"bf16", ": bf16 | fp32 | auto"},
+      {"fp16", ": bf16 | fp32 | auto (eft has no fp16)"},
+      {"evalstrategy", ": evaluate every N steps, 0: at full checkpoints"},
+  };
+  return *kNotes;
 }
 
 const pb::FieldDescriptor* FindFolded(const pb::Descriptor* d, const std::string& folded) {
@@ -128,6 +151,26 @@ const pb::FieldDescriptor* FindFolded(const pb::Descriptor* d, const std::string
   return nullptr;
 }
 
+// The path of a field named `folded` elsewhere in the spec than `d` ("spec.training.lr"), breadth
+// first; "" when there is none.
+std::string FindInSpec(const pb::Descriptor* d, const std::string& folded) {
+  std::deque<std::pair<const pb::Descriptor*, std::string>> queue = {{v1::JobSpec::descriptor(), "spec"}};
+  while (!queue.empty()) {
+    auto [desc, path] = queue.front();
+    queue.pop_front();
+    if (desc != d) {
+      if (const auto* f = FindFolded(desc, folded)) return path + "." + f->name();
+    }
+    for (int i = 0; i < desc->field_count(); ++i) {
+      const auto* f = desc->field(i);
+      if (f->type() == pb::FieldDescriptor::TYPE_MESSAGE && !f->is_map()) {
+        queue.emplace_back(f->message_type(), path + "." + f->name());
+      }
+    }
+  }
+  return "";
+}
+
 // Returns the field name the user probably meant (a sibling: "lr"; elsewhere in the spec:
 // "spec.training.lr"), or "" when nothing is close enough to be a useful guess.
 std::string Suggest(const pb::Descriptor* d, const std::string& key) {
@@ -135,6 +178,11 @@ std::string Suggest(const pb::Descriptor* d, const std::string& key) {
   auto alias = Aliases().find(folded);
   std::string target = alias != Aliases().end() ? Fold(alias->second) : folded;
   if (const auto* f = FindFolded(d, target)) return f->name();
+  // A known name from another tool means its eft field, wherever that lives, before anything that
+  // merely looks alike here ("save_steps" is checkpoint.every_steps, not training.max_steps).
+  if (alias != Aliases().end()) {
+    if (std::string elsewhere = FindInSpec(d, target); !elsewhere.empty()) return elsewhere;
+  }
 
   const pb::FieldDescriptor* best = nullptr;
   size_t best_distance = std::numeric_limits<size_t>::max();
@@ -147,21 +195,7 @@ std::string Suggest(const pb::Descriptor* d, const std::string& key) {
   if (best != nullptr && best_distance * 3 <= std::max<size_t>(folded.size(), 3)) return best->name();
 
   // The right name at the wrong level ("lr" directly under spec): search the whole spec.
-  std::deque<std::pair<const pb::Descriptor*, std::string>> queue = {{v1::JobSpec::descriptor(), "spec"}};
-  while (!queue.empty()) {
-    auto [desc, path] = queue.front();
-    queue.pop_front();
-    if (desc != d) {
-      if (const auto* f = FindFolded(desc, target)) return path + "." + f->name();
-    }
-    for (int i = 0; i < desc->field_count(); ++i) {
-      const auto* f = desc->field(i);
-      if (f->type() == pb::FieldDescriptor::TYPE_MESSAGE && !f->is_map()) {
-        queue.emplace_back(f->message_type(), path + "." + f->name());
-      }
-    }
-  }
-  return "";
+  return FindInSpec(d, target);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -291,9 +325,11 @@ Status CheckMessage(const pb::Descriptor* d, const json& in, const std::string& 
     std::string field_path = path + "." + key;
     if (f == nullptr) {
       std::string guess = Suggest(d, key);
-      return Status::InvalidArgument(field_path + ": unknown field " +
-                                     (guess.empty() ? "(fields here: " + FieldList(d) + ")"
-                                                    : "(did you mean " + guess + "?)"));
+      auto note = AliasNotes().find(Fold(key));
+      return Status::InvalidArgument(
+          field_path + ": unknown field " +
+          (guess.empty() ? "(fields here: " + FieldList(d) + ")"
+                         : "(did you mean " + guess + "?" + (note != AliasNotes().end() ? note->second : "") + ")"));
     }
     auto [it, inserted] = seen.emplace(f->name(), key);
     if (!inserted) {

@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "common/grpc/unreachable.h"
 #include "common/logging.h"
 #include "common/rank_protocol.h"
 #include "worker/rank_env.h"
@@ -208,8 +209,15 @@ bool WorkerAgent::RegisterOnce() {
       EFT_LOG(ERROR) << "the controller " << config_.controller << " refused this worker: " << s.error_message()
                      << " (check --join-token-file / EFT_JOIN_TOKEN; retrying every " << interval_.count() << " ms)";
     } else if (controller_reachable_) {
-      EFT_LOG(WARNING) << "cannot register with " << config_.controller << ": " << s.error_message()
-                       << " (retrying every " << interval_.count() << " ms)";
+      const std::string cause = DescribeUnreachable(s, config_.controller);
+      if (!cause.empty()) {
+        EFT_LOG(WARNING) << "cannot register: " << cause << "; is eft-controller running, and is "
+                         << config_.controller << " its --listen address? (--controller HOST:PORT; retrying every "
+                         << interval_.count() << " ms)";
+      } else {
+        EFT_LOG(WARNING) << "cannot register with " << config_.controller << ": " << s.error_message()
+                         << " (retrying every " << interval_.count() << " ms)";
+      }
     }
     controller_reachable_ = false;
     ++heartbeat_failures_;

@@ -146,6 +146,7 @@ TEST_F(Generate, BadInputExitsTwoWithAClearMessage) {
       {"generate" + m, "exactly one of --prompt, --messages and --prompt-ids"},
       {"generate" + m + " --prompt-ids 1 --prompt hi", "exactly one of"},
       {"generate" + m + " --prompt-ids '1 x' --format ids", "'x' is not a token id"},
+      {"generate" + m + " --prompt-ids 1 --format json", "--format"},
       {"generate" + m + " --prompt-ids '1 64' --format ids", "outside the vocabulary"},
       {"generate" + m + " --prompt-ids 1 --top-p 0 --temperature 1 --format ids", "--top-p"},
       {"generate" + m + " --prompt-ids 1 --dtype fp16", "--dtype"},
@@ -191,8 +192,15 @@ TEST_F(GenerateChat, MessagesPromptAndStreamedText) {
   ASSERT_EQ(ids.code, 0) << ids.err;
   Output text = Gen("generate --model " + model_ + " --messages " + WriteMessages(hi) + opts);
   ASSERT_EQ(text.code, 0) << text.err;
-  // The streamed text is the decoding of the ids (special tokens left out), then a newline.
-  EXPECT_EQ(text.out, tokenizer_->Decode(Ids(ids.out), /*skip_special_tokens=*/true) + "\n");
+  // --format raw streams exactly the decoding of the ids (special tokens left out), then a newline;
+  // the default text format is the same for a reply without a think block (reply_view_test covers
+  // the blocks).
+  const std::string decoded = tokenizer_->Decode(Ids(ids.out), /*skip_special_tokens=*/true);
+  Output raw_text = Gen("generate --model " + model_ + " --messages " + WriteMessages(hi) + " --format raw" + opts);
+  ASSERT_EQ(raw_text.code, 0) << raw_text.err;
+  EXPECT_EQ(raw_text.out, decoded + "\n");
+  ASSERT_EQ(decoded.find("<think>"), std::string::npos) << "this seed's reply has no think block";
+  EXPECT_EQ(text.out, decoded + "\n");
   // The prompt is the template's rendering with the generation prompt, tokenized.
   const auto expected_prompt = tokenizer_->EncodeIds("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(Stats(ids.err).at(0)["prompt_tokens"], expected_prompt.size());

@@ -94,6 +94,12 @@ TEST(Rest, JobsAndNodesThroughRestMatchGrpc) {
     v1::Job done = c.WaitForJob(id, IsTerminal, 60s);
     EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << id << ": " << done.reason();
   }
+  // The job view carries the loss history (docs/api.md): one point per step of a short job.
+  json viewed = Rest(c, "GET", "/v1/jobs/" + id_a, 200);
+  ASSERT_TRUE(viewed.contains("lossHistory")) << viewed.dump();
+  EXPECT_EQ(viewed["lossHistory"]["train"].size(), 4u) << viewed.dump();
+  EXPECT_EQ(viewed["lossHistory"]["train"][3]["step"], "4") << "int64 as a string, as proto's JSON mapping writes it";
+  EXPECT_EQ(AsProto<v1::Job>(viewed).loss_history().DebugString(), c.GetJob(id_a).loss_history().DebugString());
 
   // A long job to cancel through REST.
   json d = Rest(c, "POST", "/v1/jobs", 200, ToJson(c.WorkloadJob("rest-d", 1, 1, 1000, 100, 0)));

@@ -2,6 +2,7 @@
 // and a worker that restarts under a running job.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -21,9 +22,9 @@ struct CommandResult {
   std::string out;
 };
 
-// Runs eftctl with the given arguments against the cluster; stdout and stderr together.
-CommandResult Eftctl(TestCluster& c, const std::string& args) {
-  std::string cmd = BuildDir() + "/cli/eftctl --controller " + c.controller_address() + " " + args + " 2>&1";
+// Runs a shell command; stdout and stderr together.
+CommandResult RunShell(const std::string& command) {
+  std::string cmd = command + " 2>&1";
   CommandResult r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -33,6 +34,11 @@ CommandResult Eftctl(TestCluster& c, const std::string& args) {
   int status = ::pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// Runs eftctl with the given arguments against the cluster.
+CommandResult Eftctl(TestCluster& c, const std::string& args) {
+  return RunShell(BuildDir() + "/cli/eftctl --controller " + c.controller_address() + " " + args);
 }
 
 TEST(Surfaces, EftctlSubmitFollowDescribeAndErrors) {
@@ -87,6 +93,153 @@ TEST(Surfaces, EftctlSubmitFollowDescribeAndErrors) {
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.out.find("job 99 not found"), std::string::npos) << missing.out;
   EXPECT_EQ(Eftctl(c, "job frobnicate").exit_code, 2);
+}
+
+// A job of 300 steps followed through a pipe prints a bounded number of lines (a line per state
+// change and event, a progress line per tenth), and under a terminal (script(1) gives eftctl a pty)
+// one status block redrawn in place.
+TEST(Surfaces, FollowPrintsBoundedLinesInAPipeAndABlockOnATerminal) {
+  TestCluster c;
+  c.StartAll();
+  auto write_spec = [&](const std::string& name) {
+    std::string path = c.dir() + "/" + name + ".yaml";
+    std::ofstream f(path);
+    f << "name: " << name << "\n"
+      << "resources: {nodes: {min: 2, max: 2}}\n"
+      << "checkpoint: {dir: " << c.checkpoint_root() << "/" << name << "}\n"
+      << "command: [" << WorkloadBinary() << ", --steps, '300', --step-ms, '10', --checkpoint-every, '100',"
+      << " --checkpoint-dir, " << c.checkpoint_root() << "/" << name << "]\n";
+    return path;
+  };
+  CommandResult piped = Eftctl(c, "job submit -f " + write_spec("piped") + " --follow");
+  EXPECT_EQ(piped.exit_code, 0) << piped.out;
+  const size_t lines = std::count(piped.out.begin(), piped.out.end(), '\n');
+  EXPECT_NE(piped.out.find("job 1 step 300/300 (100%)"), std::string::npos) << piped.out;
+  EXPECT_NE(piped.out.find("job 1 (piped) SUCCEEDED attempt 1"), std::string::npos) << piped.out;
+  EXPECT_NE(piped.out.find("job 1 event attempt_started: attempt 1: world size 2"), std::string::npos) << piped.out;
+  EXPECT_EQ(piped.out.find('\x1b'), std::string::npos) << "no terminal codes in a pipe";
+  // submitted + 4 states + 11 tenths + about 6 events; 300 lines before.
+  EXPECT_LE(lines, 30u) << piped.out;
+  EXPECT_LE(std::count(piped.out.begin(), piped.out.end(), '%'), 11) << piped.out;
+
+  CommandResult raw = Eftctl(c, "job watch 1 --no-progress");
+  EXPECT_EQ(raw.exit_code, 0) << raw.out;
+  EXPECT_NE(raw.out.find("job 1 SUCCEEDED attempt 1"), std::string::npos) << raw.out;
+
+  // On a terminal: the block is drawn, then moved over (cursor up 4 lines) instead of scrolling.
+  const std::string cmd = BuildDir() + "/cli/eftctl --controller " + c.controller_address() + " job submit -f " +
+                          write_spec("tty") + " --follow";
+  CommandResult tty = RunShell("TERM=xterm COLUMNS=100 script -qec '" + cmd + "' /dev/null");
+  EXPECT_EQ(tty.exit_code, 0) << tty.out;
+  EXPECT_NE(tty.out.find("\x1b[4A"), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("] 300/300  100%"), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("job 2 (tty)  SUCCEEDED  attempt 1"), std::string::npos) << tty.out;
+  // Nothing but the submit line and whole 4-line frames, each but the first drawn over the one before.
+  size_t frames = 1;
+  for (size_t at = tty.out.find("\x1b[4A"); at != std::string::npos; at = tty.out.find("\x1b[4A", at + 1)) ++frames;
+  EXPECT_EQ(static_cast<size_t>(std::count(tty.out.begin(), tty.out.end(), '\n')), 1 + 4 * frames) << tty.out;
+
+  // logs -f in a pipe stays exactly the ranks' logs.
+  CommandResult logs = Eftctl(c, "job logs 1 -f --rank 0");
+  EXPECT_EQ(logs.exit_code, 0) << logs.out;
+  EXPECT_NE(logs.out.find("step 300/300"), std::string::npos) << logs.out;
+  EXPECT_EQ(logs.out.find('\x1b'), std::string::npos);
+}
+
+// The loss curves: describe shows them, plot draws them (read back by python3's XML parser), and
+// after a kill -9 of the controller both are still there.
+TEST(Surfaces, LossHistoryInDescribeAndPlotSurvivesAControllerKill) {
+  TestCluster c;
+  c.StartAll();
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("curve", 2, 2, 600, 2, 200), &job).ok());
+  job = c.WaitForJob(job.id(), IsTerminal, 90s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(job);
+  ASSERT_GT(job.loss_history().train_size(), 0);
+  EXPECT_LE(job.loss_history().train_size(), 512) << "600 steps, at most 512 points";
+  EXPECT_EQ(job.loss_history().train(job.loss_history().train_size() - 1).step(), 600);
+  int64_t samples = 0;
+  for (const auto& p : job.loss_history().train()) samples += p.samples();
+  EXPECT_EQ(samples, 600) << "every step's report in exactly one point";
+  EXPECT_GT(job.loss_history().eval_size(), 0);
+
+  CommandResult describe = Eftctl(c, "job describe " + job.id());
+  EXPECT_EQ(describe.exit_code, 0) << describe.out;
+  // 600 reports over 512: merged pairwise, so the first point is the mean of steps 1 and 2.
+  EXPECT_NE(describe.out.find("Loss:        train 0.75 -> "), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("\n             eval  "), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("\u2581"), std::string::npos) << "a sparkline: " << describe.out;
+
+  const std::string svg = c.dir() + "/loss.svg";
+  CommandResult plot = Eftctl(c, "job plot " + job.id() + " --out " + svg);
+  EXPECT_EQ(plot.exit_code, 0) << plot.out;
+  CommandResult points = RunShell(
+      "python3 -c \"import sys, xml.etree.ElementTree as ET; r = ET.parse(sys.argv[1]).getroot(); "
+      "print(' '.join(str(len(l.get('points').split())) for l in r.iter('{http://www.w3.org/2000/svg}polyline')))\" " +
+      svg);
+  EXPECT_EQ(points.out, std::to_string(job.loss_history().train_size()) + " " +
+                            std::to_string(job.loss_history().eval_size()) + "\n");
+  CommandResult png = Eftctl(c, "job plot " + job.id() + " --out " + c.dir() + "/loss.png");
+  EXPECT_EQ(png.exit_code, 2);
+  EXPECT_NE(png.out.find("eftctl writes SVG; name the file *.svg"), std::string::npos) << png.out;
+
+  // The flush runs every second; the job ended longer ago than that.
+  std::this_thread::sleep_for(1500ms);
+  c.KillController(9);
+  c.StartController();
+  CommandResult again = Eftctl(c, "job describe " + job.id());
+  EXPECT_EQ(again.exit_code, 0) << again.out;
+  auto loss_lines = [](const std::string& text) { return text.substr(text.find("Loss:"), text.find("\nAttempts:") - text.find("Loss:")); };
+  EXPECT_EQ(loss_lines(again.out), loss_lines(describe.out));
+  EXPECT_EQ(c.GetJob(job.id()).loss_history().DebugString(), job.loss_history().DebugString());
+}
+
+// The first mistakes people make with the tour's commands: each answer says what is wrong and
+// what to do, in two lines, with none of gRPC's internals.
+TEST(Surfaces, FirstErrorsSayWhatIsWrongAndWhatToDo) {
+  ClusterOptions options;
+  options.workers = 1;
+  options.http = true;
+  TestCluster c(options);
+  c.StartAll();
+  const int nobody = PickFreePort();
+  // No controller there.
+  CommandResult none = RunShell(BuildDir() + "/cli/eftctl --controller 127.0.0.1:" + std::to_string(nobody) + " node list");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_EQ(none.out, "eftctl: listing nodes: nothing listens on 127.0.0.1:" + std::to_string(nobody) +
+                          " (connection refused).\nGive eftctl the controller's --listen address (--controller "
+                          "HOST:PORT, $EFT_CONTROLLER or `controller:` in ~/.config/eft/config.yaml) and check that "
+                          "eft-controller runs there.\n");
+  // The REST port instead of the gRPC one.
+  CommandResult rest = RunShell(BuildDir() + "/cli/eftctl --controller " + c.http_address() + " job list");
+  EXPECT_EQ(rest.exit_code, 1);
+  EXPECT_NE(rest.out.find("eftctl: listing jobs: " + c.http_address() +
+                          " answers HTTP/1, not gRPC (the controller's REST --http port?)."),
+            std::string::npos)
+      << rest.out;
+  // A worker pointed at the wrong port says so in its log.
+  ChildProcess worker;
+  const std::string log = c.dir() + "/lost-worker.log";
+  ASSERT_TRUE(worker.Start({BuildDir() + "/worker/eft-worker", "--controller", "127.0.0.1:" + std::to_string(nobody),
+                            "--name", "lost", "--work-dir", c.dir() + "/work/lost", "--address", "127.0.0.1"},
+                           {}, log));
+  EXPECT_TRUE(WaitUntil([&] { return ReadFile(log).find("cannot register") != std::string::npos; }, 10s)) << ReadFile(log);
+  const std::string said = ReadFile(log);
+  EXPECT_NE(said.find("cannot register: nothing listens on 127.0.0.1:" + std::to_string(nobody) +
+                      " (connection refused); is eft-controller running, and is 127.0.0.1:" + std::to_string(nobody) +
+                      " its --listen address?"),
+            std::string::npos)
+      << said;
+  for (const std::string& text : {none.out, rest.out, said}) {
+    EXPECT_EQ(text.find("failed to connect to all addresses"), std::string::npos) << text;
+  }
+  worker.KillGroup();
+  // A misspelt field and a file that is not there: exit 2 before anything is sent.
+  CommandResult missing = Eftctl(c, "job submit -f " + c.dir() + "/no-such.yaml");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_EQ(missing.out, "eftctl: cannot read " + c.dir() +
+                             "/no-such.yaml: No such file or directory (-f takes a job spec file, YAML or JSON; "
+                             "'-' reads stdin)\n");
 }
 
 TEST(Surfaces, LogsAreShippedAndStreamedAndWatchSeesEveryState) {

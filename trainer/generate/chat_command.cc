@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <istream>
+#include <optional>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
 
 #include "trainer/generate/generate_command.h"
 #include "trainer/generate/generation_setup.h"
+#include "trainer/generate/reply_view.h"
 #include "trainer/generate/text_stream.h"
 
 namespace eft::trainer {
@@ -50,8 +52,12 @@ int RunChat(const GenerateArgs& a, std::istream& in, std::ostream& out, std::ost
     if (!text.ok()) return gen::Fail(text.status().WithContext("rendering the chat template"), err);
     const std::vector<int32_t> prompt = m.tokenizer->EncodeIds(*text, /*add_special_tokens=*/false);
     TextStream stream(*m.tokenizer, /*skip_special_tokens=*/true);
-    auto result = Generate(session, prompt, options, [&](int32_t id) { out << stream.Push(id) << std::flush; });
-    out << stream.Finish() << "\n" << std::flush;
+    std::optional<ReplyView> view;
+    if (a.format == "text") view.emplace(gen::IsTerminal(out));
+    auto shown = [&](const std::string& chunk) { return view ? view->Push(chunk) : chunk; };
+    auto result =
+        Generate(session, prompt, options, [&](int32_t id) { out << shown(stream.Push(id)) << std::flush; });
+    out << shown(stream.Finish()) << (view ? view->Finish() : "") << "\n" << std::flush;
     if (!result.ok()) {
       if (gen::ExitCodeFor(result.status()) == 1) return gen::Fail(result.status(), err);
       // Bad input for this turn (the conversation no longer fits the context): say so, start over.

@@ -1,5 +1,7 @@
 #include "trainer/generate/generate_command.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -7,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trainer/generate/generation_setup.h"
+#include "trainer/generate/reply_view.h"
 #include "trainer/generate/text_stream.h"
 
 namespace eft::trainer {
@@ -75,7 +78,8 @@ Result<std::vector<int32_t>> PromptTokens(const GenerateArgs& a, const LoadedMod
 Status CheckPromptChoice(const GenerateArgs& a) {
   const int given = !a.prompt.empty() + !a.messages_file.empty() + !a.prompt_ids.empty();
   if (given != 1) return Status::InvalidArgument("give exactly one of --prompt, --messages and --prompt-ids");
-  if (a.format != "text" && a.format != "ids") return Status::InvalidArgument("--format must be text or ids");
+  if (a.format != "text" && a.format != "raw" && a.format != "ids")
+    return Status::InvalidArgument("--format must be text, raw or ids");
   return ValidateSamplingOptions(a.sampling);
 }
 
@@ -86,7 +90,7 @@ int RunGenerate(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
   auto loaded = gen::LoadForGeneration(a);
   if (!loaded.ok()) return Fail(loaded.status(), err);
   const LoadedModel& m = *loaded;
-  if (a.format == "text" && !m.tokenizer)
+  if (a.format != "ids" && !m.tokenizer)
     return Fail(Status::FailedPrecondition(a.model + " has no tokenizer to print text with: use --format ids"), err);
   auto prompt = PromptTokens(a, m);
   if (!prompt.ok()) return Fail(prompt.status(), err);
@@ -94,11 +98,14 @@ int RunGenerate(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
   GenerateOptions options{a.max_new_tokens, a.sampling, m.eos_ids};
   DecodeSession session(*m.model);
   std::optional<TextStream> text;
-  if (a.format == "text") text.emplace(*m.tokenizer, /*skip_special_tokens=*/true);
+  if (a.format != "ids") text.emplace(*m.tokenizer, /*skip_special_tokens=*/true);
+  std::optional<ReplyView> view;
+  if (a.format == "text") view.emplace(gen::IsTerminal(out));
+  auto shown = [&](const std::string& chunk) { return view ? view->Push(chunk) : chunk; };
   bool first = true;
   auto on_token = [&](int32_t id) {
     if (text) {
-      out << text->Push(id);
+      out << shown(text->Push(id));
     } else {
       out << (first ? "" : " ") << id;
       first = false;
@@ -107,7 +114,8 @@ int RunGenerate(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
   };
   auto result = Generate(session, *prompt, options, on_token);
   if (!result.ok()) return Fail(result.status(), err);
-  if (text) out << text->Finish();
+  if (text) out << shown(text->Finish());
+  if (view) out << view->Finish();
   out << "\n" << std::flush;
   if (result->stop == StopReason::kContextFull)
     err << "eft-train: stopped at the model's context length (" << m.model->max_positions() << " positions)\n";
@@ -148,12 +156,17 @@ GenerateCommands::GenerateCommands(CLI::App& app) {
                         "JSON conversation (a list of messages, or {\"messages\": [...], \"tools\": [...]}) "
                         "rendered with the chat template; needs one");
   generate_->add_option("--prompt-ids", g.prompt_ids, "the prompt as token ids: \"1 2 3\" (no template, no tokenizer)");
-  generate_->add_option("--format", g.format, "text (default, streamed) or ids (the new ids on one line)")
-      ->check(CLI::IsMember({"text", "ids"}));
+  generate_->add_option("--format", g.format,
+                        "text (default, streamed): the reply as a chat UI shows it (an empty <think> block dropped, "
+                        "a non-empty one shown as 'thinking: ...'); raw: the exact text; ids: the new ids on one line")
+      ->check(CLI::IsMember({"text", "raw", "ids"}));
 
   chat_ = app.add_subcommand("chat", "interactive chat on stdin (one message per line; /reset; EOF ends)");
   AddDecodingOptions(chat_, chat_args_);
   chat_->add_option("--system", chat_args_.system, "a system message at the start of each conversation");
+  chat_->add_option("--format", chat_args_.format,
+                    "text (default): replies as a chat UI shows them (see generate --format); raw: the exact text")
+      ->check(CLI::IsMember({"text", "raw"}));
 }
 
 int GenerateCommands::Run(std::istream& in, std::ostream& out, std::ostream& err) const {

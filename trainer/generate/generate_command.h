@@ -3,8 +3,11 @@
 //
 //   eft-train generate --model DIR (--prompt TEXT | --messages F.json | --prompt-ids "1 2 3")
 //                      [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S]
-//                      [--format text|ids] [--dtype bf16|fp32] [--threads N] [--stats]
-//   eft-train chat --model DIR [--system TEXT] [same decoding options]
+//                      [--format text|raw|ids] [--dtype bf16|fp32] [--threads N] [--stats]
+//   eft-train chat --model DIR [--system TEXT] [--format text|raw] [same decoding options]
+//
+// `text` shows a reply as a chat UI does (reply_view.h: the think block dropped when empty, set
+// apart when not); `raw` is the exact decoded text.
 //
 // main.cc constructs one GenerateCommands on its CLI::App before parsing and, when selected(),
 // returns Run(...). Exit codes as the rest of eft-train: 0, 2 for bad input (missing model, bad
@@ -26,7 +29,7 @@ struct GenerateArgs {
   std::string adapter;  // a PEFT LoRA adapter for `model` (docs/lora.md); "" for none
   std::string prompt, messages_file, prompt_ids;  // generate: exactly one
   std::string system;                             // chat: an optional system message
-  std::string format = "text";                    // text | ids
+  std::string format = "text";                    // text | raw | ids (chat: text | raw)
   std::string dtype = "fp32";                     // fp32 | bf16
   int64_t max_new_tokens = 256;
   SamplingOptions sampling;

@@ -1,12 +1,14 @@
 #include "trainer/generate/generation_setup.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <numeric>
 #include <ostream>
 #include <thread>
@@ -103,6 +105,8 @@ int ExitCodeFor(const Status& s) {
       return rank::ToInt(rank::ExitCode::kFailure);
   }
 }
+
+bool IsTerminal(const std::ostream& out) { return &out == &std::cout && ::isatty(STDOUT_FILENO) == 1; }
 
 int Fail(const Status& status, std::ostream& err) {
   err << "eft-train: " << status.message() << std::endl;

@@ -32,6 +32,9 @@ Result<LoadedModel> LoadForGeneration(const GenerateArgs& args);
 int ExitCodeFor(const Status& status);
 int Fail(const Status& status, std::ostream& err);  // prints "eft-train: <message>", returns the code
 
+// Whether `out` is this process's stdout and that is a terminal (ReplyView dims the thinking there).
+bool IsTerminal(const std::ostream& out);
+
 // One JSON object on a line: prompt/reused/new token counts, stop reason, prefill seconds, decode
 // tokens/s, and the median ms per token over the first and last quarter of the new tokens (flat
 // when each token costs one position).

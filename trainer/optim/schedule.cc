@@ -28,6 +28,9 @@ Status ValidateSchedule(const ScheduleConfig& c) {
     return Status::InvalidArgument(p + "min_lr: " + Num(c.min_lr) + " must be between 0 and training.lr (" +
                                    Num(c.lr) + ")");
   }
+  if (c.warmup_steps < 0) {
+    return Status::InvalidArgument(p + "warmup_steps: " + std::to_string(c.warmup_steps) + " must be >= 0");
+  }
   if (!(c.warmup_ratio >= 0 && c.warmup_ratio < 1)) {
     return Status::InvalidArgument(p + "warmup_ratio: " + Num(c.warmup_ratio) +
                                    " must be >= 0 and < 1 (a fraction of the total steps)");
@@ -36,6 +39,7 @@ Status ValidateSchedule(const ScheduleConfig& c) {
 }
 
 int64_t WarmupSteps(const ScheduleConfig& c, int64_t total_steps) {
+  if (c.warmup_steps > 0) return c.warmup_steps;
   if (total_steps <= 0 || c.warmup_ratio <= 0) return 0;
   return static_cast<int64_t>(std::ceil(static_cast<double>(total_steps) * c.warmup_ratio));
 }

@@ -16,13 +16,15 @@ struct ScheduleConfig {
   double lr = 1e-5;
   double min_lr = 0.0;
   double warmup_ratio = 0.0;
+  int64_t warmup_steps = 0;  // > 0: the warmup, overriding warmup_ratio (HF's warmup_steps)
   bool operator==(const ScheduleConfig&) const = default;
 };
 
 // Errors name the field as the job spec spells it: "spec.training.schedule.min_lr: ...".
 Status ValidateSchedule(const ScheduleConfig& config);
 
-// ceil(total_steps * warmup_ratio), computed in double like HF's TrainingArguments.get_warmup_steps,
+// warmup_steps when > 0, else ceil(total_steps * warmup_ratio), as HF's
+// TrainingArguments.get_warmup_steps; the product is computed in double like HF's,
 // so the same job warms up for the same number of steps here and under the HF Trainer (including
 // products that land a hair above an integer in binary, e.g. 100 * 0.07 -> 8 steps).
 int64_t WarmupSteps(const ScheduleConfig& config, int64_t total_steps);

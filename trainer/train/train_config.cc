@@ -66,6 +66,7 @@ Result<TrainConfig> TrainConfigFromJobSpec(const v1::JobSpec& s) {
   c.schedule.lr = t.lr();
   c.schedule.type = t.schedule().type();
   c.schedule.warmup_ratio = t.schedule().warmup_ratio();
+  c.schedule.warmup_steps = t.schedule().warmup_steps();
   c.schedule.min_lr = t.schedule().min_lr();
   c.adamw.weight_decay = t.weight_decay();
   c.max_grad_norm = t.max_grad_norm();

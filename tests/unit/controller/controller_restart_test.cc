@@ -139,5 +139,50 @@ TEST_F(ControllerRestartTest, StepsReachedBeforeARestartCountAsLostWhenTheStopSa
   EXPECT_NE(not_saved[0].find("4 steps lost"), std::string::npos) << not_saved[0];
 }
 
+// The loss curves (docs/architecture.md, "Loss history"): at most kLossHistoryPoints per curve
+// however long the job, the same after a restart, and they go on from there.
+TEST_F(ControllerRestartTest, LossHistoryIsBoundedAndSurvivesARestart) {
+  Register("n1");
+  std::string id = Submit(Spec("long", 1, 1));
+  auto ranks = StartRanks({"n1"});
+  const v1::RankAssignment& a = ranks["n1"];
+  for (int step = 1; step <= 3000; step += 10) {
+    std::vector<v1::RankEvent> events;
+    for (int s = step; s < step + 10; ++s) {
+      events.push_back(Event(a, ++seq_,
+                             R"({"event":"step","step":)" + std::to_string(s) + R"(,"loss":)" +
+                                 std::to_string(4.0 / s) + R"(,"total_steps":3000})"));
+    }
+    if (step % 500 == 1) {
+      events.push_back(Event(a, ++seq_,
+                             R"({"event":"eval","step":)" + std::to_string(step) + R"(,"loss":)" +
+                                 std::to_string(5.0 / step) + R"(,"tokens":100})"));
+    }
+    Heartbeat("n1", {Rank(a, v1::RANK_STATE_RUNNING)}, events);
+  }
+  clock_.Advance(config_.progress_flush_interval);
+  c_->Tick();
+  const v1::Job before = Job(id);
+  ASSERT_GT(before.loss_history().train_size(), 0);
+  EXPECT_LE(before.loss_history().train_size(), static_cast<int>(kLossHistoryPoints));
+  EXPECT_GE(before.loss_history().train_size(), static_cast<int>(kLossHistoryPoints / 2));
+  EXPECT_EQ(before.loss_history().train(before.loss_history().train_size() - 1).step(), 3000);
+  ASSERT_EQ(before.loss_history().eval_size(), 6);
+  EXPECT_EQ(before.loss_history().eval(1).step(), 501);
+  EXPECT_EQ(RawQueryForTest("SELECT COUNT(*) FROM loss_points WHERE job_id = " + id + " AND curve = 0"),
+            std::to_string(before.loss_history().train_size()))
+      << "one row per point: bounded rows per job";
+
+  Restart();
+  const v1::Job after = Job(id);
+  EXPECT_EQ(after.loss_history().SerializeAsString(), before.loss_history().SerializeAsString());
+
+  // The job goes on after the restart (the worker registers again): the curve grows from there.
+  Register("n1", 1, {Rank(a, v1::RANK_STATE_RUNNING)});
+  Heartbeat("n1", {Rank(a, v1::RANK_STATE_RUNNING)},
+            {Event(a, ++seq_, R"({"event":"eval","step":3000,"loss":0.5,"tokens":100})")});
+  EXPECT_EQ(Job(id).loss_history().eval_size(), 7);
+}
+
 }  // namespace
 }  // namespace eft::controller

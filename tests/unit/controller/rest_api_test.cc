@@ -304,7 +304,8 @@ TEST(RestDocs, OpenApiMatchesRoutesAndMessages) {
       v1::TrainingSpec::descriptor(),     v1::CheckpointSpec::descriptor(), v1::FaultToleranceSpec::descriptor(),
       v1::Attempt::descriptor(),          v1::Checkpoint::descriptor(),     v1::TrainingProgress::descriptor(),
       v1::JobEvent::descriptor(),         v1::Job::descriptor(),            v1::ListJobsResponse::descriptor(),
-      v1::Node::descriptor(),             v1::ListNodesResponse::descriptor()};
+      v1::Node::descriptor(),             v1::ListNodesResponse::descriptor(), v1::LossPoint::descriptor(),
+      v1::LossHistory::descriptor()};
   for (const auto* d : messages) {
     ASSERT_TRUE(schemas.contains(d->name())) << d->name();
     std::set<std::string> fields, properties;

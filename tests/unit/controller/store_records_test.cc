@@ -259,5 +259,34 @@ TEST_F(StoreTest, CountersCountFromOneAndPersist) {
   EXPECT_EQ(*store->NextCounter("master_port"), 3);
 }
 
+TEST_F(StoreTest, LossPointsAreWrittenFromAnIndexAndCutToTheGivenLength) {
+  auto store = OpenStore();
+  JobRecord job = MakeJob("");
+  ASSERT_TRUE(store->InsertJob(&job).ok());
+  std::vector<LossPointRecord> points = {{10, 2.5, 1}, {20, 1.25, 2}, {30, 0.75, 1}};
+  ASSERT_TRUE(store->SaveLossPoints(job.id, LossCurve::kTrain, 0, points).ok());
+  ASSERT_TRUE(store->SaveLossPoints(job.id, LossCurve::kEval, 0, {{0, 9.5, 1}}).ok());
+  // Only the last point changed, and a fourth came: written from index 2.
+  points[2] = {31, 0.5, 2};
+  points.push_back({40, 0.25, 1});
+  ASSERT_TRUE(store->SaveLossPoints(job.id, LossCurve::kTrain, 2, points).ok());
+  auto train = store->LoadLossPoints(job.id, LossCurve::kTrain);
+  ASSERT_TRUE(train.ok()) << train.status();
+  ASSERT_EQ(train->size(), 4u);
+  EXPECT_EQ((*train)[2].step, 31);
+  EXPECT_DOUBLE_EQ((*train)[2].value, 0.5);
+  EXPECT_EQ((*train)[2].samples, 2);
+  EXPECT_DOUBLE_EQ((*train)[1].value, 1.25);
+  // A merge or a restart makes the curve shorter: the rows past its end go.
+  ASSERT_TRUE(store->SaveLossPoints(job.id, LossCurve::kTrain, 0, {{20, 1.5, 2}}).ok());
+  train = store->LoadLossPoints(job.id, LossCurve::kTrain);
+  ASSERT_TRUE(train.ok());
+  ASSERT_EQ(train->size(), 1u);
+  auto eval = store->LoadLossPoints(job.id, LossCurve::kEval);
+  ASSERT_TRUE(eval.ok());
+  ASSERT_EQ(eval->size(), 1u) << "the other curve is untouched";
+  EXPECT_EQ(store->SaveLossPoints("99", LossCurve::kTrain, 0, {{1, 1, 1}}).code(), StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace eft::controller

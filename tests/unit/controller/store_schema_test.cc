@@ -30,7 +30,7 @@ TEST_F(StoreTest, OpenCreatesDatabaseWithSchemaInWalMode) {
   EXPECT_EQ(RawQuery(path_, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(RawQuery(path_, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema WHERE type = "
                             "'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
-            "attempts,checkpoints,counters,events,jobs,nodes,reservations");
+            "attempts,checkpoints,counters,events,jobs,loss_points,nodes,reservations");
 }
 
 // Migration 2 (jobs.owner) on a database written by a version-1 controller: old jobs load, unowned.

@@ -355,6 +355,51 @@ TEST(JobSpecTest, UnknownFieldSuggestsTheClosestName) {
             "spec.resources.nodes.xyzzy: unknown field (fields here: min, max)");
 }
 
+// What people bring from Hugging Face's TrainingArguments and TRL: the eft name, wherever it lives,
+// and a word where the eft field is not a plain rename.
+TEST(JobSpecTest, HuggingFaceNamesGetTheirEftEquivalent) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"/training/learning_rate", "spec.training.learning_rate: unknown field (did you mean lr?)"},
+      {"/training/num_train_epochs", "spec.training.num_train_epochs: unknown field (did you mean epochs?)"},
+      {"/training/per_device_train_batch_size",
+       "spec.training.per_device_train_batch_size: unknown field (did you mean micro_batch_size?; sequences per "
+       "forward/backward on one rank)"},
+      {"/training/gradient_accumulation_steps",
+       "spec.training.gradient_accumulation_steps: unknown field (did you mean global_batch_size?; eft takes the "
+       "batch per optimizer step, global_batch_size = micro_batch_size x accumulation x world size, and derives "
+       "the accumulation for whatever world size the job runs at)"},
+      {"/training/max_seq_length",
+       "spec.training.max_seq_length: unknown field (did you mean spec.data.max_seq_len?)"},
+      {"/training/lr_scheduler_type",
+       "spec.training.lr_scheduler_type: unknown field (did you mean spec.training.schedule.type?)"},
+      {"/training/warmup_ratio",
+       "spec.training.warmup_ratio: unknown field (did you mean spec.training.schedule.warmup_ratio?)"},
+      {"/training/warmup_steps",
+       "spec.training.warmup_steps: unknown field (did you mean spec.training.schedule.warmup_steps?)"},
+      {"/training/bf16", "spec.training.bf16: unknown field (did you mean precision?: bf16 | fp32 | auto)"},
+      {"/training/gradient_checkpointing",
+       "spec.training.gradient_checkpointing: unknown field (did you mean activation_checkpointing?)"},
+      {"/training/eval_steps", "spec.training.eval_steps: unknown field (did you mean eval_every_steps?)"},
+      {"/training/save_steps", "spec.training.save_steps: unknown field (did you mean spec.checkpoint.every_steps?)"},
+      {"/training/lora/lora_alpha", "spec.training.lora.lora_alpha: unknown field (did you mean alpha?)"},
+  };
+  for (const auto& [path, message] : cases) {
+    const std::string error = ParseError(ValidWith(path, 1));
+    EXPECT_EQ(error, message) << path;
+  }
+  // weight_decay and max_grad_norm are HF's names already.
+  EXPECT_TRUE(JobSpecFromJson(ValidWith("/training/weight_decay", 0.1)).ok());
+}
+
+TEST(JobSpecTest, WarmupStepsIsHuggingFacesAndOverridesTheRatio) {
+  v1::JobSpec spec = MustNormalize(ValidWith("/training/schedule/warmup_steps", 30).dump());
+  EXPECT_EQ(spec.training().schedule().warmup_steps(), 30);
+  EXPECT_EQ(MustNormalize(ValidWith("/training/schedule/warmup_ratio", 0.1).dump()).training().schedule().warmup_steps(),
+            0);
+  EXPECT_CONTAINS(NormalizeError(ValidWith("/training/schedule/warmup_steps", -1)),
+                  "spec.training.schedule.warmup_steps (-1) must be >= 0");
+}
+
 TEST(JobSpecTest, WrongTypesNameFieldAndValue) {
   EXPECT_EQ(ParseError(std::string("name: a\nresources: {nodes: {min: two}}\n")),
             "spec.resources.nodes.min: expected an integer, got string \"two\"");

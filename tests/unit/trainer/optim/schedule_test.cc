@@ -131,5 +131,17 @@ TEST(ScheduleTest, ValidateNamesTheField) {
   }
 }
 
+// warmup_steps, HF's: when > 0 it is the warmup and the ratio is not looked at.
+TEST(ScheduleTest, WarmupStepsOverrideTheRatio) {
+  ScheduleConfig c = Config("linear", 0.5);
+  c.warmup_steps = 10;
+  EXPECT_EQ(WarmupSteps(c, 100), 10);
+  EXPECT_EQ(WarmupSteps(c, 0), 10);
+  ExpectLr(c, 5, 100, 5e-4);
+  ExpectLr(c, 10, 100, 1e-3);
+  c.warmup_steps = -1;
+  ExpectInvalid(c, "training.schedule.warmup_steps");
+}
+
 }  // namespace
 }  // namespace eft::trainer

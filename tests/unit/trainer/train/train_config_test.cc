@@ -73,6 +73,7 @@ const std::map<std::string, std::string>& ChangedValues() {
       {"training.lr", "0.0003"},
       {"training.schedule.type", "linear"},
       {"training.schedule.warmup_ratio", "0.1"},
+      {"training.schedule.warmup_steps", "5"},
       {"training.schedule.min_lr", "0.000001"},
       {"training.weight_decay", "0.01"},
       {"training.max_grad_norm", "0.5"},
