@@ -8,14 +8,15 @@
 #   4. write the Hugging Face reference fixtures with transformers (tests/reference/hf_fixtures.py)
 #      and check eft's model against them at once; transformers loads eft's output directory; a
 #      LoRA adapter trained on the GPU, loaded with peft, gives the logits of eft's merged model;
-#   5. benchmark tokens/s, MFU and GPU memory for a 0.35B-parameter model.
+#   5. benchmark eft against PyTorch eager and torch.compile (bench/gpu/torch_baseline.py) on the
+#      Qwen2.5-0.5B shape, and profile eft's step (bench/gpu/profile_summary.py).
 # Full logs and the fixtures go to $OUT; a short table is printed last. Each part runs even when an
 # earlier one failed, as far as what it needs exists.
 #
 # Usage, from this machine:   scripts/gpu-deps.sh
 #   device run: command "bench/gpu/run.sh", carry [".gpu-deps"]
 # Options (environment): EFT_GPU_PARTS="build tests compare fixtures bench" (default: all),
-#   EFT_GPU_BENCH_STEPS=12, EFT_GPU_JOBS=$(nproc). For checking this script on a machine without a
+#   EFT_GPU_BENCH_STEPS=10, EFT_GPU_JOBS=$(nproc). For checking this script on a machine without a
 #   GPU: EFT_GPU_DEVICE=cpu (the "GPU" runs use the CPU) and EFT_GPU_BUILD=an existing build, or
 #   for the build itself EFT_GPU_PYTHON=.venv/bin/python (the project's PyTorch: the build CI makes).
 # The machine's own PyTorch is found through its python3 (cmake/EftTorch.cmake, -DEFT_PYTHON).
@@ -193,46 +194,73 @@ if want fixtures; then
 fi
 
 # ---- 5. benchmark ------------------------------------------------------------------------------
+# Issue 28's measure: eft against what a user runs instead (bench/gpu/torch_baseline.py: transformers'
+# model, bf16 autocast, SDPA, fused AdamW; eager and torch.compile), same model, same full-length
+# random rows, in one run, each run's median after its warm-up steps; then one profiled eft run
+# (bench/gpu/profile_summary.py: where a step's time goes).
+full_rows() {  # dir vocab n len
+  $py - "$1/rows.jsonl" "$2" "$3" "$4" <<'PY'
+import json, random, sys
+path, vocab, n, length = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+random.seed(0)
+with open(path, "w") as f:
+    for _ in range(n):
+        f.write(json.dumps({"input_ids": [random.randrange(3, vocab) for _ in range(length)]}) + "\n")
+PY
+}
+median_of() {  # events-file skip -> "tokens/s MFU"
+  $py - "$1" "$2" <<'PY'
+import json, statistics, sys
+steps = [e for e in map(json.loads, open(sys.argv[1])) if "tokens_per_s" in e][int(sys.argv[2]):]
+print(f"{statistics.median(e['tokens_per_s'] for e in steps):.0f} {statistics.median(e.get('mfu', 0) for e in steps):.1%}")
+PY
+}
 bench() {
-  local steps=${EFT_GPU_BENCH_STEPS:-12}
-  # EFT_GPU_BENCH_MODEL / _SEQ: a smaller model for checking this script without a GPU.
-  local model=${EFT_GPU_BENCH_MODEL:---arch llama --hidden 1024 --layers 24 --heads 16 --kv-heads 8 --intermediate 2816 --vocab-size 32000}
+  local steps=${EFT_GPU_BENCH_STEPS:-10}
+  # The Qwen2.5-0.5B shape (494M, vocabulary 151,936, tied). EFT_GPU_BENCH_MODEL / _SEQ: a smaller
+  # model for checking this script without a GPU.
+  local model=${EFT_GPU_BENCH_MODEL:---arch qwen2 --hidden 896 --layers 24 --heads 14 --kv-heads 2 --intermediate 4864 --vocab-size 151936 --tie-embeddings}
   local seq=${EFT_GPU_BENCH_SEQ:-2048}
+  local gb=${EFT_GPU_BENCH_BATCH:-16} mb=${EFT_GPU_BENCH_MICRO:-4}
   # shellcheck disable=SC2086  # the model's flags, split on purpose
   "$train" init-model $model --dtype bfloat16 --seed 1 --out "$work/model-bench" >/dev/null || return 1
   local vocab
   vocab=$($py -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$work/model-bench/config.json")
-  make_data "$work" "$vocab" 512 "$seq"
-  echo "| run | precision | activation ckpt | tokens/s | s/step | MFU | peak GPU MiB |"
-  echo "|---|---|---|---|---|---|---|"
-  for ac in full none; do
+  full_rows "$work" "$vocab" $((gb * (steps + 2))) "$seq"
+  echo "| run | activation ckpt | tokens/s | MFU | eft / this |"
+  echo "|---|---|---|---|---|"
+  local eft_tps
+  for ac in none full; do
     cat >"$work/bench-$ac.yaml" <<YAML
 name: bench
 model: $work/model-bench
-data: {train: $work/data.jsonl, max_seq_len: $seq}
-training: {global_batch_size: 16, micro_batch_size: 4, lr: 1.0e-4, precision: bf16, device: $gpu,
+data: {train: $work/rows.jsonl, max_seq_len: $seq}
+training: {global_batch_size: $gb, micro_batch_size: $mb, lr: 1.0e-4, precision: bf16, device: $gpu,
            activation_checkpointing: $ac, epochs: 100}
 YAML
-    : >"$work/mem-$ac.csv"
-    local smi=
-    if command -v nvidia-smi >/dev/null; then
-      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$work/mem-$ac.csv" &
-      smi=$!
-    fi
     EFT_EVENTS_FD=3 "$train" train --config "$work/bench-$ac.yaml" --nproc 1 --max-steps "$steps" \
-      --peak-tflops 989 >"$out/bench-$ac.log" 2>&1 3>"$work/bench-$ac.events"
-    local rc=$?
-    [[ -n $smi ]] && kill "$smi" 2>/dev/null
-    [[ $rc == 0 ]] || return 1
-    $py - "$work/bench-$ac.events" "$work/mem-$ac.csv" "$ac" "$(grep -o 'eft-train: [a-z0-9]* [0-9.]*M parameters' "$out/bench-$ac.log" | head -1 | cut -d' ' -f2-4)" "$seq" <<'PY'
-import json, statistics, sys
-steps = [e for e in map(json.loads, open(sys.argv[1])) if e.get("event") == "step"][2:]
-mem = max((int(l) for l in open(sys.argv[2]) if l.strip().isdigit()), default=None)
-mfu = statistics.median(e.get("mfu", 0) for e in steps)
-print(f"| {sys.argv[4]}, seq {sys.argv[5]}, batch 16 | bf16 | {sys.argv[3]} | {statistics.median(e['tokens_per_s'] for e in steps):,.0f} | "
-      f"{statistics.median(e['seconds'] for e in steps):.2f} | {mfu:.1%} | {'n/a' if mem is None else f'{mem:,}'} |")
-PY
+      --peak-tflops 989 >"$out/bench-eft-$ac.log" 2>&1 3>"$work/bench-eft-$ac.events" || return 1
+    read -r eft_tps eft_mfu < <(median_of "$work/bench-eft-$ac.events" 2)
+    echo "| eft | $ac | $eft_tps | $eft_mfu | 1 |"
+    local variants=("eager")
+    [[ $ac == none && -z ${EFT_GPU_BENCH_NO_COMPILE:-} ]] && variants+=("compile")
+    for v in "${variants[@]}"; do
+      local flags=()
+      [[ $v == compile ]] && flags+=(--compile)
+      [[ $ac == full ]] && flags+=(--checkpointing)
+      $py "$src/bench/gpu/torch_baseline.py" --model "$work/model-bench" --seq "$seq" --global-batch "$gb" \
+        --micro-batch "$mb" --steps "$steps" --device "$gpu" --events "$work/bench-$v-$ac.events" "${flags[@]}" \
+        >"$out/bench-torch-$v-$ac.log" 2>&1 || { echo "| torch $v | $ac | failed (bench-torch-$v-$ac.log) | | |"; continue; }
+      read -r tps mfu < <(median_of "$work/bench-$v-$ac.events" 2)
+      echo "| PyTorch $v | $ac | $tps | $mfu | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
+    done
   done
+  # Where eft's step goes, without activation checkpointing (the goal's first row).
+  "$train" train --config "$work/bench-none.yaml" --nproc 1 --max-steps 6 --profile-steps 5:6 \
+    --profile-dir "$work/profile" >"$out/bench-profile.log" 2>&1 || return 1
+  $py "$src/bench/gpu/profile_summary.py" "$work/profile/trace.rank0.json" --json "$out/profile-summary.json" \
+    >"$out/profile-summary.txt" && cat "$out/profile-summary.txt"
+  gzip -c "$work/profile/trace.rank0.json" >"$out/profile-trace.json.gz"
 }
 if want bench && [[ -x $train ]]; then
   part bench bench

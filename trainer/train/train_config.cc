@@ -156,6 +156,8 @@ static nlohmann::json CompatibilityRecordWithoutLora(const TrainConfig& c, const
 nlohmann::json CompatibilityRecord(const TrainConfig& c, const ModelConfig& model, int64_t examples, int64_t tokens) {
   nlohmann::json record = CompatibilityRecordWithoutLora(c, model, examples, tokens);
   // Only for LoRA runs, so full fine-tuning checkpoints written before LoRA existed still resume.
+  // Only when set, so checkpoints written before warmup_steps existed still resume.
+  if (c.schedule.warmup_steps > 0) record["training.schedule.warmup_steps"] = c.schedule.warmup_steps;
   if (c.lora.enabled) {
     record["training.lora"] = {{"r", c.lora.r}, {"alpha", c.lora.alpha}, {"dropout", c.lora.dropout},
                                {"target_modules", c.lora.target_modules}};

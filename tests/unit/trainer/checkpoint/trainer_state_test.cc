@@ -52,5 +52,25 @@ TEST(TrainerState, CompatibilityNamesEveryDifferenceWithBothValues) {
   EXPECT_NE(s.message().find("data.examples: checkpoint 100, now 101"), std::string::npos) << s;
 }
 
+// warmup_steps changes the schedule, so a resume must agree on it; unset, it is absent from the
+// record, so checkpoints written before it existed still resume.
+TEST(TrainerState, WarmupStepsIsPartOfTheRecordOnlyWhenSet) {
+  TrainConfig c;
+  ModelConfig m;
+  const nlohmann::json before = CompatibilityRecord(c, m, 10, 100);
+  EXPECT_FALSE(before.contains("training.schedule.warmup_steps"));
+  TrainConfig with = c;
+  with.schedule.warmup_steps = 20;
+  const Status s = CheckCompatible(before, CompatibilityRecord(with, m, 10, 100));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("training.schedule.warmup_steps: not in the checkpoint"), std::string::npos) << s;
+  TrainConfig other = with;
+  other.schedule.warmup_steps = 30;
+  EXPECT_NE(CheckCompatible(CompatibilityRecord(with, m, 10, 100), CompatibilityRecord(other, m, 10, 100))
+                .message()
+                .find("training.schedule.warmup_steps: checkpoint 20, now 30"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace eft::trainer
