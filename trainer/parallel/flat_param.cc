@@ -89,6 +89,22 @@ std::vector<at::Tensor> FlatParamUnit::Views(const at::Tensor& full) const {
   return views;
 }
 
+at::Tensor FlatParamUnit::FlatGradient(const std::vector<at::Tensor>& grads, at::ScalarType dtype) const {
+  TORCH_CHECK(grads.size() == specs_.size(), "FlatGradient: ", grads.size(), " gradients for ", specs_.size(),
+              " parameters of unit ", name_);
+  at::Tensor flat = at::empty({padded_numel()}, shard_.options().dtype(dtype));
+  std::vector<at::Tensor> views = Views(flat);
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (grads[i].defined()) {
+      views[i].copy_(grads[i]);
+    } else {
+      views[i].zero_();
+    }
+  }
+  if (padded_numel() > numel_) flat.narrow(0, numel_, padded_numel() - numel_).zero_();
+  return flat;
+}
+
 void FlatParamUnit::ReduceGrad(const at::Tensor& full_grad) {
   TORCH_CHECK(!frozen(), "ReduceGrad: unit ", name_, " is frozen");
   at::Tensor g = full_grad.to(at::kFloat).contiguous();

@@ -66,6 +66,10 @@ class FlatParamUnit {
   std::function<void()> GatherIntoAsync(const at::Tensor& full) const;
   // Views of a gathered flat vector, shaped like the specs.
   std::vector<at::Tensor> Views(const at::Tensor& full) const;
+  // The flat gradient (padded_numel elements of `dtype`) made of one gradient per spec, in Views'
+  // order (undefined: zero). Written once, where autograd differentiating through the views of one
+  // flat tensor would zero-fill and add a whole unit-sized tensor per view.
+  at::Tensor FlatGradient(const std::vector<at::Tensor>& grads, at::ScalarType dtype) const;
   // Collective. grad() += this rank's slice of the sum over ranks of `full_grad`.
   void ReduceGrad(const at::Tensor& full_grad);
   void ZeroGrad() {

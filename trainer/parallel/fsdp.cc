@@ -45,9 +45,14 @@ using torch::autograd::variable_list;
 int64_t Pack(LayerCall* call) { return reinterpret_cast<int64_t>(call); }
 LayerCall* Unpack(AutogradContext* ctx) { return reinterpret_cast<LayerCall*>(ctx->saved_data["call"].toInt()); }
 
+at::Tensor LayerForward(const LayerCall& call, const std::vector<at::Tensor>& params, const at::Tensor& adapter,
+                        const at::Tensor& hidden) {
+  return (*call.layer)(call.index, params, adapter, hidden);
+}
+
 at::Tensor LayerForward(const LayerCall& call, const at::Tensor& full, const at::Tensor& adapter,
                         const at::Tensor& hidden) {
-  return (*call.layer)(call.index, full, adapter, hidden);
+  return LayerForward(call, call.unit->Views(full), adapter, hidden);
 }
 
 void StartPrefetch(LayerCall* call) {
@@ -98,21 +103,33 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     // Under LoRA the first layer's input (the frozen embedding's output) needs no gradient.
     const bool input_grad = ctx->needs_input_grad(0);
     at::Tensor hidden = ctx->get_saved_variables()[0].detach().requires_grad_(input_grad);
-    // Under LoRA the base weights are frozen: no gradient for them is even computed.
+    // Under LoRA the base weights are frozen: no gradient for them is even computed. Otherwise each
+    // parameter is a leaf of its own (FlatGradient).
     const bool lora = call->adapter != nullptr;
-    at::Tensor full = TakeGathered(call).detach().requires_grad_(!lora);
+    std::vector<at::Tensor> params = call->unit->Views(TakeGathered(call));
+    if (!lora) {
+      for (at::Tensor& p : params) p = p.detach().requires_grad_(true);
+    }
     at::Tensor adapter = lora ? call->adapter_full.detach().requires_grad_(true) : at::Tensor();
     StartPrefetch(call->prev);  // backward walks the layers in reverse
     at::Tensor out;
     {
       at::AutoGradMode enable(true);
-      out = LayerForward(*call, full, adapter, hidden);
+      out = LayerForward(*call, params, adapter, hidden);
     }
-    const at::Tensor& trained = lora ? adapter : full;
-    variable_list g = input_grad ? torch::autograd::grad({out}, {hidden, trained}, {grads[0]})
-                                 : variable_list{at::Tensor(), torch::autograd::grad({out}, {trained}, {grads[0]})[0]};
-    call->fsdp->AddGrad(call->index, g[1]);
-    return {g[0], at::Tensor(), at::Tensor()};
+    variable_list inputs;
+    if (input_grad) inputs.push_back(hidden);
+    if (lora) {
+      inputs.push_back(adapter);
+    } else {
+      inputs.insert(inputs.end(), params.begin(), params.end());
+    }
+    variable_list g = torch::autograd::grad({out}, inputs, {grads[0]}, std::nullopt, /*create_graph=*/false,
+                                            /*allow_unused=*/true);
+    const size_t first = input_grad ? 1 : 0;
+    call->fsdp->AddGrad(call->index, lora ? g[first]
+                                          : call->unit->FlatGradient({g.begin() + first, g.end()}, call->dtype));
+    return {input_grad ? g[0] : at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -129,22 +146,23 @@ void AllocateStorage(const at::Tensor& t) {
   s->set_nbytes(bytes);
 }
 
-// Without checkpointing: the gathered flat parameter is an autograd node of its own, so the
-// gradient of every view of it arrives here, summed, once the layer's backward is done.
+// Without checkpointing: the gathered parameters (views of call->full) are the outputs of an
+// autograd node of its own, so each one's gradient arrives here once the layer's backward is done.
 class GatheredParams : public torch::autograd::Function<GatheredParams> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& token, int64_t packed) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& token, int64_t packed) {
     LayerCall* call = reinterpret_cast<LayerCall*>(packed);
     ctx->saved_data["call"] = packed;
     at::Tensor full = TakeGathered(call);
     StartPrefetch(call->next);
     // Kept parameters are reused by later micro-batches: hand autograd a tensor of its own.
-    return call->kept != nullptr ? full.detach() : full;
+    call->full = call->kept != nullptr ? full.detach() : full;
+    return call->unit->Views(call->full);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     LayerCall* call = Unpack(ctx);
-    call->fsdp->AddGrad(call->index, grads[0]);
+    call->fsdp->AddGrad(call->index, call->unit->FlatGradient(grads, call->dtype));
     // The layer's backward, the last reader, has finished.
     if (call->kept == nullptr) FreeStorage(call->full);
     return {at::Tensor(), at::Tensor()};
@@ -187,18 +205,22 @@ std::vector<FlatParamUnit*> Fsdp::trainable_units() {
   return out;
 }
 
-const at::Tensor& Fsdp::BeginStep(int64_t micro_batches) {
+const std::vector<at::Tensor>& Fsdp::BeginStep(int64_t micro_batches) {
   micro_batches_ = std::max<int64_t>(1, micro_batches);
   micro_index_ = 0;
   KeptUnit& root = kept_[0];
   if (Keeps() && root.params.defined()) {
     if (root.gathering) std::exchange(root.gathering, nullptr)();
-    root_full_ = root.params.detach().requires_grad_(!lora());
+    root_full_ = root.params.detach();
   } else {
-    root_full_ = units_[0]->Gather(options_.compute_dtype).requires_grad_(!lora());
-    if (Keeps()) root.params = root_full_.detach();
+    root_full_ = units_[0]->Gather(options_.compute_dtype);
+    if (Keeps()) root.params = root_full_;
   }
-  return root_full_;
+  root_params_ = units_[0]->Views(root_full_);
+  if (!lora()) {
+    for (at::Tensor& p : root_params_) p = p.detach().requires_grad_(true);
+  }
+  return root_params_;
 }
 
 void Fsdp::BeginMicroBatch() {
@@ -214,8 +236,9 @@ void Fsdp::EndMicroBatch() {
       for (auto it = calls_.rbegin(); it != calls_.rend(); ++it) AddGrad((*it)->index, (*it)->adapter_full.grad());
     }
   } else {
-    AddGrad(0, root_full_.grad());
-    root_full_.mutable_grad() = at::Tensor();
+    std::vector<at::Tensor> grads;
+    for (at::Tensor& p : root_params_) grads.push_back(std::exchange(p.mutable_grad(), at::Tensor()));
+    AddGrad(0, units_[0]->FlatGradient(grads, options_.compute_dtype));
   }
   // A micro-batch's reductions end with it under kFull; the strategies that keep parameters sum
   // gradients whole and reduce them during the last micro-batch, finished by EndStep.
@@ -225,6 +248,7 @@ void Fsdp::EndMicroBatch() {
 
 void Fsdp::EndStep() {
   FinishReduces(0);
+  root_params_.clear();
   root_full_ = at::Tensor();
   for (KeptUnit& k : kept_) {
     k.grad_sum = at::Tensor();
@@ -338,12 +362,12 @@ at::Tensor Fsdp::RunLayers(at::Tensor hidden, bool with_grad, LayerFn layer) {
       StartPrefetch(call->next);
       hidden = LayerForward(*call, full, call->adapter_full, hidden);
     } else if (call->kept != nullptr) {
-      call->full = GatheredParams::apply(grad_token_, Pack(call));
-      hidden = LayerForward(*call, call->full, call->adapter_full, hidden);
+      hidden = LayerForward(*call, GatheredParams::apply(grad_token_, Pack(call)), call->adapter_full, hidden);
     } else {
       const at::Tensor input = hidden;
+      std::vector<at::Tensor> params;
       if (call->adapter == nullptr) {
-        call->full = GatheredParams::apply(grad_token_, Pack(call));
+        params = GatheredParams::apply(grad_token_, Pack(call));  // sets call->full
       } else {
         // Frozen weights need no autograd node (which would compute their gradient). Their storage
         // is freed again once its last readers, the base matmuls' input gradients, have run: by the
@@ -357,8 +381,9 @@ at::Tensor Fsdp::RunLayers(at::Tensor hidden, bool with_grad, LayerFn layer) {
         };
         call->adapter_full.register_hook(arrived);
         if (input.requires_grad()) input.register_hook(arrived);
+        params = call->unit->Views(call->full);
       }
-      hidden = LayerForward(*call, call->full, call->adapter_full, hidden);
+      hidden = LayerForward(*call, params, call->adapter_full, hidden);
       // The layer's saved tensors still view call->full: free its memory now and refill it just
       // before autograd runs this layer's backward.
       FreeStorage(call->full);

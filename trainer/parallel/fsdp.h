@@ -62,12 +62,12 @@ struct ShardingOptions {
 
 class Fsdp {
  public:
-  // Layer `index` (1..L) of the model on `hidden`: `params` is the unit's whole flat vector in the
-  // compute dtype, `adapters` its LoRA unit's whole fp32 vector (undefined without LoRA). Called
-  // again in backward when activation checkpointing recomputes the layer, so it must be a pure
-  // function of its arguments and of what it captured for the micro-batch.
-  using LayerFn = std::function<at::Tensor(size_t index, const at::Tensor& params, const at::Tensor& adapters,
-                                           const at::Tensor& hidden)>;
+  // Layer `index` (1..L) of the model on `hidden`: `params` are the unit's whole parameters in the
+  // compute dtype (FlatParamUnit::Views' order), `adapters` its LoRA unit's whole fp32 flat vector
+  // (undefined without LoRA). Called again in backward when activation checkpointing recomputes the
+  // layer, so it must be a pure function of its arguments and of what it captured for the micro-batch.
+  using LayerFn = std::function<at::Tensor(size_t index, const std::vector<at::Tensor>& params,
+                                           const at::Tensor& adapters, const at::Tensor& hidden)>;
 
   // `adapters`: empty (full fine-tuning), or one per unit with none (null) for the root.
   Fsdp(std::vector<std::unique_ptr<FlatParamUnit>> units, std::vector<std::unique_ptr<FlatParamUnit>> adapters,
@@ -84,9 +84,10 @@ class Fsdp {
   // The units the optimizer updates: the adapters under LoRA, else all units.
   std::vector<FlatParamUnit*> trainable_units();
 
-  // Collective: the step's root, whole in the compute dtype (an autograd leaf unless frozen), for
-  // `micro_batches` micro-batches (the same number on every rank).
-  const at::Tensor& BeginStep(int64_t micro_batches);
+  // Collective: the step's root parameters, whole in the compute dtype (FlatParamUnit::Views' order;
+  // each an autograd leaf unless frozen), for `micro_batches` micro-batches (the same number on
+  // every rank).
+  const std::vector<at::Tensor>& BeginStep(int64_t micro_batches);
   // Before a micro-batch's forward: refuses more micro-batches than BeginStep announced.
   void BeginMicroBatch();
   // Collective: the layers on `hidden`, in order. with_grad: for a backward that ends before the
@@ -140,7 +141,8 @@ class Fsdp {
   std::vector<KeptUnit> kept_;  // by unit index; used under kGradOp/kNoShard
   std::vector<PendingReduce> reducing_;
   int64_t micro_batches_ = 1, micro_index_ = 0;
-  at::Tensor root_full_;   // the gathered root during a step (autograd leaf unless frozen)
+  at::Tensor root_full_;                 // the gathered root during a step
+  std::vector<at::Tensor> root_params_;  // its parameters, each a leaf of its own (FlatGradient)
   at::Tensor grad_token_;  // a leaf that makes autograd call the parameter-gather functions
   LayerFn layer_;          // the last RunLayers' layer function, which its backward calls again
   // The current micro-batch's layer calls: autograd functions and hooks point into them until the

@@ -85,8 +85,7 @@ Status ShardedLlama::InitFrom(const std::function<Result<at::Tensor>(const Param
 }
 
 void ShardedLlama::BeginStep(int64_t micro_batches) {
-  const at::Tensor& root_full = fsdp_.BeginStep(micro_batches);
-  root_ = BindRoot(config_, fsdp_.units()[0]->Views(root_full));
+  root_ = BindRoot(config_, fsdp_.BeginStep(micro_batches));
 }
 
 void ShardedLlama::EndStep() {
@@ -95,9 +94,9 @@ void ShardedLlama::EndStep() {
 }
 
 Fsdp::LayerFn ShardedLlama::Layers(const AttentionContext& ctx, std::vector<at::Tensor> dropout_row_seeds) {
-  return [this, &ctx, seeds = std::move(dropout_row_seeds)](size_t index, const at::Tensor& params,
+  return [this, &ctx, seeds = std::move(dropout_row_seeds)](size_t index, const std::vector<at::Tensor>& params,
                                                              const at::Tensor& adapters, const at::Tensor& hidden) {
-    const LayerWeights w = BindLayer(config_, fsdp_.units()[index]->Views(params));
+    const LayerWeights w = BindLayer(config_, params);
     if (!lora_.enabled) return DecoderLayer(config_, w, hidden, ctx);
     LayerLora lora = BindLora(lora_.modules, fsdp_.adapters()[index]->Views(adapters));
     lora.scale = lora_.scale;
