@@ -51,6 +51,13 @@ class FieldReader {
     if (required && out->empty()) Fail(std::string("\"") + key + "\" is empty");
   }
 
+  void Bool(const char* key, bool* out) {
+    auto it = doc_.find(key);
+    if (it == doc_.end() || it->is_null()) return;
+    if (!it->is_boolean()) return Fail(std::string("\"") + key + "\" is not a boolean");
+    *out = it->get<bool>();
+  }
+
   Status status() const { return status_; }
 
  private:
@@ -81,6 +88,7 @@ ExitClass ClassifyExit(int exit_code, int signal) {
     case ToInt(ExitCode::kBadInput): return ExitClass::kBadInput;
     case ToInt(ExitCode::kStoppedOnRequest): return ExitClass::kStopped;
     case ToInt(ExitCode::kRendezvousPortBusy): return ExitClass::kPortBusy;
+    case ToInt(ExitCode::kStorageFull): return ExitClass::kStorageFull;
     default: return ExitClass::kFailed;
   }
 }
@@ -91,6 +99,7 @@ const char* ExitClassName(ExitClass c) {
     case ExitClass::kBadInput: return "bad_input";
     case ExitClass::kStopped: return "stopped";
     case ExitClass::kPortBusy: return "port_busy";
+    case ExitClass::kStorageFull: return "storage_full";
     case ExitClass::kFailed: return "failed";
     case ExitClass::kSignal: return "signal";
   }
@@ -103,6 +112,7 @@ const char* ExitCodeMeaning(int exit_code) {
     case ToInt(ExitCode::kBadInput): return "bad configuration or input";
     case ToInt(ExitCode::kStoppedOnRequest): return "stopped after saving a checkpoint";
     case ToInt(ExitCode::kRendezvousPortBusy): return "rendezvous port busy";
+    case ToInt(ExitCode::kStorageFull): return "checkpoint storage full";
     default: return "failed";
   }
 }
@@ -122,6 +132,7 @@ std::string EventTypeName(const Event& event) {
                         [](const StepEvent&) { return std::string("step"); },
                         [](const CheckpointEvent&) { return std::string("checkpoint"); },
                         [](const CheckpointDeletedEvent&) { return std::string("checkpoint_deleted"); },
+                        [](const CheckpointFailedEvent&) { return std::string("checkpoint_failed"); },
                         [](const ResumedEvent&) { return std::string("resumed"); },
                         [](const FinishedEvent&) { return std::string("finished"); },
                         [](const MemoryEvent&) { return std::string("memory"); },
@@ -158,6 +169,14 @@ std::string EncodeEvent(const Event& event) {
                    if (e.stall_seconds >= 0) doc["stall_seconds"] = e.stall_seconds;
                  },
                  [&](const CheckpointDeletedEvent& e) { doc.update({{"path", e.path}, {"reason", e.reason}}); },
+                 [&](const CheckpointFailedEvent& e) {
+                   doc.update({{"kind", e.kind},
+                               {"step", e.step},
+                               {"reason", TruncateUtf8(e.reason, kMaxErrorMessageBytes)},
+                               {"consecutive", e.consecutive},
+                               {"storage_full", e.storage_full},
+                               {"freed", e.freed}});
+                 },
                  [&](const ResumedEvent& e) {
                    doc.update({{"step", e.step},
                                {"kind", e.kind},
@@ -229,6 +248,15 @@ Result<Event> DecodeEvent(std::string_view line) {
     CheckpointDeletedEvent e;
     r.String("path", &e.path, /*required=*/true);
     r.String("reason", &e.reason);
+    out = e;
+  } else if (type == "checkpoint_failed") {
+    CheckpointFailedEvent e;
+    r.String("kind", &e.kind);
+    r.Number("step", &e.step, /*required=*/true);
+    r.String("reason", &e.reason);
+    r.Number("consecutive", &e.consecutive);
+    r.Bool("storage_full", &e.storage_full);
+    r.Number("freed", &e.freed);
     out = e;
   } else if (type == "resumed") {
     ResumedEvent e;

@@ -33,18 +33,23 @@ enum class ExitCode : int {
   // Rank 0 could not listen on MASTER_PORT because another program holds it. Nothing is wrong with
   // the job: the controller retries at once on another port, without counting a restart.
   kRendezvousPortBusy = 76,
+  // The checkpoint storage is full (ENOSPC, a quota, a file size limit) and saving failed even after
+  // freeing what retention allows: a restart would fail the same way, so the job fails with the
+  // reason instead, its newest committed checkpoint kept for a resume once space is freed.
+  kStorageFull = 77,
 };
 
 constexpr int ToInt(ExitCode code) { return static_cast<int>(code); }
 
 // How a rank ended, as the small fixed set metrics and the controller's policy use.
-enum class ExitClass { kSuccess, kBadInput, kStopped, kPortBusy, kFailed, kSignal };
-inline constexpr ExitClass kAllExitClasses[] = {ExitClass::kSuccess,  ExitClass::kBadInput, ExitClass::kStopped,
-                                                ExitClass::kPortBusy, ExitClass::kFailed,   ExitClass::kSignal};
+enum class ExitClass { kSuccess, kBadInput, kStopped, kPortBusy, kStorageFull, kFailed, kSignal };
+inline constexpr ExitClass kAllExitClasses[] = {ExitClass::kSuccess,     ExitClass::kBadInput, ExitClass::kStopped,
+                                                ExitClass::kPortBusy,    ExitClass::kStorageFull,
+                                                ExitClass::kFailed,      ExitClass::kSignal};
 
 // `signal` != 0 means the rank was killed by that signal (its exit code is then meaningless).
 ExitClass ClassifyExit(int exit_code, int signal);
-// "success", "bad_input", "stopped", "port_busy", "failed", "signal": label values of the worker's
+// "success", "bad_input", "stopped", "port_busy", "storage_full", "failed", "signal": label values of the worker's
 // metrics.
 const char* ExitClassName(ExitClass c);
 // For messages: "bad configuration or input", "stopped after saving a checkpoint", ...
@@ -112,6 +117,17 @@ struct CheckpointEvent {
   double stall_seconds = -1;  // how long the step loop waited for it; < 0: not reported
 };
 
+// A save failed and nothing of it was committed (rank 0): its partial files are removed, training
+// goes on from the previous checkpoint until kMaxConsecutiveFailedSaves in a row stop it.
+struct CheckpointFailedEvent {
+  std::string kind = "sharded";  // sharded | full
+  int64_t step = 0;
+  std::string reason;       // the error, e.g. "... No space left on device"
+  int64_t consecutive = 1;  // failed saves in a row, this one included
+  bool storage_full = false;  // ENOSPC, a quota or a file size limit
+  int64_t freed = 0;        // older checkpoints deleted to make room (storage_full only)
+};
+
 // Retention deleted a checkpoint that an earlier CheckpointEvent reported.
 struct CheckpointDeletedEvent {
   std::string path;
@@ -173,10 +189,10 @@ struct EvalEvent {
 
 using Event = std::variant<StepEvent, CheckpointEvent, CheckpointDeletedEvent, ResumedEvent, FinishedEvent,
                            MemoryEvent, ErrorEvent, NoValidCheckpointEvent, UnknownEvent,
-                           EvalEvent>;
+                           EvalEvent, CheckpointFailedEvent>;
 
 // The "event" value of each type: "step", "checkpoint", "checkpoint_deleted", "resumed", "finished",
-// "memory", "error", "no_valid_checkpoint", "eval" (an UnknownEvent's own type).
+// "memory", "error", "no_valid_checkpoint", "eval", "checkpoint_failed" (an UnknownEvent's own type).
 std::string EventTypeName(const Event& event);
 
 // One line of JSON, without the newline. Optional fields that are "not reported" are left out; an

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/logging.h"
+#include "controller/rank_events.h"
 #include "controller/wire.h"
 #include "spec/job_spec.h"
 
@@ -74,6 +75,7 @@ Status Controller::Load() {
     for (const auto& e : j.events) {
       if (auto r = ResizeReasonOf(e)) ++j.resizes[static_cast<size_t>(*r)];
       if (e.type == kPreemptedEvent) ++j.preemptions;
+      if (e.type == kCheckpointFailedEvent) ++j.checkpoint_failures;
     }
     j.spec_json = eft::spec::JobSpecToJson(j.rec.spec).dump();
     if (j.active() && j.current()) {
@@ -161,6 +163,7 @@ Status Controller::Apply(JobEntry& job, JobChange change) {
   for (const auto& e : change.events) {
     if (auto r = ResizeReasonOf(e)) ++job.resizes[static_cast<size_t>(*r)];
     if (e.type == kPreemptedEvent) ++job.preemptions;
+    if (e.type == kCheckpointFailedEvent) ++job.checkpoint_failures;
   }
   job.events.insert(job.events.end(), change.events.begin(), change.events.end());
   job.rec = std::move(change.rec);
@@ -415,6 +418,7 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
     }
     v.resizes = j.resizes;
     v.preemptions = j.preemptions;
+    v.checkpoint_failures = j.checkpoint_failures;
   }
   const SteadyTime now = clock_->Now();
   for (const auto& [name, n] : nodes_) {

@@ -70,6 +70,7 @@ struct ControllerSnapshot {
     // Planned resizes by reason (index: ResizeReason), from the job's `resized` events.
     std::array<int64_t, kResizeReasons.size()> resizes{};
     int64_t preemptions = 0;  // from the job's `preempted` events
+    int64_t checkpoint_failures = 0;  // from the job's `checkpoint_failed` events
   };
   struct Node {
     std::string name;
@@ -171,6 +172,7 @@ class Controller {
     // Planned resizes by reason (index: ResizeReason), counted from `resized` events.
     std::array<int64_t, kResizeReasons.size()> resizes{};
     int64_t preemptions = 0;  // counted from `preempted` events
+    int64_t checkpoint_failures = 0;  // counted from `checkpoint_failed` events
     // The current attempt has not reported a step yet: its nodes keep fast heartbeats (pace.cc).
     bool awaiting_first_step = false;
     // Why the job last did not grow although a node was free, so it is logged once, not every pass.

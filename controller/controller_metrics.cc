@@ -215,6 +215,10 @@ Status ControllerMetrics::RegisterAll() {
                                 "Times the whole job was stopped with a checkpoint and queued again for a job of "
                                 "higher priority.",
                                 always([](const Job& j) { return double(j.preemptions); })));
+  EFT_RETURN_IF_ERROR(AddPerJob(kCounter, "eft_job_checkpoint_failures_total",
+                                "Checkpoint saves of the job that failed and were not committed (a full disk, a "
+                                "write error); each is also a checkpoint_failed job event.",
+                                always([](const Job& j) { return double(j.checkpoint_failures); })));
   EFT_RETURN_IF_ERROR(AddPerJob(kCounter, "eft_job_checkpoints_total", "Checkpoints the job's ranks reported.",
                                 always([](const Job& j) { return double(j.checkpoints); })));
   EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_checkpoint_bytes", "Size of the job's newest checkpoint.",

@@ -494,6 +494,14 @@ void Controller::OnRankExitLocked(JobEntry& j, int rank, const v1::RankStatus& s
                                     j.current()->nodes.front() + "; retrying on another port)" + said,
                              Outcome::kRestart);
       return;
+    case rank::ExitClass::kStorageFull:
+      // The checkpoint storage is full even after the rank freed what retention allows: a restart
+      // would fail the same way (and lose the steps since the last checkpoint again).
+      (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(code) + " (" + rank::ExitCodeMeaning(code) +
+                                    ": free space or point checkpoint.dir elsewhere, then resubmit; the newest "
+                                    "committed checkpoint is kept)" + said,
+                             Outcome::kFailed);
+      return;
     case rank::ExitClass::kFailed:
       break;
   }

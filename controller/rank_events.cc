@@ -49,6 +49,15 @@ RankEventEffect InterpretRankEvent(const v1::RankEvent& ev, int current_attempt)
           out.kind = RankEventEffect::Kind::kForgetCheckpoint;
           out.checkpoint.job_id = ev.key().job_id();
           out.checkpoint.path = e.path;
+        } else if constexpr (std::is_same_v<T, rank::CheckpointFailedEvent>) {
+          out.kind = RankEventEffect::Kind::kJobEvent;
+          out.event_type = kCheckpointFailedEvent;
+          out.message = e.kind + " checkpoint at step " + std::to_string(e.step) + " failed (" +
+                        std::to_string(e.consecutive) + " in a row" +
+                        (e.storage_full ? std::string(", storage full") : std::string()) +
+                        (e.freed > 0 ? ", " + std::to_string(e.freed) + " older checkpoint(s) deleted to make room"
+                                     : std::string()) +
+                        "): " + e.reason;
         } else if constexpr (std::is_same_v<T, rank::ErrorEvent>) {
           if (!current) return;
           out.kind = RankEventEffect::Kind::kRankError;

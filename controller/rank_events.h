@@ -12,6 +12,10 @@
 
 namespace eft::controller {
 
+// The job event a failed checkpoint save becomes (rank::CheckpointFailedEvent); counted by
+// eft_job_checkpoint_failures_total.
+inline constexpr const char* kCheckpointFailedEvent = "checkpoint_failed";
+
 struct RankEventEffect {
   enum class Kind {
     kIgnore,            // nothing to do (`problem` says why when the line was malformed)

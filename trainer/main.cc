@@ -66,6 +66,8 @@ int ExitFor(const Status& s) {
   switch (s.code()) {
     case StatusCode::kAlreadyExists:  // only the rendezvous port (CreateCommunicator)
       return kExitPortBusy;
+    case StatusCode::kResourceExhausted:  // only a full checkpoint storage (Checkpointer)
+      return rank::ToInt(rank::ExitCode::kStorageFull);
     case StatusCode::kInvalidArgument:
     case StatusCode::kNotFound:
     case StatusCode::kFailedPrecondition:

@@ -25,6 +25,17 @@ Status WriteStateFile(const std::string& dir, const TrainerState& state) {
   return WriteFileDurably(dir + "/" + kStateFile, state.ToJson().dump(2) + "\n");
 }
 
+// The write errors no retry fixes while the storage stays as it is: the file system is full, a quota
+// is reached, or a file size limit (ulimit -f) refuses the write. Our I/O layer puts strerror's text
+// (glibc's, C locale) in every write error's message.
+bool IsStorageFull(const Status& s) {
+  if (s.ok()) return false;
+  for (const char* text : {"No space left on device", "Disk quota exceeded", "File too large"}) {
+    if (s.message().find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(CheckpointPolicy policy, Communicator* comm, ShardedLlama* model, AdamW* optimizer,
@@ -105,17 +116,18 @@ Result<bool> Checkpointer::Poll(bool stop_requested_here, bool wait) {
   if (pending_ && wait && writer_.joinable()) writer_.join();
   const bool done = !pending_ || writer_done_.load();
   const bool failed = pending_ && done && !writer_status_.ok();
-  // [stop, done, failed, then per rank: its shard's CRC-32C and size] summed over ranks. Doubles
-  // hold both exactly (< 2^53).
+  // [stop, done, failed, storage full, then per rank: its shard's CRC-32C and size] summed over
+  // ranks. Doubles hold both exactly (< 2^53).
   const int world = comm_->world();
-  at::Tensor flags = at::zeros({3 + 2 * world}, at::kDouble);
+  at::Tensor flags = at::zeros({4 + 2 * world}, at::kDouble);
   double* f = flags.data_ptr<double>();
   f[0] = stop_requested_here ? 1 : 0;
   f[1] = done ? 1 : 0;
   f[2] = failed ? 1 : 0;
+  f[3] = failed && IsStorageFull(writer_status_) ? 1 : 0;
   if (pending_ && done && !failed && !writer_files_.empty()) {
-    f[3 + 2 * comm_->rank()] = writer_files_.front().crc32c;
-    f[4 + 2 * comm_->rank()] = static_cast<double>(writer_files_.front().bytes);
+    f[4 + 2 * comm_->rank()] = writer_files_.front().crc32c;
+    f[5 + 2 * comm_->rank()] = static_cast<double>(writer_files_.front().bytes);
   }
   comm_->AllReduceSum(flags);
   f = flags.data_ptr<double>();
@@ -125,20 +137,66 @@ Result<bool> Checkpointer::Poll(bool stop_requested_here, bool wait) {
     pending_ = false;
     if (f[2] > 0) {
       if (!writer_status_.ok()) EFT_LOG(ERROR) << "checkpoint at step " << pending_step_ << " failed: " << writer_status_;
+      const int failed_ranks = static_cast<int>(f[2]);
+      const std::string reason =
+          !writer_status_.ok() ? writer_status_.message()
+                               : std::to_string(failed_ranks) + " rank(s) could not write their files (their logs say why)";
+      EFT_RETURN_IF_ERROR(SaveFailed("sharded", pending_step_, reason, f[3] > 0));
+    } else {
+      Status s;
       if (comm_->rank() == 0) {
-        EFT_LOG(ERROR) << "checkpoint at step " << pending_step_ << " not committed: a rank could not write its files";
+        std::vector<ManifestFile> files;
+        for (int r = 0; r < world; ++r) {
+          files.push_back(
+              {ShardFileName(r, world), static_cast<int64_t>(f[5 + 2 * r]), static_cast<uint32_t>(f[4 + 2 * r])});
+        }
+        files.push_back(writer_files_.back());  // trainer_state.json
+        s = Commit(pending_step_, "sharded", files, writer_seconds_, pending_stall_);
+        if (!s.ok()) EFT_LOG(ERROR) << "checkpoint at step " << pending_step_ << " not committed: " << s;
       }
-    } else if (comm_->rank() == 0) {
-      std::vector<ManifestFile> files;
-      for (int r = 0; r < world; ++r) {
-        files.push_back({ShardFileName(r, world), static_cast<int64_t>(f[4 + 2 * r]), static_cast<uint32_t>(f[3 + 2 * r])});
-      }
-      files.push_back(writer_files_.back());  // trainer_state.json
-      Status s = Commit(pending_step_, "sharded", files, writer_seconds_, pending_stall_);
-      if (!s.ok()) EFT_LOG(ERROR) << "checkpoint at step " << pending_step_ << " not committed: " << s;
+      // Every rank's files were written: the streak of failures ends. Only rank 0 commits, so
+      // only it knows when that fails: it reports and cleans up, but cannot stop the other ranks
+      // (the streak counts the failures all ranks saw).
+      consecutive_failures_ = 0;
+      if (!s.ok()) ReportFailedSave("sharded", pending_step_, s.message(), IsStorageFull(s), 1);
     }
   }
   return stop;
+}
+
+int64_t Checkpointer::ReportFailedSave(const std::string& kind, int64_t step, const std::string& reason,
+                                       bool storage_full, int consecutive) {
+  if (comm_->rank() != 0) return 0;
+  EFT_LOG(ERROR) << kind << " checkpoint at step " << step << " not committed (" << consecutive
+                 << " failed in a row): " << reason;
+  // Every rank is done with it: nothing half written may stay to be mistaken for a checkpoint.
+  std::error_code ec;
+  fs::remove_all(DirFor(step, true), ec);
+  int64_t freed = 0;
+  if (storage_full) {
+    // What no resume needs: every committed checkpoint but the newest (and keep_best's).
+    auto deleted = ApplyRetention(policy_.root, 1, policy_.keep_best ? BestEvaluatedCheckpoint(policy_.root) : "");
+    if (deleted.ok()) {
+      for (const auto& path : *deleted) {
+        if (fs::path(path).filename().string().find('.') != std::string::npos) continue;  // leftovers
+        ++freed;
+        events_->Emit(rank::CheckpointDeletedEvent{path, "storage full: room for the next checkpoint"});
+      }
+      if (freed > 0) EFT_LOG(WARNING) << "storage full: deleted " << freed << " older checkpoint(s) to make room";
+    }
+  }
+  events_->Emit(rank::CheckpointFailedEvent{kind, step, reason, consecutive, storage_full, freed});
+  return freed;
+}
+
+Status Checkpointer::SaveFailed(const std::string& kind, int64_t step, const std::string& reason, bool storage_full) {
+  ++consecutive_failures_;
+  ReportFailedSave(kind, step, reason, storage_full, consecutive_failures_);
+  if (consecutive_failures_ < kMaxConsecutiveFailedSaves) return Status::Ok();
+  const std::string what = std::to_string(consecutive_failures_) + " checkpoints in a row failed (the last at step " +
+                           std::to_string(step) + ": " + reason + "); stopping rather than training on without one";
+  return storage_full ? Status::ResourceExhausted("checkpoint storage " + policy_.root + " is full: " + what)
+                      : Status::IoError(what);
 }
 
 Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::vector<ManifestFile>& files,
@@ -173,8 +231,38 @@ Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::ve
   return Status::Ok();
 }
 
-Status Checkpointer::SaveFull(const TrainerState& state) {
+Status Checkpointer::SaveFull(const TrainerState& state, bool final) {
   EFT_RETURN_IF_ERROR(Poll(false, /*wait=*/true).status());
+  Status s = WriteFull(state);
+  if (s.ok()) {
+    consecutive_failures_ = 0;
+    return Status::Ok();
+  }
+  // Every rank knows, and agrees on whether the storage is full and whether rank 0 made room.
+  bool storage_full = s.code() == StatusCode::kResourceExhausted;
+  ++consecutive_failures_;
+  at::Tensor freed = at::tensor(
+      {static_cast<double>(ReportFailedSave("full", state.step, s.message(), storage_full, consecutive_failures_))},
+      at::kDouble);
+  comm_->AllReduceSum(freed);
+  if (storage_full && freed.item<double>() > 0) {
+    Status again = WriteFull(state);
+    if (again.ok()) {
+      consecutive_failures_ = 0;
+      return Status::Ok();
+    }
+    storage_full = again.code() == StatusCode::kResourceExhausted;
+    ++consecutive_failures_;
+    ReportFailedSave("full", state.step, again.message(), storage_full, consecutive_failures_);
+    s = again;
+  }
+  if (!final && consecutive_failures_ < kMaxConsecutiveFailedSaves) return Status::Ok();  // training goes on
+  const std::string what = "full checkpoint at step " + std::to_string(state.step) + " failed: " + s.message();
+  return storage_full ? Status::ResourceExhausted("checkpoint storage " + policy_.root + " is full: " + what)
+                      : Status::IoError(what);
+}
+
+Status Checkpointer::WriteFull(const TrainerState& state) {
   const double t0 = Now();
   const std::string tmp = DirFor(state.step, true);
   const bool writer = comm_->rank() == 0;
@@ -210,14 +298,19 @@ Status Checkpointer::SaveFull(const TrainerState& state) {
   StallIfAsked("save");
   // Everyone learns whether the writer succeeded before it commits, so no rank goes on believing a
   // checkpoint exists that does not.
-  at::Tensor failed = at::tensor({s.ok() ? 0.0 : 1.0}, at::kDouble);
+  at::Tensor failed = at::tensor({s.ok() ? 0.0 : 1.0, IsStorageFull(s) ? 1.0 : 0.0}, at::kDouble);
   comm_->AllReduceSum(failed);
-  if (failed.item<double>() > 0) {
-    return s.ok() ? Status::IoError("full checkpoint at step " + std::to_string(state.step) + " failed on rank 0")
-                  : s.WithContext("full checkpoint at step " + std::to_string(state.step));
+  if (failed[0].item<double>() > 0) {
+    const std::string reason = s.ok() ? "another rank could not write its part (its log says why)" : s.message();
+    return failed[1].item<double>() > 0 ? Status::ResourceExhausted(reason) : Status::IoError(reason);
   }
-  if (!writer) return Status::Ok();
-  return Commit(state.step, "full", files, Now() - t0, Now() - t0);
+  // Rank 0 commits alone; what it finds is shared, so every rank agrees the save failed or not.
+  Status committed = writer ? Commit(state.step, "full", files, Now() - t0, Now() - t0) : Status::Ok();
+  at::Tensor commit_failed = at::tensor({committed.ok() ? 0.0 : 1.0, IsStorageFull(committed) ? 1.0 : 0.0}, at::kDouble);
+  comm_->AllReduceSum(commit_failed);
+  if (commit_failed[0].item<double>() == 0) return Status::Ok();
+  const std::string reason = committed.ok() ? "rank 0 could not commit it (its log says why)" : committed.message();
+  return commit_failed[1].item<double>() > 0 ? Status::ResourceExhausted(reason) : Status::IoError(reason);
 }
 
 Result<std::optional<TrainerState>> Checkpointer::Resume(const std::string& resume_from, const nlohmann::json& compat) {

@@ -11,6 +11,14 @@
 // does not exist. Full checkpoints (a Hugging Face directory plus optimizer state) are synchronous.
 // Every committed checkpoint is reported as an event, and retention keeps the newest keep_last.
 //
+// A save that fails (a write error, a full disk) is never committed: its step-N.tmp is removed, a
+// CheckpointFailedEvent says why, and training goes on from the previous checkpoint. When the storage
+// is full (ENOSPC, a quota, a file size limit), rank 0 first deletes every committed checkpoint but
+// the newest (and keep_best's), which no resume needs, and a failed full save is tried once more.
+// kMaxConsecutiveFailedSaves failures in a row stop the run rather than train on for hours without a
+// checkpoint: ResourceExhausted when the storage is full (the job fails: a restart cannot fix it),
+// else IoError (retryable). docs/checkpoints.md, "When a save fails".
+//
 // Collective methods must be called by every rank in the same order.
 #pragma once
 
@@ -33,6 +41,8 @@ namespace eft::trainer {
 
 // spec.checkpoint, filled by BuildCheckpointPolicy (trainer/train/build.h) and nowhere else: the spec
 // owns the defaults, so none are repeated here (value-initialise: CheckpointPolicy{} is all off).
+inline constexpr int kMaxConsecutiveFailedSaves = 3;
+
 struct CheckpointPolicy {
   std::string root;            // checkpoint.dir; empty: no checkpoints
   int64_t every_steps;         // sharded; 0: never
@@ -64,8 +74,9 @@ class Checkpointer {
   // Collective, once per step boundary on every rank: commits a finished background save and tells
   // whether any rank asked to stop. With wait, blocks until a pending save is written and committed.
   Result<bool> Poll(bool stop_requested_here, bool wait);
-  // Collective: a full checkpoint of `state`, written and committed before it returns.
-  Status SaveFull(const TrainerState& state);
+  // Collective: a full checkpoint of `state`, written and committed before it returns. A failure is
+  // a failed save (see above); `final` (the end of training): any failure is returned.
+  Status SaveFull(const TrainerState& state, bool final = false);
 
   // The checkpoint to resume from (see ResolveResume), agreed by all ranks (collective), loaded into
   // the model and optimizer. Returns its trainer state, or nullopt for a fresh start. A checkpoint
@@ -74,7 +85,18 @@ class Checkpointer {
 
  private:
   std::vector<UnitState> Units();
+  // Collective: one try at SaveFull's work. ResourceExhausted when some rank found the storage full.
+  Status WriteFull(const TrainerState& state);
   std::string DirFor(int64_t step, bool tmp) const;
+  // Every rank, after all ranks learned that the save of `step` failed (`storage_full`: on some
+  // rank, because the storage is full): removes its files, frees room when the storage is full,
+  // reports it, and returns the error that stops the run once kMaxConsecutiveFailedSaves failed in a
+  // row (OK before that). `reason`: this rank's error, or empty when only another rank failed.
+  Status SaveFailed(const std::string& kind, int64_t step, const std::string& reason, bool storage_full);
+  // Rank 0: the failed save's files removed, room made when the storage is full, the event sent.
+  // Returns how many older checkpoints it deleted.
+  int64_t ReportFailedSave(const std::string& kind, int64_t step, const std::string& reason, bool storage_full,
+                           int consecutive);
   // Rank 0 only: writes the manifest and renames step-N.tmp to step-N.
   Status Commit(int64_t step, const std::string& kind, const std::vector<ManifestFile>& files, double seconds,
                 double stall_seconds);
@@ -95,6 +117,7 @@ class Checkpointer {
   Status writer_status_;
   std::vector<ManifestFile> writer_files_;  // this rank's shard, then (rank 0) trainer_state.json
   double writer_seconds_ = 0;
+  int consecutive_failures_ = 0;  // saves failed in a row (reset by a committed one)
 };
 
 }  // namespace eft::trainer

@@ -376,7 +376,7 @@ Status Trainer::Run() {
     }
   }
   EFT_RETURN_IF_ERROR(checkpointer_->Poll(false, /*wait=*/true).status());
-  if (checkpointer_->enabled()) EFT_RETURN_IF_ERROR(checkpointer_->SaveFull(State()));
+  if (checkpointer_->enabled()) EFT_RETURN_IF_ERROR(checkpointer_->SaveFull(State(), /*final=*/true));
   EFT_RETURN_IF_ERROR(SaveFinalModel());
   std::string merged;
   if (config_.merge_lora && env_.rank == 0) {

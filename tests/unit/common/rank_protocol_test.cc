@@ -14,6 +14,9 @@ TEST(RankProtocolTest, ExitCodesAndClasses) {
   EXPECT_EQ(ToInt(ExitCode::kBadInput), 2);
   EXPECT_EQ(ToInt(ExitCode::kStoppedOnRequest), 75);  // EX_TEMPFAIL: try again later
   EXPECT_EQ(ToInt(ExitCode::kRendezvousPortBusy), 76);
+  EXPECT_EQ(ToInt(ExitCode::kStorageFull), 77);
+  EXPECT_STREQ(ExitClassName(ClassifyExit(77, 0)), "storage_full");
+  EXPECT_STREQ(ExitCodeMeaning(77), "checkpoint storage full");
   EXPECT_STREQ(ExitClassName(ClassifyExit(0, 0)), "success");
   EXPECT_STREQ(ExitClassName(ClassifyExit(2, 0)), "bad_input");
   EXPECT_STREQ(ExitClassName(ClassifyExit(75, 0)), "stopped");
@@ -71,6 +74,16 @@ TEST(RankProtocolTest, EveryEventRoundTrips) {
   EXPECT_EQ(c.bytes, 1 << 20);
   EXPECT_DOUBLE_EQ(c.seconds, 1.5);
   EXPECT_DOUBLE_EQ(c.stall_seconds, 0.25);
+
+  auto f = RoundTrip<CheckpointFailedEvent>(
+      CheckpointFailedEvent{"sharded", 60, "writing x: No space left on device", 2, true, 3});
+  EXPECT_EQ(f.kind, "sharded");
+  EXPECT_EQ(f.step, 60);
+  EXPECT_EQ(f.reason, "writing x: No space left on device");
+  EXPECT_EQ(f.consecutive, 2);
+  EXPECT_TRUE(f.storage_full);
+  EXPECT_EQ(f.freed, 3);
+  EXPECT_EQ(EventTypeName(Event{f}), "checkpoint_failed");
 
   auto d = RoundTrip<CheckpointDeletedEvent>(CheckpointDeletedEvent{"/ckpt/step-10", "retention (keep_last)"});
   EXPECT_EQ(d.path, "/ckpt/step-10");

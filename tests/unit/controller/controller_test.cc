@@ -191,6 +191,41 @@ TEST_F(ControllerTest, TheRanksErrorEventIsInTheReason) {
   EXPECT_NE(job.reason().find("model_type 'gpt2' is not supported"), std::string::npos) << job.reason();
 }
 
+// Failed checkpoint saves are job events (and eft_job_checkpoint_failures_total counts them); exit
+// 77 (the checkpoint storage is full after the rank freed what it could) fails the job at once: a
+// restart would fail the same way and lose the steps since the last checkpoint again.
+TEST_F(ControllerTest, FailedSavesAreJobEventsAndAFullStorageFailsTheJobWithoutRetry) {
+  v1::JobSpec spec = Spec("full-disk", 1, 1);
+  spec.mutable_fault_tolerance()->set_max_restarts(3);
+  std::string id = Submit(spec);
+  Register("n1");
+  auto h = Heartbeat("n1");
+  Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_RUNNING)},
+            {Event(h.desired(0), 1,
+                   R"({"event":"checkpoint_failed","kind":"sharded","step":20,"reason":"writing x: No space left on device","consecutive":1,"storage_full":true,"freed":2})"),
+             Event(h.desired(0), 2,
+                   R"({"event":"checkpoint_failed","kind":"sharded","step":40,"reason":"writing y: No space left on device","consecutive":2,"storage_full":true})")});
+  const std::vector<std::string> messages = EventsOfType(id, "checkpoint_failed");
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_EQ(messages[0],
+            "sharded checkpoint at step 20 failed (1 in a row, storage full, 2 older checkpoint(s) deleted to make "
+            "room): writing x: No space left on device");
+  EXPECT_EQ(messages[1], "sharded checkpoint at step 40 failed (2 in a row, storage full): writing y: No space left on device");
+  for (const auto& j : c_->Snapshot(100).jobs) {
+    if (j.id == id) EXPECT_EQ(j.checkpoint_failures, 2);
+  }
+  Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_EXITED, 77)},
+            {Event(h.desired(0), 3, R"({"event":"error","message":"checkpoint storage /ckpt is full: 3 checkpoints in a row failed","exit_code":77})")});
+  v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.attempts(0).end_reason().find("exited with code 77 (checkpoint storage full: free space or point "
+                                              "checkpoint.dir elsewhere"),
+            std::string::npos)
+      << job.attempts(0).end_reason();
+  EXPECT_NE(job.reason().find("3 checkpoints in a row failed"), std::string::npos) << job.reason();
+}
+
 // Exit 76 (rank 0 found MASTER_PORT taken): a new attempt at once, on another port, not counted.
 TEST_F(ControllerTest, ABusyRendezvousPortRetriesOnAnotherPortWithoutCounting) {
   std::string id = Submit(Spec("port", 1, 1));
