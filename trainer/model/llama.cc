@@ -149,7 +149,39 @@ RootWeights BindRoot(const ModelConfig& c, const std::vector<at::Tensor>& tensor
   return r;
 }
 
+namespace internal {
+
+std::array<at::Tensor, 3> QkvProjections(const LayerWeights& w, const at::Tensor& x, bool merged) {
+  auto linear = [](const at::Tensor& in, const at::Tensor& weight, const at::Tensor& bias) {
+    return bias.defined() ? at::linear(in, weight, bias) : at::linear(in, weight);
+  };
+  if (!merged) return {linear(x, w.q_proj, w.q_bias), linear(x, w.k_proj, w.k_bias), linear(x, w.v_proj, w.v_bias)};
+  // The weights (and biases) concatenated: a copy the size of the weights, small beside the
+  // activations; each output is a view of the one product.
+  const int64_t q_width = w.q_proj.size(0), kv_width = w.k_proj.size(0);
+  std::vector<at::Tensor> parts =
+      linear(x, at::cat({w.q_proj, w.k_proj, w.v_proj}),
+             w.q_bias.defined() ? at::cat({w.q_bias, w.k_bias, w.v_bias}) : at::Tensor())
+          .split_with_sizes({q_width, kv_width, kv_width}, -1);
+  return {parts[0], parts[1], parts[2]};
+}
+
+std::array<at::Tensor, 2> GateUpProjections(const LayerWeights& w, const at::Tensor& x, bool merged) {
+  if (!merged) return {at::linear(x, w.gate_proj), at::linear(x, w.up_proj)};
+  std::vector<at::Tensor> parts = at::linear(x, at::cat({w.gate_proj, w.up_proj})).chunk(2, -1);
+  return {parts[0], parts[1]};
+}
+
+at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight, eps));
+}
+
+}  // namespace internal
+
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  // On a GPU, ATen's fused kernel: one pass where the composite below launches six. On the CPU the
+  // composite was as fast (docs/benchmarks.md), and it is HF's arithmetic exactly.
+  if (x.is_cuda() && weight.scalar_type() == x.scalar_type()) return internal::FusedRmsNorm(x, weight, eps);
   // Statistics in fp32 whatever the compute dtype; the weight multiplies the value cast back, as HF does.
   // (fp64 stays fp64, so gradient checks in double are not limited by float rounding.)
   at::Tensor x32 = x.to(at::promote_types(x.scalar_type(), at::kFloat));
@@ -238,10 +270,13 @@ at::Tensor WithLora(const at::Tensor& y, const at::Tensor& x, const LayerLora* l
 at::Tensor DecoderLayer(const ModelConfig& c, const LayerWeights& w, const at::Tensor& hidden,
                         const AttentionContext& ctx, const LayerLora* lora) {
   const int64_t B = hidden.size(0), T = hidden.size(1), D = c.head_dim;
+  // GPUs get fewer, larger matrix products; on the CPU separate ones were as fast (docs/benchmarks.md).
+  const bool merged = hidden.is_cuda();
   at::Tensor x = RmsNorm(hidden, w.input_norm, c.rms_norm_eps);
-  at::Tensor q = WithLora(Linear(x, w.q_proj, w.q_bias), x, lora, &LayerLora::q, 0).view({B, T, c.num_attention_heads, D});
-  at::Tensor k = WithLora(Linear(x, w.k_proj, w.k_bias), x, lora, &LayerLora::k, 1).view({B, T, c.num_key_value_heads, D});
-  at::Tensor v = WithLora(Linear(x, w.v_proj, w.v_bias), x, lora, &LayerLora::v, 2).view({B, T, c.num_key_value_heads, D});
+  const std::array<at::Tensor, 3> qkv = internal::QkvProjections(w, x, merged);
+  at::Tensor q = WithLora(qkv[0], x, lora, &LayerLora::q, 0).view({B, T, c.num_attention_heads, D});
+  at::Tensor k = WithLora(qkv[1], x, lora, &LayerLora::k, 1).view({B, T, c.num_key_value_heads, D});
+  at::Tensor v = WithLora(qkv[2], x, lora, &LayerLora::v, 2).view({B, T, c.num_key_value_heads, D});
   if (c.qk_norm) {  // Qwen3 normalises each head before RoPE
     q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
     k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
@@ -252,8 +287,9 @@ at::Tensor DecoderLayer(const ModelConfig& c, const LayerWeights& w, const at::T
   at::Tensor attn = Attention(q, k, v, ctx);
   at::Tensor h = hidden + WithLora(at::linear(attn, w.o_proj), attn, lora, &LayerLora::o, 3);
   x = RmsNorm(h, w.post_norm, c.rms_norm_eps);
-  at::Tensor gate = WithLora(at::linear(x, w.gate_proj), x, lora, &LayerLora::gate, 4);
-  at::Tensor up = WithLora(at::linear(x, w.up_proj), x, lora, &LayerLora::up, 5);
+  const std::array<at::Tensor, 2> gate_up = internal::GateUpProjections(w, x, merged);
+  at::Tensor gate = WithLora(gate_up[0], x, lora, &LayerLora::gate, 4);
+  at::Tensor up = WithLora(gate_up[1], x, lora, &LayerLora::up, 5);
   at::Tensor act = at::silu(gate) * up;
   return h + WithLora(at::linear(act, w.down_proj), act, lora, &LayerLora::down, 6);
 }

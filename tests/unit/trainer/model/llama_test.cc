@@ -1,6 +1,7 @@
 #include "trainer/model/llama.h"
 
 #include <c10/core/GradMode.h>
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "tiny_model.h"
+#include "trainer/model/llama_internal.h"
 
 namespace eft::trainer {
 namespace {
@@ -126,6 +128,113 @@ TEST_P(PackingTest, PackedRowEqualsDocumentsAlone) {
 INSTANTIATE_TEST_SUITE_P(Archs, PackingTest,
                          ::testing::Combine(::testing::Values("llama", "qwen3"),
                                             ::testing::Values(at::kFloat, at::kDouble)));
+
+// RmsNorm on a GPU is ATen's fused kernel (internal::FusedRmsNorm), here run on the CPU against the
+// composite, which is HF's arithmetic. Bounds, with u the unit roundoff (2^-24 fp32, 2^-8 bf16) and
+// n = 64 features: the mean of squares summed in another order differs by at most n u relative, so
+// rstd by about (n / 2 + 1) u; the composite then rounds the product twice (the normalised value,
+// then the weight's product) where the fused kernel rounds once, one or two u more. fp32: (n + 4) u
+// of the exact magnitude; bf16: statistics in fp32 on both sides, so 3 u_bf16. The gradients (fp32)
+// sum n products per entry: (2 n + 8) u of the largest entry.
+TEST(LlamaTest, FusedRmsNormIsTheCompositeWithinItsRoundings) {
+  const int64_t n = 64;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  const at::Tensor x0 = at::randn({3, 5, n}, gen) * 3.0;
+  const at::Tensor w0 = at::rand({n}, gen) + 0.5;
+  const at::Tensor exact =
+      (x0.to(at::kDouble) * at::rsqrt(x0.to(at::kDouble).pow(2).mean(-1, true) + 1e-6) * w0.to(at::kDouble)).abs();
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const double u = dtype == at::kFloat ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8);
+    const double k = dtype == at::kFloat ? n + 4 : 3;
+    at::Tensor x = x0.to(dtype), w = w0.to(dtype);
+    const at::Tensor fused = internal::FusedRmsNorm(x, w, 1e-6).to(at::kDouble);
+    const at::Tensor composite = RmsNorm(x, w, 1e-6).to(at::kDouble);
+    const at::Tensor excess = (fused - composite).abs() - exact * (k * u) - 1e-30;
+    EXPECT_LE(excess.max().item<double>(), 0.0) << dtype << ": worst " << (fused - composite).abs().max().item<double>();
+  }
+  // Gradients through both, fp32.
+  const at::Tensor g = at::randn({3, 5, n}, gen);
+  std::vector<at::Tensor> grads[2];
+  for (int fused : {0, 1}) {
+    at::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    at::Tensor y = fused ? internal::FusedRmsNorm(x, w, 1e-6) : RmsNorm(x, w, 1e-6);
+    (y * g).sum().backward();
+    grads[fused] = {x.grad(), w.grad()};
+  }
+  const double u = std::ldexp(1.0, -24);
+  for (size_t i = 0; i < 2; ++i) {
+    const double worst = (grads[0][i] - grads[1][i]).abs().max().item<double>();
+    EXPECT_LE(worst, (2 * n + 8) * u * grads[0][i].abs().max().item<double>()) << (i == 0 ? "d/dx" : "d/dweight");
+  }
+}
+
+// What a GPU runs, merged q/k/v and gate/up products, here on the CPU against separate ones (qwen2,
+// so with q/k/v biases): the same dot products, so outputs and gradients differ only by how the
+// GEMM blocks each sum. A sum of n terms rounds to within gamma_n = n u (u = 2^-24) of the sum of
+// the terms' magnitudes: each output entry sums hidden terms |x| |W| (plus |b|), each weight
+// gradient entry B T terms |dy| |x|, each bias gradient entry B T terms |dy|. Both sides are within
+// that of the exact value, so they are within twice it of each other.
+TEST(LlamaTest, MergedProjectionsAreTheSeparateOnesWithinTheirRoundings) {
+  const ModelConfig c = TinyConfig("qwen2");
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const std::vector<ParamSpec> specs = LayerParamSpecs(c, 0);
+  std::vector<at::Tensor> tensors;
+  for (const ParamSpec& spec : specs) tensors.push_back(at::randn(spec.shape, gen) * 0.5);
+  const at::Tensor x = at::randn({2, 7, c.hidden_size}, gen);
+  const double u = std::ldexp(1.0, -24);
+  std::map<std::string, at::Tensor> out[2], grad[2];
+  for (int merged : {0, 1}) {
+    std::vector<at::Tensor> leaves;
+    for (const at::Tensor& t : tensors) leaves.push_back(t.clone().requires_grad_(true));
+    const LayerWeights w = BindLayer(c, leaves);
+    const auto qkv = internal::QkvProjections(w, x, merged);
+    const auto gate_up = internal::GateUpProjections(w, x, merged);
+    const std::pair<const char*, at::Tensor> named[] = {
+        {"q_proj", qkv[0]}, {"k_proj", qkv[1]}, {"v_proj", qkv[2]}, {"gate_proj", gate_up[0]}, {"up_proj", gate_up[1]}};
+    at::Tensor total = at::zeros({}, at::kFloat);
+    for (const auto& [name, y] : named) {
+      out[merged][name] = y.detach();
+      total = total + (y * y).sum();  // dL/dy = 2 y
+    }
+    total.backward();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (leaves[i].grad().defined()) grad[merged][specs[i].name] = leaves[i].grad();
+    }
+  }
+  const at::Tensor ax = x.abs().reshape({-1, c.hidden_size}).to(at::kDouble);
+  const double bt = static_cast<double>(ax.size(0));
+  const std::string p = "model.layers.0.";
+  for (const auto& [module, block] : std::map<std::string, std::string>{
+           {"q_proj", "self_attn"}, {"k_proj", "self_attn"}, {"v_proj", "self_attn"}, {"gate_proj", "mlp"}, {"up_proj", "mlp"}}) {
+    const at::Tensor weight = tensors[std::find_if(specs.begin(), specs.end(), [&](const ParamSpec& s) {
+                                        return s.name == p + block + "." + module + ".weight";
+                                      }) - specs.begin()].to(at::kDouble);
+    const at::Tensor dy = (2 * out[0][module]).abs().reshape({-1, weight.size(0)}).to(at::kDouble);
+    // Outputs: hidden terms each, and the bias.
+    const auto bias_at = std::find_if(specs.begin(), specs.end(),
+                                      [&](const ParamSpec& s) { return s.name == p + block + "." + module + ".bias"; });
+    const at::Tensor bias_abs =
+        bias_at == specs.end() ? at::zeros({weight.size(0)}, at::kDouble) : tensors[bias_at - specs.begin()].abs().to(at::kDouble);
+    const at::Tensor out_bound = 2 * (c.hidden_size + 1) * u * (at::matmul(ax, weight.abs().t()) + bias_abs);
+    EXPECT_TRUE(((out[0][module] - out[1][module]).abs().reshape({-1, weight.size(0)}).to(at::kDouble) <= out_bound)
+                    .all()
+                    .item<bool>())
+        << module;
+    // The weight's gradient: B T terms each.
+    const std::string name = p + block + "." + module + ".weight";
+    ASSERT_TRUE(grad[0].count(name) && grad[1].count(name)) << name;
+    const at::Tensor grad_bound = 2 * bt * u * at::matmul(dy.t(), ax);
+    EXPECT_TRUE(((grad[0][name] - grad[1][name]).abs().to(at::kDouble) <= grad_bound + 1e-30).all().item<bool>())
+        << name << ": worst " << (grad[0][name] - grad[1][name]).abs().max().item<double>();
+    const std::string bias = p + block + "." + module + ".bias";
+    if (grad[0].count(bias)) {
+      EXPECT_TRUE(((grad[0][bias] - grad[1][bias]).abs().to(at::kDouble) <= 2 * bt * u * dy.sum(0) + 1e-30)
+                      .all()
+                      .item<bool>())
+          << bias;
+    }
+  }
+}
 
 TEST(LlamaTest, PaddingStaysFiniteThroughBackward) {
   const ModelConfig config = TinyConfig("qwen2");
