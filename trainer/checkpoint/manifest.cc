@@ -243,22 +243,20 @@ Result<std::string> ResolveResume(const std::string& resume_from, const std::str
   if (m.ok()) return resume_from;
   EFT_LOG(WARNING) << "skipping checkpoint " << resume_from << ": " << m.status().message();
   if (skipped) skipped->push_back(resume_from);
-  // Fall back to an older checkpoint of the same run: the one asked for may have been damaged after
-  // it was reported.
+  // Fall back to the newest valid checkpoint of the same run: the one asked for may have been
+  // damaged after it was reported, or deleted by retention in an attempt whose later checkpoints
+  // were never reported (its node lost to the controller while its ranks trained on). A newer one
+  // came from the same deterministic steps, so it is as good a start and loses fewer of them.
   const fs::path path = fs::path(resume_from).lexically_normal();
   std::string parent = (path.has_filename() ? path : path.parent_path()).parent_path().string();
-  std::string name = (path.has_filename() ? path : path.parent_path()).filename().string();
-  int64_t step = StepOf(name, "");
-  if (step < 0 && !root.empty()) {
-    parent = root;
-    step = INT64_MAX;
-  }
-  std::string older = step >= 0 ? NewestValidBefore(parent, step, skipped) : "";
-  if (older.empty()) {
+  const std::string name = (path.has_filename() ? path : path.parent_path()).filename().string();
+  if (StepOf(name, "") < 0 && !root.empty()) parent = root;
+  std::string fallback = NewestValidCheckpoint(parent, skipped);
+  if (fallback.empty()) {
     return Status::NotFound("cannot resume from " + resume_from + " (" + m.status().message() +
-                            ") and no older valid checkpoint exists");
+                            ") and no valid checkpoint exists in " + parent);
   }
-  return older;
+  return fallback;
 }
 
 Status CommitCheckpointDir(const std::string& tmp, const std::string& final_dir) {

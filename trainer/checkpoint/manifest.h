@@ -76,9 +76,9 @@ std::vector<CheckpointDir> ListCheckpointDirs(const std::string& root);
 std::string NewestValidCheckpoint(const std::string& root, std::vector<std::string>* skipped = nullptr);
 
 // What EFT_RESUME_FROM names: "" means a fresh start (returns ""); "auto" the newest valid
-// checkpoint under `root` ("" when none); a path that checkpoint, or when it does not verify, the
-// newest valid one under `root` older than it (skipped as above). A path that is not a checkpoint
-// at all and has no valid predecessor is NotFound: resuming was asked for and is impossible.
+// checkpoint under `root` ("" when none); a path that checkpoint, or when it does not verify (or is
+// gone), the newest valid one beside it, older or newer (skipped as above). With no valid
+// checkpoint there it is NotFound: resuming was asked for and is impossible.
 Result<std::string> ResolveResume(const std::string& resume_from, const std::string& root,
                                   std::vector<std::string>* skipped = nullptr);
 

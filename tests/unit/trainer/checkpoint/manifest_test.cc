@@ -181,12 +181,35 @@ TEST_F(ManifestTest, ResumePicksTheNewestValidAndSkipsDamagedOnes) {
   r = ResolveResume(s30, root_.string());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, (root_ / "step-20").string());
-  // Nothing to fall back to.
-  r = ResolveResume((root_ / "step-5").string(), root_.string());
+  // Nothing to fall back to: no valid checkpoint in the directory at all.
+  fs::create_directories(root_ / "other");
+  r = ResolveResume((root_ / "other" / "step-5").string(), (root_ / "other").string());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status();
   r = ResolveResume("auto", (root_ / "empty").string());
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, "") << "auto with no checkpoint yet is a fresh start";
+}
+
+// Found by the fault soak (bench/soak/run.sh, a worker frozen past the heartbeat timeout): its ranks
+// trained on unseen and retention deleted the step-25 checkpoint the controller knew of, leaving
+// step-30 and step-35; the new attempt, told to resume from step-25, failed for want of an *older*
+// one. A newer valid checkpoint of the same run is as good a start (the same deterministic steps led
+// to it) and loses fewer of them: the newest valid one in the directory is used.
+TEST_F(ManifestTest, ResumeFallsBackToANewerCheckpointWhenTheOneAskedForIsGone) {
+  const std::string s25 = (root_ / "step-25").string();
+  fs::create_directories(s25);  // retention was deleting it: the manifest is already gone
+  Write(s25 + "/rank-00000-of-00002.safetensors", "partial");
+  Make(30);
+  Make(35);
+  std::vector<std::string> skipped;
+  auto r = ResolveResume(s25, root_.string(), &skipped);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, (root_ / "step-35").string());
+  EXPECT_EQ(skipped.front(), s25);
+  fs::remove_all(s25);  // deleted altogether
+  r = ResolveResume(s25, root_.string());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, (root_ / "step-35").string());
 }
 
 TEST_F(ManifestTest, CommitReplacesAStaleCheckpointOfTheSameStep) {

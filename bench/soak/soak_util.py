@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Helpers of bench/soak/run.sh (standard library, plus safetensors/numpy from the project's .venv for
+`weights`).
+
+  soak_util.py field FILE EXPR          EXPR over the job JSON in FILE (j); prints "" when unreadable
+  soak_util.py weights A B              max |a - b| over the tensors of two model.safetensors files,
+                                        "inf" when their names or shapes differ
+  soak_util.py table RESULTS            the per-kind table and the "N passed, M failed" line from the
+                                        results file (one JSON object per trial)
+"""
+import json
+import statistics
+import sys
+
+
+def field(path, expr):
+    try:
+        with open(path) as f:
+            j = json.load(f)
+        print(eval(expr, {}, {"j": j}))  # noqa: S307 - the harness's own expressions
+    except Exception:  # noqa: BLE001 - "" means "not known yet" to the caller
+        print("")
+
+
+def weights(a, b):
+    from safetensors.numpy import load_file  # the .venv's; only this subcommand needs it
+    import numpy as np
+
+    ta, tb = load_file(a), load_file(b)
+    if ta.keys() != tb.keys() or any(ta[k].shape != tb[k].shape for k in ta):
+        print("inf")
+        return
+    print(max(float(np.max(np.abs(ta[k].astype(np.float64) - tb[k].astype(np.float64)))) for k in ta))
+
+
+def table(path):
+    trials = [json.loads(line) for line in open(path) if line.strip()]
+    kinds = sorted({t["kind"] for t in trials})
+    print(f"| fault | trials | passed | recovery s (median) | recovery s (worst) |")
+    print("|---|---|---|---|---|")
+    for kind in kinds:
+        mine = [t for t in trials if t["kind"] == kind]
+        rec = [t["recovery_s"] for t in mine if t.get("recovery_s") is not None]
+        med = f"{statistics.median(rec):.1f}" if rec else "-"
+        worst = f"{max(rec):.1f}" if rec else "-"
+        print(f"| {kind} | {len(mine)} | {sum(t['passed'] for t in mine)} | {med} | {worst} |")
+    for t in trials:
+        if not t["passed"]:
+            print(f"FAILED trial {t['trial']} ({t['kind']}, seed {t['seed']}): {t['why']}")
+    passed = sum(t["passed"] for t in trials)
+    print(f"{passed} passed, {len(trials) - passed} failed")
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "field":
+        field(sys.argv[2], sys.argv[3])
+    elif cmd == "weights":
+        weights(sys.argv[2], sys.argv[3])
+    elif cmd == "table":
+        table(sys.argv[2])
+    else:
+        sys.exit(f"unknown subcommand {cmd}")
