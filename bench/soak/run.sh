@@ -60,6 +60,7 @@ start_controller() {
   setsid "$build/controller/eft-controller" --listen "$EFT_CONTROLLER" --db "$work/controller.db" \
     --config "$work/controller.yaml" --heartbeat-interval 0.5 --heartbeat-timeout 2 >>"$work/controller.log" 2>&1 &
   controller_pid=$!
+  disown "$controller_pid"  # killed on purpose: no "Killed" line from bash
   for _ in $(seq 100); do "$eftctl" node list >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "soak: the controller did not come up (controller.log)" >&2
   return 1
@@ -69,6 +70,7 @@ start_worker() {  # index
   CUDA_VISIBLE_DEVICES= setsid "$build/worker/eft-worker" --controller "$EFT_CONTROLLER" --name "node$1" \
     --slots 1 --work-dir "$work/work/node$1" --address 127.0.0.1 >>"$work/node$1.log" 2>&1 &
   worker_pid[$1]=$!
+  disown "${worker_pid[$1]}"
 }
 
 ready_nodes() { "$eftctl" node list 2>/dev/null | grep -c READY; }
@@ -139,35 +141,40 @@ if [[ $ref_state != JOB_STATE_SUCCEEDED || $ref_dir != */step-$steps ]]; then
 fi
 
 # ---- faults ---------------------------------------------------------------------------------------
-pick_worker() { echo $((RANDOM % 3)); }
 
-inject() {  # kind -> what was done (for the log); revives what it killed in the background
+# Sets `what` (for the log). Runs in this shell, not a subshell: the PIDs of what it restarts must
+# reach worker_pid / controller_pid, or a later fault would miss the live process and start a second
+# worker under the same name.
+inject() {  # kind
   case $1 in
     worker_kill)
-      local w; w=$(pick_worker)
+      local w=$((RANDOM % 3))
       kill -9 "-${worker_pid[$w]}" 2>/dev/null
       sleep 3; start_worker "$w"
-      echo "killed node$w" ;;
+      what="killed node$w" ;;
     rank_kill)
-      local pid; pid=$(pgrep -f "eft-train train" | shuf -n 1 --random-source=<(yes "$RANDOM"))
+      # This cluster's ranks only: the children of its workers (another soak may run beside it).
+      local ranks=() w pid=
+      for w in 0 1 2; do mapfile -t -O "${#ranks[@]}" ranks < <(pgrep -P "${worker_pid[$w]}" -f "eft-train train"); done
+      ((${#ranks[@]} > 0)) && pid=${ranks[$((RANDOM % ${#ranks[@]}))]}
       [[ -n $pid ]] && kill -9 "$pid"
-      echo "killed rank pid $pid" ;;
+      what="killed rank pid $pid" ;;
     controller_kill)
       kill -9 "-$controller_pid" 2>/dev/null
       sleep 1; start_controller >/dev/null
-      echo "killed the controller" ;;
+      what="killed the controller" ;;
     worker_freeze)
-      local w; w=$(pick_worker)
+      local w=$((RANDOM % 3))
       kill -STOP "${worker_pid[$w]}"
       sleep 4; kill -CONT "${worker_pid[$w]}"
-      echo "froze node$w for 4 s (heartbeat timeout 2 s)" ;;
+      what="froze node$w for 4 s (heartbeat timeout 2 s)" ;;
     double_kill)
-      local a b; a=$(pick_worker); b=$(((a + 1 + RANDOM % 2) % 3))
+      local a=$((RANDOM % 3)) b; b=$(((a + 1 + RANDOM % 2) % 3))
       kill -9 "-${worker_pid[$a]}" 2>/dev/null
       sleep 2.5  # the controller noticed (2 s) and is restarting the job
       kill -9 "-${worker_pid[$b]}" 2>/dev/null
       sleep 2; start_worker "$a"; start_worker "$b"
-      echo "killed node$a, then node$b during the recovery" ;;
+      what="killed node$a, then node$b during the recovery" ;;
   esac
 }
 
@@ -190,7 +197,7 @@ for trial in $(seq "$trials"); do
   done
   attempt0=$(job "$id" 'j.get("attempt", 0)')
   t_fault=$(date +%s.%N)
-  what=$(inject "$kind")
+  inject "$kind"
   # Recovered: a later step than the fault's reported again (by a new attempt, or, after a
   # controller kill, by the same one through the new controller).
   recovery=
@@ -207,6 +214,7 @@ for trial in $(seq "$trials"); do
   worlds=$(job "$id" '",".join(str(a.get("worldSize", 0)) for a in j.get("attempts", []))')
   final=$(final_weights "$name")
   why=
+  diff=
   passed=true
   if [[ $state != JOB_STATE_SUCCEEDED ]]; then
     passed=false; why="ended $state: $(job "$id" 'j.get("reason", "")')"
@@ -221,10 +229,10 @@ for trial in $(seq "$trials"); do
         { passed=false; why="weights differ by $diff (> $tolerance) after world sizes $worlds"; }
     fi
   fi
-  printf '{"trial": %d, "seed": %d, "kind": "%s", "at_step": %s, "what": "%s", "worlds": "%s", "recovery_s": %s, "passed": %s, "why": %s}\n' \
-    "$trial" "$seed" "$kind" "${step:-0}" "$what" "$worlds" "${recovery:-null}" "$passed" \
+  printf '{"trial": %d, "seed": %d, "kind": "%s", "at_step": %s, "what": "%s", "worlds": "%s", "weight_diff": %s, "recovery_s": %s, "passed": %s, "why": %s}\n' \
+    "$trial" "$seed" "$kind" "${step:-0}" "$what" "$worlds" "${diff:-null}" "${recovery:-null}" "$passed" \
     "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$why")" >>"$results"
-  echo "trial $trial: $kind at step ${step:-0} ($what): $state, worlds $worlds, recovered in ${recovery:-?} s: $([[ $passed == true ]] && echo passed || echo "FAILED: $why")"
+  echo "trial $trial: $kind at step ${step:-0} ($what): $state, worlds $worlds, weights off by ${diff:-?}, recovered in ${recovery:-?} s: $([[ $passed == true ]] && echo passed || echo "FAILED: $why")"
 done
 
 $util table "$results"

@@ -36,14 +36,16 @@ def weights(a, b):
 def table(path):
     trials = [json.loads(line) for line in open(path) if line.strip()]
     kinds = sorted({t["kind"] for t in trials})
-    print(f"| fault | trials | passed | recovery s (median) | recovery s (worst) |")
-    print("|---|---|---|---|---|")
+    print("| fault | trials | passed | recovery s (median) | recovery s (worst) | weights off by (worst) |")
+    print("|---|---|---|---|---|---|")
     for kind in kinds:
         mine = [t for t in trials if t["kind"] == kind]
         rec = [t["recovery_s"] for t in mine if t.get("recovery_s") is not None]
         med = f"{statistics.median(rec):.1f}" if rec else "-"
         worst = f"{max(rec):.1f}" if rec else "-"
-        print(f"| {kind} | {len(mine)} | {sum(t['passed'] for t in mine)} | {med} | {worst} |")
+        diffs = [t["weight_diff"] for t in mine if t.get("weight_diff") is not None]
+        off = f"{max(diffs):.2g}" if diffs else "-"
+        print(f"| {kind} | {len(mine)} | {sum(t['passed'] for t in mine)} | {med} | {worst} | {off} |")
     for t in trials:
         if not t["passed"]:
             print(f"FAILED trial {t['trial']} ({t['kind']}, seed {t['seed']}): {t['why']}")
