@@ -115,14 +115,22 @@ if want tests && [[ -x $train ]]; then
 fi
 
 # ---- 3. GPU against CPU ------------------------------------------------------------------------
-make_data() {  # dir vocab n len
-  $py - "$1/data.jsonl" "$2" "$3" "$4" <<'PY'
+# dir vocab n len [full]: DIR/data.jsonl, rows of len and len / 3 tokens alternately, the first
+# quarter of each untrained (packing, padding and masked labels matter); with "full", DIR/rows.jsonl,
+# every row len tokens, all trained (what the speed comparison feeds eft and PyTorch alike).
+make_data() {
+  local file=data.jsonl
+  [[ ${5:-} == full ]] && file=rows.jsonl
+  $py - "$1/$file" "$2" "$3" "$4" "${5:-}" <<'PY'
 import json, random, sys
-path, vocab, n, length = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+path, vocab, n, length, full = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "full"
 random.seed(0)
 with open(path, "w") as f:
     for i in range(n):
-        k = length if i % 2 == 0 else length // 3  # short rows make packing and padding matter
+        if full:
+            f.write(json.dumps({"input_ids": [random.randrange(3, vocab) for _ in range(length)]}) + "\n")
+            continue
+        k = length if i % 2 == 0 else length // 3
         ids = [random.randrange(3, vocab) for _ in range(k)]
         f.write(json.dumps({"input_ids": ids, "labels": [-100] * (k // 4) + ids[k // 4:]}) + "\n")
 PY
@@ -198,16 +206,6 @@ fi
 # model, bf16 autocast, SDPA, fused AdamW; eager and torch.compile), same model, same full-length
 # random rows, in one run, each run's median after its warm-up steps; then one profiled eft run
 # (bench/gpu/profile_summary.py: where a step's time goes).
-full_rows() {  # dir vocab n len
-  $py - "$1/rows.jsonl" "$2" "$3" "$4" <<'PY'
-import json, random, sys
-path, vocab, n, length = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-random.seed(0)
-with open(path, "w") as f:
-    for _ in range(n):
-        f.write(json.dumps({"input_ids": [random.randrange(3, vocab) for _ in range(length)]}) + "\n")
-PY
-}
 median_of() {  # events-file skip -> "tokens/s MFU"
   $py - "$1" "$2" <<'PY'
 import json, statistics, sys
@@ -226,7 +224,7 @@ bench() {
   "$train" init-model $model --dtype bfloat16 --seed 1 --out "$work/model-bench" >/dev/null || return 1
   local vocab
   vocab=$($py -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$work/model-bench/config.json")
-  full_rows "$work" "$vocab" $((gb * (steps + 2))) "$seq"
+  make_data "$work" "$vocab" $((gb * (steps + 2))) "$seq" full
   echo "| run | activation ckpt | tokens/s | MFU | eft / this |"
   echo "|---|---|---|---|---|"
   local eft_tps

@@ -1,6 +1,8 @@
 #include "trainer/checkpoint/checkpointer.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -26,12 +28,12 @@ Status WriteStateFile(const std::string& dir, const TrainerState& state) {
 }
 
 // The write errors no retry fixes while the storage stays as it is: the file system is full, a quota
-// is reached, or a file size limit (ulimit -f) refuses the write. Our I/O layer puts strerror's text
-// (glibc's, C locale) in every write error's message.
+// is reached, or a file size limit (ulimit -f) refuses the write. Status carries no errno; every
+// write error of our I/O layer ends in strerror's text for it, which is matched here.
 bool IsStorageFull(const Status& s) {
   if (s.ok()) return false;
-  for (const char* text : {"No space left on device", "Disk quota exceeded", "File too large"}) {
-    if (s.message().find(text) != std::string::npos) return true;
+  for (int err : {ENOSPC, EDQUOT, EFBIG}) {
+    if (s.message().find(std::strerror(err)) != std::string::npos) return true;
   }
   return false;
 }

@@ -270,7 +270,10 @@ void Fsdp::AfterOptimizerStep() {
 
 at::Tensor Fsdp::GatherRoot() const { return units_[0]->Gather(options_.compute_dtype); }
 
-void Fsdp::ReleaseLayers() { calls_.clear(); }
+void Fsdp::ReleaseLayers() {
+  calls_.clear();
+  layer_ = nullptr;  // it may refer to the caller's per-batch context
+}
 
 void Fsdp::AddGrad(size_t index, const at::Tensor& full_grad) {
   if (!Keeps()) {
