@@ -36,7 +36,75 @@ void KeepEval(const v1::TrainingProgress& before, v1::TrainingProgress* now) {
   now->set_eval_tokens(before.eval_tokens());
 }
 
+// How many incarnations that lost a node name each node remembers, to tell them to stop.
+constexpr size_t kFencedIncarnationsKept = 4;
+
+const std::string* FencedReason(const std::deque<std::pair<std::string, std::string>>& fenced,
+                                const std::string& incarnation) {
+  for (const auto& [inc, why] : fenced) {
+    if (inc == incarnation) return &why;
+  }
+  return nullptr;
+}
+
+void Fence(std::deque<std::pair<std::string, std::string>>* fenced, const std::string& incarnation,
+           std::string why) {
+  fenced->emplace_back(incarnation, std::move(why));
+  while (fenced->size() > kFencedIncarnationsKept) fenced->pop_front();
+}
+
+std::string Who(const std::string& incarnation, const std::string& address) {
+  return "incarnation " + incarnation + (address.empty() ? "" : ", address " + address);
+}
+
 }  // namespace
+
+// Two workers, one name (docs/architecture.md): without this, two live workers under one --name
+// take the node from each other on every heartbeat, and each take-over restarts the jobs there.
+std::optional<v1::RegisterResponse> Controller::ContestLocked(NodeEntry& node, const v1::RegisterRequest& req) {
+  const std::string& name = req.node_name();
+  const std::string& inc = req.incarnation();
+  v1::RegisterResponse refusal;
+  if (const std::string* why = FencedReason(node.fenced, inc)) {
+    refusal.set_fenced(*why);
+    return refusal;
+  }
+  // The holder itself, a restart in the holder's work dir, or a holder already LOST: take it.
+  if (node.incarnation.empty() || node.incarnation == inc || req.previous_incarnation() == node.incarnation ||
+      !node.ready) {
+    return std::nullopt;
+  }
+  const SteadyTime now = clock_->Now();
+  const std::string holder = Who(node.incarnation, node.rec.address);
+  if (node.contender != inc) {
+    node.contender = inc;
+    node.contender_since = now;
+    EFT_LOG(WARNING) << "node " << name << ": a worker (" << Who(inc, req.address())
+                     << ") asks for this name while the worker holding it (" << holder
+                     << ") may be alive; it gets the name if that one misses its next heartbeat";
+  }
+  if (node.last_heartbeat > node.contender_since) {
+    std::string why = "another eft-worker runs as node " + name + " (" + holder +
+                      ") and heartbeated after this one asked for the name: two workers share --name " + name +
+                      "; this one (" + Who(inc, req.address()) + ") stops";
+    EFT_LOG(ERROR) << "node " << name << ": refused a second worker under this name (" << Who(inc, req.address())
+                   << "); the one holding it (" << holder << ") is alive. Give every eft-worker its own --name.";
+    Fence(&node.fenced, inc, why);
+    node.contender.clear();
+    refusal.set_fenced(std::move(why));
+    return refusal;
+  }
+  // The holder heartbeats at least every heartbeat_interval while it lives.
+  const auto wait = config_.heartbeat_interval + config_.heartbeat_interval / 2;
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - node.contender_since);
+  if (waited < wait) {
+    refusal.set_retry_after_ms(static_cast<int32_t>(std::max<int64_t>(100, (wait - waited).count())));
+    return refusal;
+  }
+  EFT_LOG(WARNING) << "node " << name << ": the worker holding it (" << holder << ") missed its heartbeat for "
+                   << waited.count() << " ms; " << Who(inc, req.address()) << " takes the node over";
+  return std::nullopt;
+}
 
 Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req) {
   if (req.node_name().empty()) return Status::InvalidArgument("node_name: must not be empty");
@@ -45,6 +113,9 @@ Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req
   MutexLock lock(&mu_);
   NodeEntry& node = nodes_[req.node_name()];
   bool known = !node.rec.name.empty();
+  if (known) {
+    if (auto refusal = ContestLocked(node, req)) return *std::move(refusal);
+  }
   NodeRecord rec = node.rec;
   rec.name = req.node_name();
   rec.address = req.address().empty() ? req.node_name() : req.address();
@@ -59,7 +130,16 @@ Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req
     return s.WithContext("storing node " + req.node_name());
   }
   bool was_lost = known && !node.ready;
-  bool restarted = known && !node.incarnation.empty() && node.incarnation != req.incarnation();
+  const std::string& before = node.incarnation.empty() ? node.lost_incarnation : node.incarnation;
+  bool restarted = known && !before.empty() && before != req.incarnation();
+  if (restarted) {
+    // Dead (restarted in place, or silent past a heartbeat) or about to be told: it stops if it wakes.
+    Fence(&node.fenced, before,
+          "node " + rec.name + " was taken over by a newer eft-worker (" + Who(req.incarnation(), req.address()) +
+              ") after this one (" + Who(before, node.rec.address) + ") went silent; this one stops its ranks and exits");
+  }
+  node.contender.clear();
+  node.lost_incarnation.clear();
   node.rec = rec;
   node.ready = true;
   if (node.incarnation != req.incarnation()) node.acked_seq = 0;
@@ -88,7 +168,12 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
   // Unknown node, a worker we have not heard from since we started, or one we declared LOST:
   // everything it knows must be re-checked through Register.
   if (it == nodes_.end() || !it->second.ready || it->second.incarnation != req.incarnation()) {
-    out.set_reregister(true);
+    const std::string* why = it == nodes_.end() ? nullptr : FencedReason(it->second.fenced, req.incarnation());
+    if (why != nullptr) {
+      out.set_fenced(*why);
+    } else {
+      out.set_reregister(true);
+    }
     return out;
   }
   NodeEntry& node = it->second;

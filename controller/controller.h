@@ -23,6 +23,7 @@
 
 #include <array>
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -122,6 +123,10 @@ class Controller {
   Result<v1::Node> SetDrained(const std::string& name, bool drained, bool evict = false) EXCLUDES(mu_);
 
   // --- AgentService ---
+  // One live worker per node name: a worker registering under a name another incarnation holds is
+  // taken at once when it restarted in place (previous_incarnation), after the holder missed a
+  // heartbeat otherwise (retry_after_ms meanwhile), and fenced when the holder is alive. The
+  // incarnation a name was taken from is fenced too (docs/architecture.md, "Two workers, one name").
   Result<v1::RegisterResponse> Register(const v1::RegisterRequest& request) EXCLUDES(mu_);
   Result<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) EXCLUDES(mu_);
   LogStore& logs() { return logs_; }
@@ -187,6 +192,7 @@ class Controller {
     NodeRecord rec;
     bool ready = false;
     std::string incarnation;  // empty until the worker (re-)registers with this controller
+    std::string lost_incarnation;  // `incarnation` when the node was declared LOST: it may come back
     SteadyTime last_heartbeat{};
     int64_t last_heartbeat_ms = 0;
     // Until then the node heartbeats at transition_heartbeat_interval: a change is expected to use
@@ -198,6 +204,14 @@ class Controller {
     std::vector<v1::RankStatus> reported;
     uint64_t acked_seq = 0;
     bool shutting_down = false;
+    // A second worker asking for this name while `incarnation` may still be alive (agents.cc,
+    // "Two workers, one name"): it waits until `incarnation` misses a heartbeat, and is fenced if
+    // it does not.
+    std::string contender;
+    SteadyTime contender_since{};
+    // Incarnations that lost this name (newest last, a few), each with what it is told: they stop,
+    // and never get the name back.
+    std::deque<std::pair<std::string, std::string>> fenced;
   };
   // A change of one job, applied to memory only after the store accepted it.
   struct JobChange {
@@ -290,6 +304,9 @@ class Controller {
 
   // agents.cc: what workers report, and what they are told.
   void ApplyRankReportsLocked(NodeEntry& node) REQUIRES(mu_);
+  // A refusal when `request` comes from a worker that may not take its node name (yet); nullopt: accept.
+  std::optional<v1::RegisterResponse> ContestLocked(NodeEntry& node, const v1::RegisterRequest& request)
+      REQUIRES(mu_);
   uint64_t ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatRequest& request) REQUIRES(mu_);
   // Stores the reached step of the jobs' current attempts where it advanced past the stored one, in
   // one transaction; none without a new step. Running attempts are written by the ticker every

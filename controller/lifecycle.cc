@@ -60,6 +60,7 @@ void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) 
   }
   node.rec = rec;
   node.ready = false;
+  node.lost_incarnation = node.incarnation;
   node.incarnation.clear();
   node.reported.clear();  // whatever it ran is gone with it
   EFT_LOG(WARNING) << "node " << rec.name << " LOST: " << reason;

@@ -66,6 +66,10 @@ Status WorkerAgent::Start() {
   std::error_code ec;
   std::filesystem::create_directories(config_.work_dir, ec);
   if (ec) return Status::IoError("creating work dir " + config_.work_dir + ": " + ec.message());
+  // Before the ledger: a second worker on this dir must not kill the first one's ranks as leftovers.
+  auto lock = WorkDirLock::Acquire(config_.work_dir, config_.name, incarnation_);
+  if (!lock.ok()) return lock.status();
+  work_dir_lock_.emplace(std::move(lock).value());
   auto killed = ledger_.KillLeftovers();
   if (!killed.ok()) return killed.status().WithContext("cleaning up ranks of a previous worker");
   if (*killed > 0) EFT_LOG(WARNING) << "killed " << *killed << " rank process groups left by a previous worker";
@@ -117,6 +121,7 @@ void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
   io_.stop();
   io_thread_.join();
   supervisor_.reset();  // SIGKILLs whatever still runs
+  work_dir_lock_.reset();
 }
 
 WorkerStats WorkerAgent::Stats() {
@@ -176,14 +181,38 @@ void WorkerAgent::MarkEndsReported(const std::vector<Key>& ended) {
 
 void WorkerAgent::HeartbeatLoop() {
   while (true) {
-    bool ok = registered_ ? HeartbeatOnce() : RegisterOnce();
+    bool ok = fenced_ || (registered_ ? HeartbeatOnce() : RegisterOnce());
     std::unique_lock<std::mutex> lock(mu_);
     if (stop_) break;
+    if (fenced_) {  // nothing to say to the controller any more; wait for Shutdown
+      wake_cv_.wait(lock, [&] { return stop_; });
+      break;
+    }
+    if (retry_wait_) {  // the controller is finding out whether this node's previous worker lives
+      auto wait = *retry_wait_;
+      retry_wait_.reset();
+      wake_cv_.wait_for(lock, wait, [&] { return stop_; });
+      if (stop_) break;
+      continue;
+    }
     if (ok && !registered_) continue;  // told to re-register: do it now
     wake_cv_.wait_for(lock, interval_, [&] { return wake_ || stop_; });
     wake_ = false;
     if (stop_) break;
   }
+}
+
+void WorkerAgent::OnFenced(const std::string& why) {
+  EFT_LOG(ERROR) << "the controller fenced this worker: " << why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fenced_ = true;
+    registered_ = false;
+    draining_ = true;
+  }
+  // The node's ranks are the other worker's now: stop ours even if the owner does not shut down.
+  boost::asio::post(io_, [this] { Reconcile({}, {}); });
+  if (deps_.on_fenced) deps_.on_fenced(why);
 }
 
 bool WorkerAgent::RegisterOnce() {
@@ -193,6 +222,7 @@ bool WorkerAgent::RegisterOnce() {
   req.set_slots(config_.slots);
   req.set_version(config_.version);
   req.set_incarnation(incarnation_);
+  if (work_dir_lock_) req.set_previous_incarnation(work_dir_lock_->previous_incarnation());
   std::vector<Key> ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -225,6 +255,18 @@ bool WorkerAgent::RegisterOnce() {
     return false;
   }
   controller_reachable_ = true;
+  if (!resp.fenced().empty()) {
+    OnFenced(resp.fenced());
+    return true;
+  }
+  if (resp.retry_after_ms() > 0) {
+    EFT_LOG(WARNING) << "the controller holds node " << config_.name << " for another worker that heartbeated "
+                     << "lately; asking again in " << resp.retry_after_ms() << " ms (if that worker is alive, "
+                     << "this one is refused: every worker needs its own --name)";
+    std::lock_guard<std::mutex> lock(mu_);
+    retry_wait_ = std::chrono::milliseconds(resp.retry_after_ms());
+    return true;
+  }
   ++registrations_;
   EFT_LOG(INFO) << "registered with " << config_.controller << " as " << config_.name << " (incarnation "
                 << incarnation_ << "), " << resp.desired_size() << " ranks desired";
@@ -272,6 +314,10 @@ bool WorkerAgent::HeartbeatOnce() {
   }
   if (!controller_reachable_) EFT_LOG(INFO) << "controller " << config_.controller << " reachable again";
   controller_reachable_ = true;
+  if (!resp.fenced().empty()) {
+    OnFenced(resp.fenced());
+    return true;
+  }
   ++heartbeats_;
   std::lock_guard<std::mutex> lock(mu_);
   while (!pending_events_.empty() && pending_events_.front().seq() <= resp.acked_event_seq()) {

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -35,6 +36,7 @@
 #include "worker/process_supervisor.h"
 #include "worker/rank_ledger.h"
 #include "worker/reconcile.h"
+#include "worker/work_dir_lock.h"
 #include "worker/worker_config.h"
 
 namespace eft::worker {
@@ -68,6 +70,10 @@ struct AgentDeps {
   // Stamps rank start and end times and events. Not owned; unset: RealClock::Get(). Waits (the
   // heartbeat interval, Shutdown's deadline) block threads and therefore use real time.
   Clock* clock = nullptr;
+  // Called once, on the heartbeat thread, when the controller fences this worker: another live worker
+  // holds its node name (RegisterResponse.fenced). The agent runs nothing from then on; the owner
+  // is expected to Shutdown() and exit. Unset: only logged.
+  std::function<void(const std::string& why)> on_fenced;
 };
 
 class WorkerAgent {
@@ -76,7 +82,8 @@ class WorkerAgent {
   WorkerAgent(WorkerConfig config, AgentDeps deps);
   ~WorkerAgent();
 
-  // Kills ranks a previous incarnation left behind and starts the threads.
+  // Takes the work dir's lock (FailedPrecondition when another worker holds it), kills ranks a
+  // previous incarnation left behind and starts the threads.
   Status Start();
   // Stops every rank (SIGTERM, then SIGKILL after its grace period), reports their exits to the
   // controller if it can within `deadline`, and stops the threads.
@@ -96,8 +103,10 @@ class WorkerAgent {
   };
 
   void HeartbeatLoop();
+  // Each returns whether the controller answered; RegisterOnce may set retry_wait_ or fenced_.
   bool RegisterOnce();
   bool HeartbeatOnce();
+  void OnFenced(const std::string& why);  // heartbeat thread
   // io thread: `desired` and `specs` of one reply.
   void Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired, const AttemptSpecs& specs);
   void StartRank(const v1::RankAssignment& a, const std::string& spec_json);  // io thread
@@ -114,6 +123,7 @@ class WorkerAgent {
   ControllerEndpoint endpoint_;  // config_.endpoint with its address
   AgentDeps deps_;               // both set
   std::string incarnation_;
+  std::optional<WorkDirLock> work_dir_lock_;  // from Start() to the end of Shutdown()
   std::unique_ptr<v1::AgentService::StubInterface> stub_;  // heartbeat thread only
   RankLedger ledger_;
 
@@ -133,6 +143,9 @@ class WorkerAgent {
   bool stop_ = false;
   bool registered_ = false;
   bool draining_ = false;  // shutting down: run nothing new
+  bool fenced_ = false;    // another worker holds the node name: register and run nothing, ever
+  // Set by a RegisterResponse.retry_after_ms: the next Register waits this instead of the interval.
+  std::optional<std::chrono::milliseconds> retry_wait_;
   std::chrono::milliseconds interval_;
   std::map<Key, LocalRank> ranks_;
   std::map<ProcessSupervisor::Id, Key> by_id_;

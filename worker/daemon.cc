@@ -1,7 +1,9 @@
 #include "worker/daemon.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <memory>
 
@@ -87,7 +89,14 @@ int RunWorker(const WorkerConfig& config) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  WorkerAgent agent(config);
+  // Fenced (another live worker holds this node name): leave as a signal would, but say so.
+  std::atomic<bool> fenced{false};
+  AgentDeps deps;
+  deps.on_fenced = [&fenced](const std::string&) {
+    fenced = true;
+    ::kill(::getpid(), SIGTERM);  // blocked in every thread: sigwait below takes it
+  };
+  WorkerAgent agent(config, std::move(deps));
   Status s = agent.Start();
   if (!s.ok()) {
     EFT_LOG(ERROR) << "cannot start: " << s;
@@ -109,10 +118,15 @@ int RunWorker(const WorkerConfig& config) {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  EFT_LOG(INFO) << "signal " << sig << ": stopping ranks and exiting";
+  if (fenced) {
+    EFT_LOG(ERROR) << "another eft-worker holds node " << config.name << ": stopping ranks and exiting (code "
+                   << kExitFenced << ")";
+  } else {
+    EFT_LOG(INFO) << "signal " << sig << ": stopping ranks and exiting";
+  }
   if (metrics) metrics->Stop();
   agent.Shutdown(kShutdownGrace);
-  return 0;
+  return fenced ? kExitFenced : 0;
 }
 
 }  // namespace eft::worker

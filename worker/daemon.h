@@ -7,8 +7,13 @@
 
 namespace eft::worker {
 
+// The exit code of a worker the controller fenced: another live eft-worker runs under its --name
+// (docs/architecture.md, "Two workers, one name"). Restarting it changes nothing.
+constexpr int kExitFenced = 3;
+
 // Returns the process exit code: 0 after a shutdown signal, 1 when the agent or the metrics
-// server cannot start. Blocks SIGTERM and SIGINT in the calling thread before any thread starts.
+// server cannot start (another worker holds the work dir included), kExitFenced. Blocks SIGTERM
+// and SIGINT in the calling thread before any thread starts.
 int RunWorker(const WorkerConfig& config);
 
 }  // namespace eft::worker

@@ -49,11 +49,13 @@ class ControllerAgentsTest : public ::testing::Test {
   }
 
   v1::RegisterResponse Register(const std::string& node, int slots, const std::string& incarnation,
-                                const std::vector<v1::RankStatus>& ranks = {}) {
+                                const std::vector<v1::RankStatus>& ranks = {}, const std::string& previous = "") {
     v1::RegisterRequest req;
     req.set_node_name(node);
+    req.set_address(incarnation + ".host");
     req.set_slots(slots);
     req.set_incarnation(incarnation);
+    req.set_previous_incarnation(previous);
     for (const auto& r : ranks) *req.add_ranks() = r;
     auto resp = c_->Register(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
@@ -99,6 +101,18 @@ class ControllerAgentsTest : public ::testing::Test {
     std::map<std::string, std::string> env(a.env().begin(), a.env().end());
     EXPECT_EQ(env, job_env) << "rank " << a.key().rank() << " of job " << a.key().job_id();
     for (const auto& [k, v] : env) EXPECT_NE(k.rfind("EFT_", 0), 0u) << k << " comes from the worker, not the controller";
+  }
+
+  static bool Registered(const v1::RegisterResponse& r) { return r.fenced().empty() && r.retry_after_ms() == 0; }
+
+  // A 1-rank job RUNNING on n1 under incarnation "a"; returns its id and fills `running`.
+  std::string JobRunningOnN1(std::vector<v1::RankStatus>* running) {
+    std::string id = Submit("j", 1);
+    auto reg = Register("n1", 1, "a");
+    *running = AllRunning(reg.desired());
+    Heartbeat("n1", "a", *running);
+    EXPECT_EQ(c_->GetJob(id)->state(), v1::JOB_STATE_RUNNING);
+    return id;
   }
 
   fs::path dir_;
@@ -164,6 +178,78 @@ TEST_F(ControllerAgentsTest, ANewAttemptGetsItsOwnSpecAndTypedResumeFromWhileThe
 
   hb = Heartbeat("n1", "inc1", {Rank(first, v1::RANK_STATE_EXITED, 75), Rank(second, v1::RANK_STATE_RUNNING)});
   EXPECT_EQ(hb.attempt_specs_size(), 0);
+}
+
+// Two workers, one name (docs/architecture.md): the second of two live workers is fenced and the
+// job on the first never notices; before this, they took the node from each other on every
+// heartbeat and each take-over restarted the job.
+TEST_F(ControllerAgentsTest, ASecondLiveWorkerUnderOneNameIsFencedAndTheJobRunsOn) {
+  std::vector<v1::RankStatus> running;
+  std::string id = JobRunningOnN1(&running);
+
+  auto second = Register("n1", 1, "b");
+  EXPECT_TRUE(second.fenced().empty());
+  EXPECT_GT(second.retry_after_ms(), 0) << "the holder heartbeated just now: the newcomer waits";
+  EXPECT_LE(second.retry_after_ms(), 1500);
+  EXPECT_EQ(second.desired_size(), 0) << "nothing to run before it holds the name";
+
+  clock_.Advance(900ms);
+  EXPECT_FALSE(Heartbeat("n1", "a", running).reregister()) << "the holder keeps the name";
+  clock_.Advance(300ms);
+  second = Register("n1", 1, "b");
+  EXPECT_NE(second.fenced().find("two workers share --name n1"), std::string::npos) << second.fenced();
+  EXPECT_NE(second.fenced().find("incarnation a, address a.host"), std::string::npos) << second.fenced();
+  EXPECT_EQ(second.desired_size(), 0);
+  // Fenced for good: asking again, or heartbeating, gets the same answer.
+  clock_.Advance(5s);
+  Heartbeat("n1", "a", running);
+  EXPECT_FALSE(Register("n1", 1, "b").fenced().empty());
+  auto hb = Heartbeat("n1", "b");
+  EXPECT_FALSE(hb.fenced().empty());
+  EXPECT_FALSE(hb.reregister());
+
+  auto hb_a = Heartbeat("n1", "a", running);
+  EXPECT_FALSE(hb_a.reregister());
+  EXPECT_EQ(hb_a.desired_size(), 1);
+  v1::Job job = *c_->GetJob(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(job.attempts_size(), 1) << "the job never restarted";
+}
+
+TEST_F(ControllerAgentsTest, AHolderThatMissesItsHeartbeatIsTakenOverAndFencedIfItWakes) {
+  std::vector<v1::RankStatus> running;
+  std::string id = JobRunningOnN1(&running);
+
+  auto next = Register("n1", 1, "b");
+  ASSERT_GT(next.retry_after_ms(), 0);
+  clock_.Advance(std::chrono::milliseconds(next.retry_after_ms()));  // "a" says nothing meanwhile
+  next = Register("n1", 1, "b");
+  EXPECT_TRUE(Registered(next)) << next.fenced() << " retry " << next.retry_after_ms();
+  v1::Job job = *c_->GetJob(id);
+  ASSERT_GE(job.attempts_size(), 1);
+  EXPECT_NE(job.attempts(0).end_reason().find("vanished"), std::string::npos) << job.attempts(0).end_reason();
+
+  // "a" was frozen, not dead: it wakes up and is told to stop instead of taking the name back.
+  auto woke = Heartbeat("n1", "a", running);
+  EXPECT_FALSE(woke.reregister());
+  EXPECT_NE(woke.fenced().find("taken over by a newer eft-worker (incarnation b"), std::string::npos) << woke.fenced();
+  EXPECT_FALSE(Register("n1", 1, "a", running).fenced().empty());
+  EXPECT_FALSE(Heartbeat("n1", "b").reregister()) << "b holds the name";
+}
+
+TEST_F(ControllerAgentsTest, ARestartInTheWorkDirOrOfALostNodeTakesTheNameAtOnce) {
+  std::vector<v1::RankStatus> running;
+  JobRunningOnN1(&running);
+  // Restarted in place: it names the incarnation whose work dir lock it inherited.
+  EXPECT_TRUE(Registered(Register("n1", 1, "b", {}, "a")));
+  EXPECT_FALSE(Heartbeat("n1", "a").fenced().empty());
+  // A holder declared LOST gives the name up at once, to anyone.
+  clock_.Advance(4s);
+  c_->Tick();
+  ASSERT_EQ(c_->ListNodes().nodes(0).state(), v1::NODE_STATE_LOST);
+  EXPECT_TRUE(Registered(Register("n1", 1, "c")));
+  EXPECT_FALSE(Heartbeat("n1", "b").fenced().empty());
+  EXPECT_FALSE(Heartbeat("n1", "c").reregister());
 }
 
 TEST_F(ControllerAgentsTest, WaitForJobChangeWakesOnAChangeAndTimesOutWithoutOne) {

@@ -87,6 +87,8 @@ class ControllerTest : public ::testing::Test {
     req.set_address(node + ".addr");
     req.set_slots(slots);
     std::string inc = incarnation.empty() ? node + "-inc1" : incarnation;
+    // These workers restart in their own work dir: a new one names the incarnation before it.
+    if (auto it = incarnations_.find(node); it != incarnations_.end()) req.set_previous_incarnation(it->second);
     incarnations_[node] = inc;
     req.set_incarnation(inc);
     for (auto& r : ranks) *req.add_ranks() = r;

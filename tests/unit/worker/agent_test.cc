@@ -3,6 +3,7 @@
 #include "worker/agent.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/clock.h"
@@ -46,6 +48,17 @@ class FakeController final : public v1::AgentService::Service {
     std::lock_guard<std::mutex> lock(mu_);
     ack_events_ = ack;
   }
+  // The next `n` Registers answer "ask again in `ms`" (another worker may hold the name).
+  void AnswerRetry(int n, int ms) {
+    std::lock_guard<std::mutex> lock(mu_);
+    retries_ = n;
+    retry_ms_ = ms;
+  }
+  // From now on every reply fences the worker with `why`.
+  void Fence(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fenced_ = why;
+  }
 
   // Waits until `pred` (called under the lock) holds; false after kWait.
   bool WaitFor(const std::function<bool()>& pred) {
@@ -61,9 +74,17 @@ class FakeController final : public v1::AgentService::Service {
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req, v1::RegisterResponse* resp) override {
     std::lock_guard<std::mutex> lock(mu_);
     registers.push_back(*req);
+    register_times.push_back(std::chrono::steady_clock::now());
     resp->set_heartbeat_interval_ms(50);
-    Answer(req->ranks(), resp->mutable_desired(), resp->mutable_attempt_specs());
     cv_.notify_all();
+    if (!fenced_.empty()) {
+      resp->set_fenced(fenced_);
+    } else if (retries_ > 0) {
+      --retries_;
+      resp->set_retry_after_ms(retry_ms_);
+    } else {
+      Answer(req->ranks(), resp->mutable_desired(), resp->mutable_attempt_specs());
+    }
     return grpc::Status::OK;
   }
 
@@ -78,7 +99,11 @@ class FakeController final : public v1::AgentService::Service {
     resp->set_acked_event_seq(acked_);
     acked_replies.push_back(acked_);
     resp->set_heartbeat_interval_ms(50);
-    Answer(req->ranks(), resp->mutable_desired(), resp->mutable_attempt_specs());
+    if (!fenced_.empty()) {
+      resp->set_fenced(fenced_);
+    } else {
+      Answer(req->ranks(), resp->mutable_desired(), resp->mutable_attempt_specs());
+    }
     cv_.notify_all();
     return grpc::Status::OK;
   }
@@ -100,6 +125,7 @@ class FakeController final : public v1::AgentService::Service {
 
   // Under the lock (inside WaitFor, or after the agent is gone).
   std::vector<v1::RegisterRequest> registers;
+  std::vector<std::chrono::steady_clock::time_point> register_times;
   std::vector<v1::HeartbeatRequest> heartbeats;
   std::vector<uint64_t> acked_replies;  // acked_event_seq of the reply to each heartbeat
   std::vector<v1::RankEvent> events;  // each seq once, as first received
@@ -144,6 +170,8 @@ class FakeController final : public v1::AgentService::Service {
   std::map<AttemptId, std::string> specs_;
   int withhold_specs_ = 0;
   bool ack_events_ = false;
+  int retries_ = 0, retry_ms_ = 0;
+  std::string fenced_;
   uint64_t acked_ = 0;
   uint64_t max_seq_ = 0;  // the newest event received
 };
@@ -181,6 +209,10 @@ class WorkerAgentTest : public ::testing::Test {
   void StartAgent(int failing = 0) {
     AgentDeps deps;
     deps.clock = &clock_;
+    deps.on_fenced = [this](const std::string& why) {
+      std::lock_guard<std::mutex> lock(fenced_mu_);
+      fenced_calls_.push_back(why);
+    };
     deps.new_stub = [this, failing]() -> std::unique_ptr<v1::AgentService::StubInterface> {
       int n = stubs_made_++;
       std::string address = n < failing ? "unix:" + dir_ + "/nobody-listens" : config_.controller;
@@ -220,6 +252,8 @@ class WorkerAgentTest : public ::testing::Test {
   ManualClock clock_;
   std::atomic<int> stubs_made_{0};
   std::unique_ptr<WorkerAgent> agent_;
+  std::mutex fenced_mu_;
+  std::vector<std::string> fenced_calls_;  // what on_fenced was called with
 };
 
 bool WaitForFile(const std::string& path) {
@@ -369,6 +403,78 @@ TEST_F(WorkerAgentTest, ShutdownStopsRanksAndReportsTheirExit) {
     v1::RankStatus s = controller_.Reported(key, v1::RANK_STATE_EXITED);
     EXPECT_EQ(s.state(), v1::RANK_STATE_EXITED);
     EXPECT_EQ(s.signal(), SIGTERM);
+  });
+}
+
+// Two workers, one name (docs/architecture.md): what a worker does with the controller's answers.
+TEST_F(WorkerAgentTest, AFencedWorkerStopsItsRanksRegistersNoMoreAndTellsItsOwnerOnce) {
+  const RankId key{"job-5", 1, 0};
+  controller_.SetDesired({Rank("job-5", 1, 0, dir_ + "/rank0.env")});
+  controller_.SetSpec("job-5", 1, "{}");
+  StartAgent();
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
+  pid_t pid = 0;
+  controller_.Inspect([&] { pid = controller_.Reported(key, v1::RANK_STATE_RUNNING).pid(); });
+
+  controller_.Fence("another eft-worker runs as node node-t");
+  EXPECT_TRUE(testing::WaitDead(pid, std::chrono::seconds(10))) << "the rank is the other worker's to run now";
+  size_t registers = 0, heartbeats = 0;
+  controller_.Inspect([&] {
+    registers = controller_.registers.size();
+    heartbeats = controller_.heartbeats.size();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // 6 heartbeat intervals
+  controller_.Inspect([&] {
+    EXPECT_EQ(controller_.registers.size(), registers) << "a fenced worker never asks for the name again";
+    EXPECT_EQ(controller_.heartbeats.size(), heartbeats);
+  });
+  std::lock_guard<std::mutex> lock(fenced_mu_);
+  EXPECT_EQ(fenced_calls_, std::vector<std::string>{"another eft-worker runs as node node-t"});
+}
+
+TEST_F(WorkerAgentTest, ARetryAnswerDelaysTheNextRegisterByWhatItSays) {
+  controller_.AnswerRetry(2, 250);
+  StartAgent();
+  ASSERT_TRUE(controller_.WaitFor([&] { return !controller_.heartbeats.empty(); }));
+  controller_.Inspect([&] {
+    ASSERT_EQ(controller_.registers.size(), 3u);
+    for (size_t i = 1; i < 3; ++i) {
+      auto gap = controller_.register_times[i] - controller_.register_times[i - 1];
+      EXPECT_GE(gap, std::chrono::milliseconds(250)) << "register " << i;
+      EXPECT_LT(gap, std::chrono::milliseconds(2000)) << "register " << i;
+    }
+  });
+  EXPECT_EQ(agent_->Stats().registrations, 1u) << "answers that refuse the name are not registrations";
+  std::lock_guard<std::mutex> lock(fenced_mu_);
+  EXPECT_TRUE(fenced_calls_.empty());
+}
+
+// The work dir's lock (worker/work_dir_lock.h): one worker per dir, and a restart names the one before.
+TEST_F(WorkerAgentTest, OneWorkerPerWorkDirAndARestartNamesTheIncarnationBeforeIt) {
+  StartAgent();
+  ASSERT_TRUE(controller_.WaitFor([&] { return !controller_.registers.empty(); }));
+  std::string first;
+  controller_.Inspect([&] {
+    first = controller_.registers[0].incarnation();
+    EXPECT_EQ(controller_.registers[0].previous_incarnation(), "") << "a fresh work dir";
+  });
+
+  WorkerConfig other = config_;
+  other.name = "node-u";
+  WorkerAgent second(other);
+  Status s = second.Start();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("another eft-worker (pid " + std::to_string(::getpid()) + ", node node-t)"),
+            std::string::npos)
+      << s;
+
+  agent_->Shutdown(std::chrono::seconds(5));
+  agent_.reset();
+  StartAgent();
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.registers.size() >= 2; }));
+  controller_.Inspect([&] {
+    EXPECT_NE(controller_.registers[1].incarnation(), first);
+    EXPECT_EQ(controller_.registers[1].previous_incarnation(), first);
   });
 }
 
