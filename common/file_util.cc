@@ -46,4 +46,23 @@ Result<std::string> ReadFileToString(const std::string& path) {
   return out;
 }
 
+Status WriteStringToFile(const std::string& path, const std::string& bytes) {
+  auto fail = [&](int error) { return Status::IoError("cannot write " + path + ": " + std::strerror(error)); };
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(errno);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int error = n < 0 ? errno : ENOSPC;  // a write of 0 bytes to a regular file: no room left
+      ::close(fd);
+      return fail(error);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) return fail(errno);  // NFS reports a full server at close
+  return Status::Ok();
+}
+
 }  // namespace eft

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The fault soak (issue 30; docs/benchmarks.md, "Fault soak"): N trials on a local eft cluster (one
 # controller, three workers on 127.0.0.1, one CPU slot each), each a small real eft-train job (a
-# tiny Qwen3, 40 steps at world size up to 3, a sharded checkpoint every 5 steps) hit by one random
-# fault at a random step. Every trial is checked the same way: the job ends SUCCEEDED, it reached
+# tiny Qwen3, 40 steps at world size up to 3, each paced to ~0.14 s, a sharded checkpoint every 5
+# steps) hit by one random fault at a random step. Every trial is checked the same way: the job ends SUCCEEDED, it reached
 # its last step, and its final weights equal those of an uninterrupted run of the same job (bit for
 # bit when every attempt ran at world size 3, within SOAK_TOLERANCE when the world size changed:
 # docs/checkpoints.md, "Equal weights at another world size").
@@ -10,7 +10,16 @@
 # Fault kinds (SOAK_KINDS to choose): worker_kill (kill -9 of a worker and its rank; the node comes
 # back 3 s later), rank_kill (kill -9 of one rank alone), controller_kill (kill -9 of the controller,
 # restarted 1 s later on the same database), worker_freeze (SIGSTOP of a worker past the heartbeat
-# timeout, then SIGCONT), double_kill (a worker killed, and another while the recovery starts).
+# timeout, then SIGCONT), double_kill (a worker killed, and another while the recovery starts),
+# node_loss_controller_kill (a worker killed, and the controller while it is declaring the node
+# lost), resize_kill (a node drained with --evict, i.e. a planned shrink, and a worker or the
+# controller killed while the job resizes; undrained 3 s later, so it grows back), preempt_kill (a
+# higher-priority 1-node job takes a node from it, and a worker or the controller is killed while
+# it gives way), disk_full (the job's checkpoint dir is a small tmpfs, filled up at the fault's
+# step: held until a save has failed, then freed, or held to the end; needs root for mount, and is
+# left out with a note without it). A disk_full trial may also end FAILED, when the storage stayed
+# full: then the reason must name it. Either way the job must have reported the failed save, no
+# step-N.tmp may be left, and every committed checkpoint must verify.
 #
 # Usage: bench/soak/run.sh [--trials N] [--seed S] [--build DIR]   (default 100 trials, seed 1, build)
 # A seed reproduces the trials' faults and moments. Prints a table by fault kind, then
@@ -32,8 +41,12 @@ done
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$build" && pwd)
 py=${EFT_PYTHON:-$src/.venv/bin/python}
-kinds=(${SOAK_KINDS:-worker_kill rank_kill controller_kill worker_freeze double_kill})
+kinds=(${SOAK_KINDS:-worker_kill rank_kill controller_kill worker_freeze double_kill node_loss_controller_kill
+  resize_kill preempt_kill disk_full})
 tolerance=${SOAK_TOLERANCE:-1e-4}
+# Each step is held this long (EFT_DEBUG_STALL=step, in the workers' environment): the tiny model
+# steps in ~40 ms, so unpaced a job is over before most faults land. Pacing changes no weight.
+pace=${SOAK_STEP_PACE:-0.1}
 steps=40
 work=$(mktemp -d /tmp/eft-soak-XXXXXX)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -46,14 +59,27 @@ controller_pid=
 
 echo "soak: $trials trials, seed $seed, kinds ${kinds[*]}; files in $work"
 
+mounts=()
 cleanup() {
   local pids=("$controller_pid" "${worker_pid[@]}")
   for pid in "${pids[@]}"; do
     [[ -n $pid ]] && { kill -CONT "-$pid" 2>/dev/null; kill -9 "-$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null; }
   done
   wait 2>/dev/null
+  for m in "${mounts[@]}"; do umount "$m" 2>/dev/null; done
 }
 trap cleanup EXIT
+
+# disk_full needs a small filesystem of its own: a tmpfs (root only).
+if [[ " ${kinds[*]} " == *" disk_full "* ]]; then
+  mkdir -p "$work/probe"
+  if mount -t tmpfs -o size=1m tmpfs "$work/probe" 2>/dev/null; then
+    umount "$work/probe"
+  else
+    echo "soak: cannot mount a tmpfs (not root?): leaving disk_full out"
+    kinds=(${kinds[@]/disk_full/})
+  fi
+fi
 
 start_controller() {
   echo "trainer_program: $build/trainer/eft-train" >"$work/controller.yaml"
@@ -67,7 +93,8 @@ start_controller() {
 }
 
 start_worker() {  # index
-  CUDA_VISIBLE_DEVICES= setsid "$build/worker/eft-worker" --controller "$EFT_CONTROLLER" --name "node$1" \
+  # Ranks inherit the worker's environment: the step pace reaches them this way (spec.env may not set EFT_*).
+  CUDA_VISIBLE_DEVICES= EFT_DEBUG_STALL=step EFT_DEBUG_STALL_SECONDS=$pace setsid "$build/worker/eft-worker" --controller "$EFT_CONTROLLER" --name "node$1" \
     --slots 1 --work-dir "$work/work/node$1" --address 127.0.0.1 >>"$work/node$1.log" 2>&1 &
   worker_pid[$1]=$!
   disown "${worker_pid[$1]}"
@@ -110,6 +137,16 @@ training: {epochs: 10, global_batch_size: 24, micro_batch_size: 4, lr: 3.0e-4, p
 checkpoint: {dir: $work/ckpt-$1, every_steps: 5, keep_last: 2}
 fault_tolerance: {max_restarts: 10, stop_grace_seconds: 5}
 env: {OMP_NUM_THREADS: "1"}
+YAML
+  "$eftctl" job submit -f "$work/$1.yaml" -o json 2>>"$work/submit.log" | $util field /dev/stdin 'j["id"]'
+}
+
+submit_priority() {  # name -> id of a 1-node job of priority 10 that runs 4 s
+  cat >"$work/$1.yaml" <<YAML
+name: $1
+command: [/bin/sleep, "4"]
+resources: {nodes: {min: 1, max: 1}, gpus_per_node: 1}
+priority: 10
 YAML
   "$eftctl" job submit -f "$work/$1.yaml" -o json 2>>"$work/submit.log" | $util field /dev/stdin 'j["id"]'
 }
@@ -175,7 +212,59 @@ inject() {  # kind
       kill -9 "-${worker_pid[$b]}" 2>/dev/null
       sleep 2; start_worker "$a"; start_worker "$b"
       what="killed node$a, then node$b during the recovery" ;;
+    node_loss_controller_kill)
+      local w=$((RANDOM % 3)) gap; gap=$(printf '1.%d' $((RANDOM % 10)))
+      kill -9 "-${worker_pid[$w]}" 2>/dev/null
+      sleep "$gap"  # the heartbeat timeout is 2 s: the controller is about to declare node$w lost
+      kill -9 "-$controller_pid" 2>/dev/null
+      sleep 1; start_controller >/dev/null
+      sleep 1; start_worker "$w"
+      what="killed node$w, then the controller ${gap} s later" ;;
+    resize_kill)
+      local d=$((RANDOM % 3)) gap; gap=$(printf '0.%d' $((RANDOM % 10)))
+      "$eftctl" node drain "node$d" --evict >/dev/null
+      sleep "$gap"
+      kill_one "$d"
+      sleep 3; "$eftctl" node undrain "node$d" >/dev/null
+      what="drained node$d (--evict), $killed ${gap} s later, undrained 3 s after" ;;
+    preempt_kill)
+      local gap; gap=$(printf '%d.%d' $((RANDOM % 2)) $((RANDOM % 10)))
+      hp_id=$(submit_priority "$name-hp")
+      sleep "$gap"
+      kill_one -1
+      what="a priority-10 job took a node; $killed ${gap} s later" ;;
+    disk_full)
+      # Fill the tmpfs. Either free it as soon as rank 0 logs a failed save (its log, not the
+      # relayed event: a save fails in a millisecond and the next comes 5 steps later), or never.
+      local hold=$((RANDOM % 2)) fill="$work/ckpt-$name/filler"
+      dd if=/dev/zero of="$fill" bs=64k 2>/dev/null
+      if ((hold == 0)); then
+        for _ in $(seq 400); do  # 20 s
+          cat "$work"/work/node*/logs/"$id"/attempt-*/rank-0.log 2>/dev/null |
+            grep -q "checkpoint at step [0-9]* failed" && break
+          sleep 0.05
+        done
+        rm -f "$fill"; what="filled its checkpoint tmpfs until a save failed, then freed it"
+      else
+        what="filled its checkpoint tmpfs for good"
+      fi ;;
   esac
+}
+
+# kill -9 of the controller or of a worker other than node$1 (-1: any), each restarted as after a
+# crash; sets `killed`.
+kill_one() {
+  if ((RANDOM % 2)); then
+    kill -9 "-$controller_pid" 2>/dev/null
+    sleep 1; start_controller >/dev/null
+    killed="killed the controller"
+  else
+    local w=$((RANDOM % 3))
+    ((w == $1)) && w=$(((w + 1) % 3))
+    kill -9 "-${worker_pid[$w]}" 2>/dev/null
+    sleep 3; start_worker "$w"
+    killed="killed node$w"
+  fi
 }
 
 results=$work/results.jsonl
@@ -184,7 +273,14 @@ for trial in $(seq "$trials"); do
   kind=${kinds[$((RANDOM % ${#kinds[@]}))]}
   at=$((3 + RANDOM % 30))
   name=t$trial
+  hp_id=
   wait_nodes 3 >/dev/null
+  if [[ $kind == disk_full ]]; then
+    # Room for the data cache, two sharded checkpoints and one being written (1.3 MB each here).
+    mkdir -p "$work/ckpt-$name"
+    mount -t tmpfs -o size=8m tmpfs "$work/ckpt-$name" || { echo "soak: trial $trial: mount failed" >&2; exit 1; }
+    mounts+=("$work/ckpt-$name")
+  fi
   id=$(submit "$name")
   [[ -z $id ]] && { echo "soak: trial $trial: submit failed (submit.log)" >&2; exit 1; }
   t_submit=$SECONDS
@@ -216,8 +312,28 @@ for trial in $(seq "$trials"); do
   why=
   diff=
   passed=true
-  if [[ $state != JOB_STATE_SUCCEEDED ]]; then
-    passed=false; why="ended $state: $(job "$id" 'j.get("reason", "")')"
+  reason=$(job "$id" 'j.get("reason", "")')
+  if [[ $kind == disk_full ]]; then
+    # Said what happened, left nothing half-written, and kept what it committed usable.
+    failed_saves=$(job "$id" 'sum(e.get("type") == "checkpoint_failed" for e in j.get("events", []))')
+    bad=$($util committed "$work/ckpt-$name")
+    if [[ ${failed_saves:-0} -lt 1 ]]; then
+      passed=false; why="no checkpoint_failed event"
+    elif [[ -n $bad ]]; then
+      passed=false; why=$bad
+    elif [[ $state == JOB_STATE_FAILED && $reason == *"storage"*"full"* ]]; then
+      state=FAILED_RIGHTLY  # the storage stayed full: the job stopped and said so
+    fi
+    what="$what; $failed_saves failed saves"
+  fi
+  if [[ -n $hp_id ]]; then
+    hp_state=$(wait_end "$hp_id" 120)
+    [[ $hp_state == JOB_STATE_SUCCEEDED ]] || { passed=false; why="the priority job ended $hp_state"; }
+  fi
+  if [[ $passed == false || $state == FAILED_RIGHTLY ]]; then
+    :
+  elif [[ $state != JOB_STATE_SUCCEEDED ]]; then
+    passed=false; why="ended $state: $reason"
   elif [[ $final != */step-$steps ]]; then
     passed=false; why="final checkpoint $final, not step-$steps"
   else
@@ -233,6 +349,8 @@ for trial in $(seq "$trials"); do
     "$trial" "$seed" "$kind" "${step:-0}" "$what" "$worlds" "${diff:-null}" "${recovery:-null}" "$passed" \
     "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$why")" >>"$results"
   echo "trial $trial: $kind at step ${step:-0} ($what): $state, worlds $worlds, weights off by ${diff:-?}, recovered in ${recovery:-?} s: $([[ $passed == true ]] && echo passed || echo "FAILED: $why")"
+  # A failed trial's checkpoints stay for reading (unmounted on exit: copy them first).
+  [[ $kind == disk_full && $passed == true ]] && umount "$work/ckpt-$name"
 done
 
 $util table "$results"

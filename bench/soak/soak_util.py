@@ -5,6 +5,9 @@
   soak_util.py field FILE EXPR          EXPR over the job JSON in FILE (j); prints "" when unreadable
   soak_util.py weights A B              max |a - b| over the tensors of two model.safetensors files,
                                         "inf" when their names or shapes differ
+  soak_util.py committed DIR           what is wrong with the checkpoints under DIR ("" if nothing):
+                                        a step-N.tmp left behind, or a step-N whose COMMITTED manifest
+                                        does not match its files (sizes and CRC-32C)
   soak_util.py table RESULTS            the per-kind table and the "N passed, M failed" line from the
                                         results file (one JSON object per trial)
 """
@@ -33,6 +36,57 @@ def weights(a, b):
     print(max(float(np.max(np.abs(ta[k].astype(np.float64) - tb[k].astype(np.float64)))) for k in ta))
 
 
+def crc32c(data):
+    table = _CRC32C_TABLE
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _crc32c_table():
+    out = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        out.append(c)
+    return out
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def committed(root):
+    import os
+
+    problems = []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if not name.startswith("step-") or not os.path.isdir(path):
+            continue
+        if name.endswith(".tmp"):
+            problems.append(f"{name} left behind")
+            continue
+        try:
+            with open(os.path.join(path, "COMMITTED")) as f:
+                manifest = json.load(f)
+        except (OSError, ValueError) as e:
+            problems.append(f"{name}: no valid COMMITTED ({e})")
+            continue
+        for entry in manifest.get("files", []):
+            file = os.path.join(path, entry["path"])
+            try:
+                with open(file, "rb") as f:
+                    data = f.read()
+            except OSError as e:
+                problems.append(f"{name}/{entry['path']}: {e}")
+                continue
+            if len(data) != entry["bytes"] or crc32c(data) != entry["crc32c"]:
+                problems.append(f"{name}/{entry['path']}: size or CRC-32C differs from COMMITTED")
+    print("; ".join(problems))
+
+
 def table(path):
     trials = [json.loads(line) for line in open(path) if line.strip()]
     kinds = sorted({t["kind"] for t in trials})
@@ -59,6 +113,8 @@ if __name__ == "__main__":
         field(sys.argv[2], sys.argv[3])
     elif cmd == "weights":
         weights(sys.argv[2], sys.argv[3])
+    elif cmd == "committed":
+        committed(sys.argv[2])
     elif cmd == "table":
         table(sys.argv[2])
     else:

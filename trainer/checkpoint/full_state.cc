@@ -3,9 +3,9 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 
 #include "common/crc32c.h"
+#include "common/file_util.h"
 
 #include "trainer/checkpoint/parallel_full_write.h"
 #include "trainer/checkpoint/peft_adapter.h"
@@ -39,12 +39,7 @@ at::ScalarType HfDtype(const ModelConfig& config) {
 Result<std::vector<std::string>> WriteHfSidecarFiles(const std::string& dir, const ModelConfig& config,
                                                      const std::string& tokenizer_dir) {
   std::vector<std::string> files;
-  {
-    std::ofstream out(dir + "/config.json");
-    out << config.ToHfJson().dump(2) << "\n";
-    out.flush();
-    if (!out) return Status::IoError("writing " + dir + "/config.json");
-  }
+  EFT_RETURN_IF_ERROR(WriteStringToFile(dir + "/config.json", config.ToHfJson().dump(2) + "\n"));
   files.push_back("config.json");
   if (!tokenizer_dir.empty()) {
     std::error_code ec;

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <cmath>
 #include <set>
 
@@ -98,12 +97,7 @@ Status FsyncDir(const std::string& path) {
 
 Status WriteFileDurably(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return Status::IoError("writing " + tmp);
-  }
+  EFT_RETURN_IF_ERROR(WriteStringToFile(tmp, text));
   EFT_RETURN_IF_ERROR(FsyncFile(tmp));
   if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("renaming", tmp);
   return Status::Ok();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "common/file_util.h"
 #include "spec/job_spec.h"
 
 namespace eft::trainer {
@@ -24,12 +25,7 @@ json AdapterConfigJson(const AdapterConfig& c) {
 }
 
 Status WriteAdapterConfig(const std::string& dir, const AdapterConfig& config) {
-  const std::string path = dir + "/" + kAdapterConfigFile;
-  std::ofstream out(path);
-  out << AdapterConfigJson(config).dump(2) << "\n";
-  out.flush();
-  if (!out) return Status::IoError("writing " + path);
-  return Status::Ok();
+  return WriteStringToFile(dir + "/" + kAdapterConfigFile, AdapterConfigJson(config).dump(2) + "\n");
 }
 
 Result<AdapterConfig> ReadAdapterConfig(const std::string& dir) {

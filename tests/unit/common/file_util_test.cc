@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -74,6 +76,25 @@ TEST_F(ReadFileToStringTest, ProcFilesThatReportSizeZeroAreReadToTheEnd) {
   auto r = ReadFileToString("/proc/self/stat");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->rfind(std::to_string(::getpid()) + " (", 0), 0u) << *r;
+}
+
+TEST_F(ReadFileToStringTest, WriteStringToFileWritesAndReplacesExactly) {
+  const std::string path = dir_ + "/out";
+  ASSERT_TRUE(WriteStringToFile(path, "a longer first text").ok());
+  ASSERT_TRUE(WriteStringToFile(path, std::string("b\0c", 3)).ok());
+  EXPECT_EQ(*ReadFileToString(path), std::string("b\0c", 3));
+}
+
+// A full disk must be recognisable as one (the checkpointer matches the system's reason to tell a
+// full storage from other failures: docs/checkpoints.md, "When a save fails"). /dev/full fails
+// every write with ENOSPC.
+TEST_F(ReadFileToStringTest, WriteStringToFileNamesThePathAndTheSystemsReason) {
+  Status full = WriteStringToFile("/dev/full", "x");
+  EXPECT_EQ(full.code(), StatusCode::kInternal);  // Status::IoError
+  EXPECT_NE(full.message().find("/dev/full"), std::string::npos) << full;
+  EXPECT_NE(full.message().find(std::strerror(ENOSPC)), std::string::npos) << full;
+  Status missing = WriteStringToFile(dir_ + "/no/such/dir/f", "x");
+  EXPECT_NE(missing.message().find(std::strerror(ENOENT)), std::string::npos) << missing;
 }
 
 }  // namespace

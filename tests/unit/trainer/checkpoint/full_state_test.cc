@@ -9,7 +9,9 @@
 
 #include <sys/resource.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +21,7 @@
 
 #include "tests/unit/trainer/parallel/rank_threads.h"
 #include "trainer/checkpoint/parallel_full_write.h"
+#include "trainer/checkpoint/peft_adapter.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/io/safetensors_writer.h"
 
@@ -303,6 +306,26 @@ TEST_P(FullStateTest, RankZeroFailingToCreateTheFilesFailsEveryRankAtOnce) {
     EXPECT_FALSE(fs::exists(out / "model.safetensors.partial"));
   }
   EXPECT_LT(seconds, 20) << "no rank waited for a collective that never came (Gloo's timeout here: 60 s)";
+}
+
+// The small files of a save on a full disk: their error carries the system's reason, so the save
+// counts as "storage full" (exit 77, no pointless restarts). Found by the fault soak: config.json
+// failed with a bare "writing ..." and the job was restarted 10 times.
+TEST(FullStateSidecars, AFullDiskFailsTheSmallFilesWithTheSystemsReason) {
+  const fs::path dir = fs::temp_directory_path() / ("eft-sidecar-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::create_symlink("/dev/full", dir / "config.json");
+  auto files = WriteHfSidecarFiles(dir.string(), TinyBf16Config(), "");
+  ASSERT_FALSE(files.ok());
+  EXPECT_NE(files.status().message().find(std::strerror(ENOSPC)), std::string::npos) << files.status();
+  fs::create_symlink("/dev/full", dir / "trainer_state.json.tmp");
+  Status durable = WriteFileDurably((dir / "trainer_state.json").string(), "{}");
+  EXPECT_NE(durable.message().find(std::strerror(ENOSPC)), std::string::npos) << durable;
+  fs::create_symlink("/dev/full", dir / kAdapterConfigFile);
+  Status adapter = WriteAdapterConfig(dir.string(), AdapterConfig{8, 16, 0, {"q_proj"}, "base"});
+  EXPECT_NE(adapter.message().find(std::strerror(ENOSPC)), std::string::npos) << adapter;
+  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, FullStateTest, ::testing::Values(FullWriteMode::kParallel, FullWriteMode::kRank0),
