@@ -48,6 +48,9 @@ void AddControllerSettings(DaemonSettings* s, ControllerConfig* c) {
   s->AddSeconds({"restart_backoff_max_s", "", ""}, &c->restart_backoff_max);
   s->AddSeconds({"stop_report_slack_s", "", ""}, &c->stop_report_slack);
   s->AddString({"trainer_program", "", ""}, &c->trainer_program);
+  s->AddInt({"finished_jobs_in_memory", "--finished-jobs-in-memory",
+             "finished jobs kept in memory; older ones are read from the database (default 1000)"},
+            &c->finished_jobs_in_memory);
   auto existing_file = [](CLI::Option* flag) {
     if (flag != nullptr) flag->check(CLI::ExistingFile);
   };
@@ -126,6 +129,7 @@ Status FinalizeControllerConfig(ControllerConfig* c) {
   if (c->restart_backoff_max < c->restart_backoff_initial) {
     return Status::InvalidArgument("restart_backoff_max_s must be >= restart_backoff_initial_s");
   }
+  if (c->finished_jobs_in_memory < 1) return Status::InvalidArgument("finished_jobs_in_memory must be at least 1");
   return Status::Ok();
 }
 

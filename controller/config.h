@@ -52,6 +52,11 @@ struct ControllerConfig {
   int max_submitter_priority = 0;
   // Where eft-train is found when a job has no `command` (a name is looked up in the worker's PATH).
   std::string trainer_program = "eft-train";
+  // Finished jobs (SUCCEEDED, FAILED, CANCELLED) kept in memory: the most recently finished ones.
+  // Older ones are read from the database when asked for (docs/architecture.md, "Finished jobs"),
+  // so memory does not grow with the job history. /metrics reports per-job series of the newest
+  // 100 finished jobs in memory: fewer when this is below 100.
+  int finished_jobs_in_memory = 1000;
 
   // --- authentication and TLS (docs/auth.md) ---
   // Tokens file (token -> user, role) and the workers' join token file; both or neither.

@@ -62,27 +62,29 @@ Status Controller::Load() {
     nodes_[n.rec.name] = std::move(n);
   }
   EFT_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
+  // Memory takes every unfinished job and the most recently finished ones (finished_jobs.cc).
+  std::vector<std::pair<int64_t, std::string>> finished;  // (end_ms, id)
+  for (const auto& rec : jobs) {
+    if (IsTerminal(rec.state)) finished.emplace_back(rec.end_ms, rec.id);
+  }
+  std::sort(finished.begin(), finished.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : std::stoll(a.second) < std::stoll(b.second);
+  });
+  const size_t keep = std::min(finished.size(), static_cast<size_t>(std::max(0, config_.finished_jobs_in_memory)));
+  std::set<std::string> left_out;
+  for (size_t i = 0; i + keep < finished.size(); ++i) left_out.insert(finished[i].second);
+  for (size_t i = finished.size() - keep; i < finished.size(); ++i) finished_.push_back(finished[i].second);
   for (auto& rec : jobs) {
-    JobEntry j;
-    j.rec = std::move(rec);
-    EFT_ASSIGN_OR_RETURN(j.attempts, store_->LoadAttempts(j.rec.id));
-    EFT_ASSIGN_OR_RETURN(j.checkpoints, store_->LoadCheckpoints(j.rec.id));
-    EFT_ASSIGN_OR_RETURN(j.events, store_->LoadEvents(j.rec.id));
-    EFT_ASSIGN_OR_RETURN(auto train, store_->LoadLossPoints(j.rec.id, LossCurve::kTrain));
-    EFT_ASSIGN_OR_RETURN(auto eval, store_->LoadLossPoints(j.rec.id, LossCurve::kEval));
-    j.train_loss = LossSeries::FromPoints(std::move(train));
-    j.eval_loss = LossSeries::FromPoints(std::move(eval));
-    for (const auto& e : j.events) {
-      if (auto r = ResizeReasonOf(e)) ++j.resizes[static_cast<size_t>(*r)];
-      if (e.type == kPreemptedEvent) ++j.preemptions;
-      if (e.type == kCheckpointFailedEvent) ++j.checkpoint_failures;
+    if (left_out.count(rec.id)) {
+      ++evicted_by_state_[rec.state];
+      attempts_created_ += rec.attempt;
+      continue;
     }
-    j.spec_json = eft::spec::JobSpecToJson(j.rec.spec).dump();
+    EFT_ASSIGN_OR_RETURN(JobEntry j, LoadJobEntryLocked(std::move(rec)));
     if (j.active() && j.current()) {
       // A RUNNING attempt had every rank running: a rank its worker no longer reports is lost.
       j.ranks.assign(j.current()->world_size, RankView{j.rec.state == v1::JOB_STATE_RUNNING, false, {}});
     }
-    if (j.current()) j.reached_step = j.current()->reached_step;
     if (j.rec.state == v1::JOB_STATE_RECOVERING) {
       j.stop_deadline = now + config_.stop_report_slack;
       // Its nodes must heartbeat once more (PreviousNodesSettledLocked) before the next attempt is
@@ -112,8 +114,9 @@ Status Controller::Load() {
   }
   size_t unfinished = std::count_if(jobs_.begin(), jobs_.end(),
                                     [](const auto& kv) { return !IsTerminal(kv.second.rec.state); });
-  EFT_LOG(INFO) << "loaded " << jobs_.size() << " jobs (" << unfinished << " not finished) and "
-                << nodes_.size() << " nodes (" << reserved_.size() << " reserved) from " << store_->path();
+  EFT_LOG(INFO) << "loaded " << jobs_.size() << " jobs (" << unfinished << " not finished; " << left_out.size()
+                << " older finished ones stay in the database) and " << nodes_.size() << " nodes ("
+                << reserved_.size() << " reserved) from " << store_->path();
   return Status::Ok();
 }
 
@@ -166,7 +169,9 @@ Status Controller::Apply(JobEntry& job, JobChange change) {
     if (e.type == kCheckpointFailedEvent) ++job.checkpoint_failures;
   }
   job.events.insert(job.events.end(), change.events.begin(), change.events.end());
+  const bool finishing = !IsTerminal(job.rec.state) && IsTerminal(change.rec.state);
   job.rec = std::move(change.rec);
+  if (finishing) FinishedLocked(job);
   IndexLocked(job);
   CapacityChangedLocked();
   Bump(job);
@@ -191,13 +196,18 @@ void Controller::CommitSubmits(const std::vector<SubmitBatch::Item*>& batch) {
   std::vector<JobEntry> created;
   std::map<SubmitBatch::Item*, size_t> created_for;
   std::map<std::string, size_t> batch_request_ids;
+  std::map<std::string, std::string> earlier_ids;  // request id -> job id, for jobs no longer in memory
   Status s = store_->RunInTransaction([&]() REQUIRES(mu_) -> Status {
     for (SubmitBatch::Item* item : batch) {
       const PendingSubmit* p = &item->request;
       // A retried submit (same request id) gets the job the first one created.
-      if (!p->request_id.empty() &&
-          (by_request_id_.count(p->request_id) || batch_request_ids.count(p->request_id))) {
-        continue;
+      if (!p->request_id.empty()) {
+        if (by_request_id_.count(p->request_id) || batch_request_ids.count(p->request_id)) continue;
+        EFT_ASSIGN_OR_RETURN(auto earlier, store_->FindJobByRequestId(p->request_id));  // finished, out of memory
+        if (earlier) {
+          earlier_ids[p->request_id] = earlier->id;
+          continue;
+        }
       }
       JobRecord rec;
       rec.request_id = p->request_id;
@@ -247,62 +257,40 @@ void Controller::CommitSubmits(const std::vector<SubmitBatch::Item*>& batch) {
   for (JobEntry* entry : entries) TryPlaceLocked(*entry, &caps);
   for (SubmitBatch::Item* item : batch) {
     auto it = created_for.find(item);
-    const std::string& id =
-        it != created_for.end() ? entries[it->second]->rec.id : by_request_id_.at(item->request.request_id);
-    item->reply = ToProto(jobs_.at(id), true);
+    const std::string& key = item->request.request_id;
+    const std::string id = it != created_for.end() ? entries[it->second]->rec.id
+                           : by_request_id_.count(key) ? by_request_id_.at(key)
+                                                       : earlier_ids.at(key);
+    JobEntry scratch;
+    auto job = ReadJobLocked(id, &scratch);
+    item->reply = job.ok() ? Result<v1::Job>(ToProto(**job, true)) : Result<v1::Job>(job.status());
   }
   changed_.NotifyAll();
 }
 
 Result<std::string> Controller::JobOwner(const std::string& id) {
   MutexLock lock(&mu_);
-  JobEntry* j = FindJob(id);
-  if (!j) return Status::NotFound("job " + id + " not found");
+  JobEntry scratch;
+  EFT_ASSIGN_OR_RETURN(const JobEntry* j, ReadJobLocked(id, &scratch));
   return j->rec.owner;
 }
 
 Result<v1::Job> Controller::GetJob(const std::string& id) {
   MutexLock lock(&mu_);
-  JobEntry* j = FindJob(id);
-  if (!j) return Status::NotFound("job " + id + " not found");
+  JobEntry scratch;
+  EFT_ASSIGN_OR_RETURN(const JobEntry* j, ReadJobLocked(id, &scratch));
   return ToProto(*j, true);
-}
-
-Result<v1::ListJobsResponse> Controller::ListJobs(const v1::ListJobsRequest& request) {
-  int page_size = request.page_size() == 0 ? 100 : request.page_size();
-  if (page_size < 0 || page_size > 1000) return Status::InvalidArgument("page_size: must be in 1..1000");
-  MutexLock lock(&mu_);
-  // Pages walk job_order_ backwards (newest first); the token is the id of the next job to show.
-  size_t start = job_order_.size();  // exclusive upper bound of the index into job_order_
-  if (!request.page_token().empty()) {
-    auto it = std::find(job_order_.begin(), job_order_.end(), request.page_token());
-    if (it == job_order_.end()) return Status::InvalidArgument("page_token: not a token this controller issued");
-    start = static_cast<size_t>(it - job_order_.begin()) + 1;
-  }
-  std::set<int> states(request.states().begin(), request.states().end());
-  v1::ListJobsResponse out;
-  size_t i = start;
-  while (i > 0) {
-    --i;
-    const JobEntry& j = jobs_.at(job_order_[i]);
-    if (!states.empty() && !states.count(j.rec.state)) continue;
-    if (out.jobs_size() == page_size) {
-      out.set_next_page_token(job_order_[i]);  // a matching job exists beyond this page
-      break;
-    }
-    *out.add_jobs() = ToProto(j, false);
-  }
-  return out;
 }
 
 Result<v1::Job> Controller::CancelJob(const std::string& id) {
   MutexLock lock(&mu_);
-  JobEntry* j = FindJob(id);
-  if (!j) return Status::NotFound("job " + id + " not found");
-  if (j->rec.state == v1::JOB_STATE_CANCELLED) return ToProto(*j, true);
-  if (IsTerminal(j->rec.state)) {
-    return Status::FailedPrecondition("job " + id + " already ended: " + v1::JobState_Name(j->rec.state));
+  JobEntry scratch;
+  EFT_ASSIGN_OR_RETURN(const JobEntry* found, ReadJobLocked(id, &scratch));
+  if (found->rec.state == v1::JOB_STATE_CANCELLED) return ToProto(*found, true);
+  if (IsTerminal(found->rec.state)) {
+    return Status::FailedPrecondition("job " + id + " already ended: " + v1::JobState_Name(found->rec.state));
   }
+  JobEntry* j = FindJob(id);  // unfinished: in memory
   if (j->active()) {
     EFT_RETURN_IF_ERROR(EndAttemptLocked(*j, "cancelled by user", Outcome::kCancelled));
   } else {
@@ -320,7 +308,16 @@ Result<v1::Job> Controller::WaitForJobChange(const std::string& id, uint64_t* ve
                                              std::chrono::milliseconds timeout, bool* changed) {
   MutexLock lock(&mu_);
   JobEntry* j = FindJob(id);
-  if (!j) return Status::NotFound("job " + id + " not found");
+  if (!j) {
+    // Finished and out of memory: it will not change again. A caller that has seen it waits out
+    // its timeout, as for any job that does not change.
+    JobEntry scratch;
+    EFT_ASSIGN_OR_RETURN(const JobEntry* finished, ReadJobLocked(id, &scratch));
+    *changed = *version != finished->version;
+    if (!*changed) changed_.WaitFor(&mu_, timeout, [&] { return stopping_.load(); });
+    *version = finished->version;
+    return ToProto(*finished, true);
+  }
   changed_.WaitFor(&mu_, timeout, [&] { return j->version != *version || stopping_; });
   *changed = j->version != *version;
   *version = j->version;
@@ -420,6 +417,7 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
     v.preemptions = j.preemptions;
     v.checkpoint_failures = j.checkpoint_failures;
   }
+  for (const auto& [state, n] : evicted_by_state_) out.jobs_by_state[state] += n;
   const SteadyTime now = clock_->Now();
   for (const auto& [name, n] : nodes_) {
     ControllerSnapshot::Node& v = out.nodes.emplace_back();

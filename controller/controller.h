@@ -114,6 +114,8 @@ class Controller {
   Result<v1::Job> WaitForJobChange(const std::string& id, uint64_t* version, std::chrono::milliseconds timeout,
                                    bool* changed) EXCLUDES(mu_);
   static bool IsTerminal(v1::JobState state);
+  // How many jobs memory holds now (the soak benchmark and tests watch it stay bounded).
+  size_t JobsInMemory() const EXCLUDES(mu_);
 
   // --- NodeService ---
   v1::ListNodesResponse ListNodes() EXCLUDES(mu_);
@@ -235,7 +237,19 @@ class Controller {
   // controller.cc: conversions and lookups.
   v1::Job ToProto(const JobEntry& job, bool full) const REQUIRES(mu_);
   v1::Node ToProto(const NodeEntry& node) const REQUIRES(mu_);
+  // A job in memory (every unfinished job, and the recently finished ones), or nullptr.
   JobEntry* FindJob(const std::string& id) REQUIRES(mu_);
+
+  // finished_jobs.cc: finished jobs leave memory; reads of them go to the store.
+  // Everything the store holds of a job, as Load() builds it (NotFound when there is no such job).
+  Result<JobEntry> LoadJobEntryLocked(JobRecord rec) REQUIRES(mu_);
+  // The job from memory, else from the store into *scratch; NotFound when neither has it.
+  Result<const JobEntry*> ReadJobLocked(const std::string& id, JobEntry* scratch) REQUIRES(mu_);
+  // Counts a job that just finished; EvictFinishedLocked may later take it out of memory.
+  void FinishedLocked(const JobEntry& job) REQUIRES(mu_);
+  // Takes the oldest finished jobs out of memory beyond config_.finished_jobs_in_memory (not those
+  // with progress or loss points still to store). Only where no JobEntry reference is held: Tick.
+  void EvictFinishedLocked() REQUIRES(mu_);
   EventRecord MakeEvent(const JobEntry& job, const std::string& type, const std::string& message) const;
   Status Apply(JobEntry& job, JobChange change) REQUIRES(mu_);
   void Bump(JobEntry& job) REQUIRES(mu_);
@@ -342,7 +356,11 @@ class Controller {
   // Only used under mu_, so that a transaction and the memory it describes change together.
   const std::unique_ptr<Store> store_ PT_GUARDED_BY(mu_);
   std::map<std::string, JobEntry> jobs_ GUARDED_BY(mu_);              // by id
-  std::vector<std::string> job_order_ GUARDED_BY(mu_);                // ids in submit order
+  std::vector<std::string> job_order_ GUARDED_BY(mu_);                // ids in memory, in submit order
+  // Finished jobs in memory, in the order they finished; beyond config_.finished_jobs_in_memory the
+  // first ones leave memory (finished_jobs.cc). Jobs that left, counted by state for /metrics.
+  std::deque<std::string> finished_ GUARDED_BY(mu_);
+  std::map<v1::JobState, int64_t> evicted_by_state_ GUARDED_BY(mu_);
   JobIndex index_ GUARDED_BY(mu_);                                    // pending jobs; active jobs by node
   std::map<std::string, std::string> by_request_id_ GUARDED_BY(mu_);  // SubmitJob idempotency keys -> job id
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);            // by name

@@ -47,6 +47,7 @@ void Controller::Tick() {
   }
   ScheduleLocked();
   if (now >= reached_flushed_at_ + config_.progress_flush_interval) FlushReachedStepsLocked();
+  EvictFinishedLocked();
 }
 
 void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) {

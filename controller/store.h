@@ -44,6 +44,10 @@ class Store {
   Status UpdateJob(const JobRecord& job);  // every column but id and create_ms
   Result<std::vector<JobRecord>> LoadJobs();  // ascending id
   Result<std::optional<JobRecord>> FindJobByRequestId(const std::string& request_id);
+  Result<std::optional<JobRecord>> LoadJob(const std::string& id);  // nullopt: no such job
+  // Jobs with an id of at most `max_id` whose state is one of `states` (empty: any), highest id
+  // first, at most `limit`: a page of ListJobs.
+  Result<std::vector<JobRecord>> ListJobs(int64_t max_id, const std::vector<v1::JobState>& states, int limit);
 
   // Attempts, keyed by (job_id, number).
   Status InsertAttempt(const AttemptRecord& attempt);

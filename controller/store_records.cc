@@ -199,6 +199,25 @@ Result<std::optional<JobRecord>> Store::FindJobByRequestId(const std::string& re
                      "finding job with request_id '" + request_id + "'");
 }
 
+Result<std::optional<JobRecord>> Store::LoadJob(const std::string& id) {
+  auto job_id = ParseJobId(id);
+  if (!job_id.ok()) return std::optional<JobRecord>();  // not an id this store hands out
+  return WithContext(First(Query<JobRecord>("SELECT " EFT_JOB_COLUMNS " FROM jobs WHERE id = ?",
+                                            JobFromRow<Statement>, *job_id)),
+                     "loading job " + id);
+}
+
+Result<std::vector<JobRecord>> Store::ListJobs(int64_t max_id, const std::vector<v1::JobState>& states, int limit) {
+  // The states as ",NAME,NAME,": one statement for any filter.
+  std::string names;
+  for (v1::JobState s : states) names += "," + v1::JobState_Name(s);
+  if (!names.empty()) names += ",";
+  return WithContext(Query<JobRecord>("SELECT " EFT_JOB_COLUMNS " FROM jobs WHERE id <= ? AND "
+                                      "(? = '' OR instr(?, ',' || state || ',') > 0) ORDER BY id DESC LIMIT ?",
+                                      JobFromRow<Statement>, max_id, names, names, limit),
+                     "listing jobs");
+}
+
 // ---- attempts ----------------------------------------------------------------------------------
 
 Status Store::InsertAttempt(const AttemptRecord& a) {
