@@ -12,8 +12,8 @@
 # restarted 1 s later on the same database), worker_freeze (SIGSTOP of a worker past the heartbeat
 # timeout, then SIGCONT), double_kill (a worker killed, and another while the recovery starts),
 # node_loss_controller_kill (a worker killed, and the controller while it is declaring the node
-# lost), resize_kill (a node drained with --evict, i.e. a planned shrink, and a worker or the
-# controller killed while the job resizes; undrained 3 s later, so it grows back), preempt_kill (a
+# lost), resize_kill (a node drained with --evict, i.e. a planned shrink, undrained 3 s later so the
+# job grows back, and a worker or the controller killed during the shrink or the grow), preempt_kill (a
 # higher-priority 1-node job takes a node from it, and a worker or the controller is killed while
 # it gives way), disk_full (the job's checkpoint dir is a small tmpfs, filled up at the fault's
 # step: held until a save has failed, then freed, or held to the end; needs root for mount, and is
@@ -221,12 +221,23 @@ inject() {  # kind
       sleep 1; start_worker "$w"
       what="killed node$w, then the controller ${gap} s later" ;;
     resize_kill)
-      local d=$((RANDOM % 3)) gap; gap=$(printf '0.%d' $((RANDOM % 10)))
+      # A planned shrink (drain --evict), and back: the kill lands in the shrink or in the grow.
+      local d=$((RANDOM % 3)) gap phase=$((RANDOM % 2)); gap=$(printf '0.%d' $((RANDOM % 10)))
       "$eftctl" node drain "node$d" --evict >/dev/null
-      sleep "$gap"
-      kill_one "$d"
-      sleep 3; "$eftctl" node undrain "node$d" >/dev/null
-      what="drained node$d (--evict), $killed ${gap} s later, undrained 3 s after" ;;
+      if ((phase == 0)); then
+        sleep "$gap"; kill_one "$d"
+        sleep 3; "$eftctl" node undrain "node$d" >/dev/null
+        what="drained node$d (--evict), $killed ${gap} s into the shrink, undrained 3 s after"
+      else
+        # Undrained once the job runs on the other two, so it grows back onto node$d.
+        for _ in $(seq 50); do
+          [[ $(job "$id" 'j.get("state") == "JOB_STATE_RUNNING" and j.get("worldSize", 0) == 2') == True ]] && break
+          sleep 0.2
+        done
+        "$eftctl" node undrain "node$d" >/dev/null
+        sleep "$gap"; kill_one -1
+        what="drained node$d (--evict), undrained once it ran at world size 2, $killed ${gap} s into the grow"
+      fi ;;
     preempt_kill)
       local gap; gap=$(printf '%d.%d' $((RANDOM % 2)) $((RANDOM % 10)))
       hp_id=$(submit_priority "$name-hp")
@@ -272,6 +283,8 @@ results=$work/results.jsonl
 for trial in $(seq "$trials"); do
   kind=${kinds[$((RANDOM % ${#kinds[@]}))]}
   at=$((3 + RANDOM % 30))
+  # A resize or preemption takes seconds: started late, the job would end before it is over.
+  [[ $kind == resize_kill || $kind == preempt_kill ]] && at=$((3 + at % 15))
   name=t$trial
   hp_id=
   wait_nodes 3 >/dev/null
