@@ -250,9 +250,11 @@ inject() {  # kind
       local hold=$((RANDOM % 2)) fill="$work/ckpt-$name/filler"
       dd if=/dev/zero of="$fill" bs=64k 2>/dev/null
       if ((hold == 0)); then
-        for _ in $(seq 400); do  # 20 s
+        # Rank 0 logs "... checkpoint at step N not committed" for a save that failed on any rank.
+        for i in $(seq 400); do  # 20 s
           cat "$work"/work/node*/logs/"$id"/attempt-*/rank-0.log 2>/dev/null |
-            grep -q "checkpoint at step [0-9]* failed" && break
+            grep -q "checkpoint at step [0-9]* not committed" && break
+          ((i % 20 == 0)) && terminal "$(job "$id" 'j.get("state", "")')" && break
           sleep 0.05
         done
         rm -f "$fill"; what="filled its checkpoint tmpfs until a save failed, then freed it"
