@@ -18,8 +18,6 @@
 // Usage: controller_load_bench [--seconds 10] [--submit-threads 8] [--workers 1000]
 //            [--heartbeat-threads 2] [--inflight 64] [--jobs 1000]   (--jobs 0 skips the active phase)
 // Prints a report per phase and "RESULT <name> <value>" lines that bench/run_control_plane.sh collects.
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -28,7 +26,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
-#include <semaphore>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +33,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "bench/control_plane/controller_process.h"
+#include "bench/control_plane/sim_workers.h"
 #include "eft/v1/agent.grpc.pb.h"
 #include "eft/v1/job.grpc.pb.h"
 
@@ -43,9 +41,20 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace v1 = eft::v1;
-using SteadyClock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
+using eft::bench::ClientCpuSeconds;
 using eft::bench::ControllerProcess;
+using eft::bench::CountJobs;
+using eft::bench::HeartbeatLoad;
+using eft::bench::MakeSimWorkers;
+using eft::bench::Ms;
+using eft::bench::OneNodeJob;
+using eft::bench::Percentile;
+using eft::bench::Phase;
+using eft::bench::RegisterRequestFor;
+using eft::bench::SimWorker;
+using eft::bench::SteadyClock;
+using eft::bench::TempDir;
 
 struct Flags {
   int seconds = 10, submit_threads = 8, workers = 1000, heartbeat_threads = 2, inflight = 64, jobs = 1000;
@@ -78,31 +87,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
   return true;
 }
 
-double Ms(SteadyClock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
 // ---------------------------------------------------------------------------------------------
 // Reporting.
-
-// A phase's samples and the CPU both processes used during it (they share the machine's cores).
-struct Phase {
-  SteadyClock::time_point start;
-  std::vector<double> latency_ms;
-  std::vector<double> done_s;  // completion times, from `start` (kept by the submit phases only)
-  uint64_t errors = 0;
-  double seconds = 0, controller_cpu = 0, client_cpu = 0;
-};
-
-double ClientCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-double Percentile(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(sorted.size())));
-  return sorted[std::clamp<size_t>(i, 1, sorted.size()) - 1];
-}
 
 void Report(const std::string& name, Phase p) {
   std::sort(p.latency_ms.begin(), p.latency_ms.end());
@@ -144,16 +130,6 @@ Phase Measure(const ControllerProcess& c, F body) {
 // ---------------------------------------------------------------------------------------------
 // Load.
 
-v1::JobSpec Job(int n, int gpus, const std::vector<std::string>& command) {
-  v1::JobSpec spec;
-  spec.set_name("load-" + std::to_string(n));
-  spec.mutable_resources()->mutable_nodes()->set_min(1);
-  spec.mutable_resources()->mutable_nodes()->set_max(1);
-  spec.mutable_resources()->set_gpus_per_node(gpus);
-  for (const auto& a : command) spec.add_command(a);
-  return spec;
-}
-
 // `threads` clients submit back to back, each on its own channel (as separate clients would), until
 // `seconds` passed or `total` jobs were submitted.
 void Submit(const std::string& address, int threads, std::chrono::seconds seconds, int total, int gpus,
@@ -172,7 +148,7 @@ void Submit(const std::string& address, int threads, std::chrono::seconds second
       uint64_t errors = 0;
       for (int n; SteadyClock::now() < until && (n = next++) < total;) {
         v1::SubmitJobRequest req;
-        *req.mutable_spec() = Job(n, gpus, command);
+        *req.mutable_spec() = OneNodeJob("load-" + std::to_string(n), gpus, command);
         v1::Job job;
         grpc::ClientContext ctx;
         auto start = SteadyClock::now();
@@ -191,154 +167,12 @@ void Submit(const std::string& address, int threads, std::chrono::seconds second
   for (auto& t : pool) t.join();
 }
 
-int CountJobs(const std::string& address, v1::JobState state) {
-  auto stub = v1::JobService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  v1::ListJobsRequest req;
-  req.add_states(state);
-  req.set_page_size(1000);
-  int n = 0;
-  do {
-    v1::ListJobsResponse resp;
-    grpc::ClientContext ctx;
-    if (!stub->ListJobs(&ctx, req, &resp).ok()) return -1;
-    n += resp.jobs_size();
-    req.set_page_token(resp.next_page_token());
-  } while (!req.page_token().empty());
-  return n;
-}
-
-struct SimWorker {
-  std::string name, incarnation;
-};
-
-// Heartbeats from the simulated workers on the async (callback) API, so a slow reply never delays
-// the calls scheduled after it. paced: each worker once per second, the W workers evenly spread
-// over the second; otherwise as fast as `inflight` outstanding calls allow.
-class HeartbeatLoad {
- public:
-  HeartbeatLoad(const std::string& address, const std::vector<SimWorker>& workers, int threads)
-      : workers_(workers), running_(workers.size()) {
-    for (int t = 0; t < threads; ++t) {
-      grpc::ChannelArguments args;
-      args.SetInt("bench.client", t);
-      stubs_.push_back(v1::AgentService::NewStub(
-          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
-    }
-  }
-
-  void Run(bool paced, std::chrono::seconds seconds, int inflight, Phase* p, const char* label = "paced") {
-    const int threads = static_cast<int>(stubs_.size());
-    const auto period = std::chrono::duration_cast<SteadyClock::duration>(1s) / workers_.size();
-    const uint64_t total = paced ? workers_.size() * seconds.count() : UINT64_MAX;
-    const auto start = SteadyClock::now(), until = start + seconds;
-    std::counting_semaphore<> slots(paced ? 1 << 20 : inflight);
-    std::atomic<uint64_t> pending{0};
-    std::vector<double> lag_ms;
-    std::mutex lag_mu;
-    std::vector<std::thread> senders;
-    for (int t = 0; t < threads; ++t) {
-      senders.emplace_back([&, t] {
-        std::vector<double> lags;
-        for (uint64_t k = t; k < total; k += threads) {
-          auto due = start + period * k;
-          if (paced) {
-            std::this_thread::sleep_until(due);
-            lags.push_back(Ms(SteadyClock::now() - due));
-          }
-          if (SteadyClock::now() >= until) break;
-          slots.acquire();
-          ++pending;
-          Issue(*stubs_[t], k % workers_.size(), p, &slots, &pending);
-        }
-        std::lock_guard<std::mutex> lock(lag_mu);
-        lag_ms.insert(lag_ms.end(), lags.begin(), lags.end());
-      });
-    }
-    for (auto& t : senders) t.join();
-    while (pending > 0) std::this_thread::sleep_for(1ms);
-    std::lock_guard<std::mutex> lock(mu_);
-    p->latency_ms.insert(p->latency_ms.end(), samples_.begin(), samples_.end());
-    p->errors += errors_;
-    samples_.clear();
-    errors_ = 0;
-    if (paced) {
-      std::sort(lag_ms.begin(), lag_ms.end());
-      double achieved = static_cast<double>(p->latency_ms.size()) / static_cast<double>(seconds.count());
-      double target = static_cast<double>(workers_.size());
-      std::printf("          %s: target %.0f/s, completed %.0f/s; send lag behind schedule p99 %.2f ms max %.2f ms%s\n",
-                  label, target, achieved, Percentile(lag_ms, 0.99), lag_ms.empty() ? 0 : lag_ms.back(),
-                  achieved < 0.99 * target ? "  (CLIENT COULD NOT KEEP UP)" : "");
-    }
-  }
-
- private:
-  struct Call {
-    grpc::ClientContext ctx;
-    v1::HeartbeatRequest req;
-    v1::HeartbeatResponse resp;
-    SteadyClock::time_point start;
-  };
-
-  void Issue(v1::AgentService::Stub& stub, size_t worker, Phase* p, std::counting_semaphore<>* slots,
-             std::atomic<uint64_t>* pending) {
-    auto* call = new Call;
-    call->req.set_node_name(workers_[worker].name);
-    call->req.set_incarnation(workers_[worker].incarnation);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& r : running_[worker]) *call->req.add_ranks() = r;
-    }
-    call->ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-    call->start = SteadyClock::now();
-    stub.async()->Heartbeat(&call->ctx, &call->req, &call->resp, [=, this](grpc::Status s) {
-      double ms = Ms(SteadyClock::now() - call->start);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        // Like a real worker, report every desired rank as running from the next heartbeat on.
-        if (s.ok()) {
-          auto& mine = running_[worker];
-          mine.clear();
-          for (const auto& a : call->resp.desired()) {
-            v1::RankStatus r;
-            *r.mutable_key() = a.key();
-            r.set_state(v1::RANK_STATE_RUNNING);
-            r.set_pid(100000 + a.key().rank());
-            r.set_slot(a.slot());
-            mine.push_back(std::move(r));
-          }
-        }
-        // A reregister reply means the controller lost track of the worker: the load was not what it claims.
-        if (s.ok() && !call->resp.reregister()) {
-          samples_.push_back(ms);
-        } else if (errors_++ == 0) {
-          std::fprintf(stderr, "Heartbeat failed: %s\n", s.ok() ? "reregister" : s.error_message().c_str());
-        }
-      }
-      delete call;
-      slots->release();
-      --*pending;
-    });
-  }
-
-  const std::vector<SimWorker>& workers_;
-  std::vector<std::unique_ptr<v1::AgentService::Stub>> stubs_;
-  std::mutex mu_;
-  std::vector<std::vector<v1::RankStatus>> running_;  // by worker: what its next heartbeat reports
-  std::vector<double> samples_;
-  uint64_t errors_ = 0;
-};
-
-std::string TempDir() {
-  std::string tmpl = (fs::temp_directory_path() / "eft-load-bench-XXXXXX").string();
-  return ::mkdtemp(tmpl.data()) ? tmpl : "";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags f;
   if (!ParseFlags(argc, argv, &f)) return 2;
-  const std::string root = TempDir();
+  const std::string root = TempDir("eft-load-bench");
   if (root.empty()) return 1;
   const auto seconds = std::chrono::seconds(f.seconds);
   std::printf("controller_load_bench: %d s per phase, %d submit clients, %d workers x 8 slots, %d heartbeat "
@@ -360,19 +194,11 @@ int main(int argc, char** argv) {
     fs::create_directories(root + "/heartbeat");
     ControllerProcess c(root + "/heartbeat");
     if (!c.WaitUp()) return std::fprintf(stderr, "eft-controller did not come up (see %s)\n", root.c_str()), 1;
-    std::vector<SimWorker> workers;
-    for (int i = 0; i < f.workers; ++i) {
-      workers.push_back({"sim-" + std::to_string(i), "inc-" + std::to_string(i) + "-" + std::to_string(::getpid())});
-    }
+    const std::vector<SimWorker> workers = MakeSimWorkers(f.workers);
     Phase reg = Measure(c, [&](Phase& p) {
       auto stub = v1::AgentService::NewStub(grpc::CreateChannel(c.address(), grpc::InsecureChannelCredentials()));
       for (const auto& w : workers) {
-        v1::RegisterRequest req;
-        req.set_node_name(w.name);
-        req.set_address("127.0.0.1");
-        req.set_slots(8);
-        req.set_version("bench");
-        req.set_incarnation(w.incarnation);
+        v1::RegisterRequest req = RegisterRequestFor(w);
         v1::RegisterResponse resp;
         grpc::ClientContext ctx;
         auto start = SteadyClock::now();

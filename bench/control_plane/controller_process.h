@@ -1,6 +1,6 @@
-// ControllerProcess: a real eft-controller for controller_load_bench, on a free loopback port with
-// its own database, SIGKILLed on destruction. The binary is found under $EFT_BUILD_DIR, else
-// relative to this program (<build>/bench/).
+// ControllerProcess: a real eft-controller for the control-plane benchmarks (controller_load_bench,
+// control_plane_soak), on a free loopback port with its own database, SIGKILLed on destruction. The
+// binary is found under $EFT_BUILD_DIR, else relative to this program (<build>/bench/).
 #pragma once
 
 #include <fcntl.h>
@@ -49,11 +49,17 @@ inline int FreePort() {
 
 class ControllerProcess {
  public:
-  // Only warnings are logged: a line per registered node would be part of what is measured.
-  explicit ControllerProcess(const std::string& dir) : address_("127.0.0.1:" + std::to_string(FreePort())) {
+  // `settings`: flags beyond --listen and --db. The default is controller_load_bench's: a timeout
+  // long enough that workers registered first do not expire while the rest register; {} runs the
+  // controller's defaults. Only warnings are logged: a line per registered node would be part of
+  // what is measured.
+  explicit ControllerProcess(const std::string& dir,
+                             std::vector<std::string> settings = {"--heartbeat-timeout", "3600"})
+      : address_("127.0.0.1:" + std::to_string(FreePort())), db_(dir + "/controller.db") {
     std::string bin = BuildDir() + "/controller/eft-controller", log = dir + "/controller.log";
-    std::vector<std::string> args = {bin, "--listen", address_, "--db", dir + "/controller.db",
-                                     "--heartbeat-timeout", "3600", "--log-level", "warning"};
+    std::vector<std::string> args = {bin, "--listen", address_, "--db", db_};
+    args.insert(args.end(), settings.begin(), settings.end());
+    args.insert(args.end(), {"--log-level", "warning"});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -71,6 +77,8 @@ class ControllerProcess {
     }
   }
   const std::string& address() const { return address_; }
+  const std::string& db_path() const { return db_; }
+  pid_t pid() const { return pid_; }
   // Waits until it answers an RPC (each probe on a fresh channel: a refused one backs off for long).
   bool WaitUp() {
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
@@ -97,9 +105,17 @@ class ControllerProcess {
     }
     return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
   }
+  // A "kB" line of /proc/<pid>/status, e.g. "VmRSS" (resident now) or "VmHWM" (its peak); -1 if gone.
+  long StatusKb(const std::string& field) const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    for (std::string line; std::getline(in, line);) {
+      if (line.compare(0, field.size() + 1, field + ":") == 0) return std::stol(line.substr(field.size() + 1));
+    }
+    return -1;
+  }
 
  private:
-  std::string address_;
+  std::string address_, db_;
   pid_t pid_ = -1;
 };
 
