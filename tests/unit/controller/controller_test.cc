@@ -212,7 +212,9 @@ TEST_F(ControllerTest, FailedSavesAreJobEventsAndAFullStorageFailsTheJobWithoutR
             "room): writing x: No space left on device");
   EXPECT_EQ(messages[1], "sharded checkpoint at step 40 failed (2 in a row, storage full): writing y: No space left on device");
   for (const auto& j : c_->Snapshot(100).jobs) {
-    if (j.id == id) EXPECT_EQ(j.checkpoint_failures, 2);
+    if (j.id == id) {
+      EXPECT_EQ(j.checkpoint_failures, 2);
+    }
   }
   Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_EXITED, 77)},
             {Event(h.desired(0), 3, R"({"event":"error","message":"checkpoint storage /ckpt is full: 3 checkpoints in a row failed","exit_code":77})")});
