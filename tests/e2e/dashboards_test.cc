@@ -141,7 +141,9 @@ TEST(Dashboards, EveryPanelAndRuleEvaluatesAgainstARealPrometheus) {
     std::string error;
     json result = prometheus.Query(q.expr, &error);
     ASSERT_FALSE(result.is_null()) << q.where << ": " << q.expr << "\n" << error;
-    if (q.must_return_data) EXPECT_FALSE(result.empty()) << q.where << " returns no data: " << q.expr;
+    if (q.must_return_data) {
+      EXPECT_FALSE(result.empty()) << q.where << " returns no data: " << q.expr;
+    }
   }
   // The DCGM join names the job: a DCGM series of node0 carries exported_job.
   json joined = prometheus.Query("DCGM_FI_DEV_GPU_UTIL * on (Hostname, gpu) group_left (exported_job) "

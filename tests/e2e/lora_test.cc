@@ -225,7 +225,9 @@ void ExpectSameFiles(const fs::path& a, const fs::path& b) {
   for (const auto& e : fs::directory_iterator(b)) names_b.insert(e.path().filename().string());
   EXPECT_EQ(names_a, names_b) << a << " vs " << b;
   for (const std::string& name : names_a) {
-    if (names_b.count(name)) EXPECT_TRUE(FileBytes(a / name) == FileBytes(b / name)) << name << " differs";
+    if (names_b.count(name)) {
+      EXPECT_TRUE(FileBytes(a / name) == FileBytes(b / name)) << name << " differs";
+    }
   }
 }
 

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -18,10 +20,21 @@ const std::string kAlice = "alice-token-0123456789";
 const std::string kViewer = "viewer-token-0123456789";
 const std::string kJoin = "join-token-0123456789ab";
 
+// The files Temp() wrote, removed when the test program exits.
+struct TempFiles {
+  std::vector<std::string> paths;
+  ~TempFiles() {
+    std::error_code ec;
+    for (const auto& p : paths) std::filesystem::remove(p, ec);
+  }
+};
+
 std::string Temp(const std::string& name, const std::string& text) {
+  static TempFiles written;
   std::string path =
       (std::filesystem::temp_directory_path() / ("eft-auth-" + std::to_string(::getpid()) + "-" + name)).string();
   std::ofstream(path) << text;
+  written.paths.push_back(path);
   return path;
 }
 
@@ -160,7 +173,9 @@ TEST(Policy, RoleActionOwnershipMatrix) {
     Status s = Authorize(p, c.action, c.owner);
     EXPECT_EQ(s.ok(), c.allowed) << RoleName(c.role) << " " << ActionName(c.action) << " owner " << c.owner << ": "
                                  << s;
-    if (!c.allowed) EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+    if (!c.allowed) {
+      EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+    }
   }
   Principal viewer;
   viewer.role = Role::kViewer;
