@@ -122,13 +122,16 @@ wait_state "$job" RUNNING 60
 wait_for_file "$work/ckpt-requeue/*"
 scontrol requeue "$job"
 echo "run 2: requeued ($SECONDS s)"
-# Slurm holds a requeued job back (BeginTime about two minutes on); let it start as soon as it can.
-for _ in $(seq 300); do
-  if scontrol show job "$job" -o | grep -q 'Reason=BeginTime'; then
-    scontrol update jobid="$job" StartTime=now && break
-  fi
+# Slurm holds a requeued job back for the credential lifetime (cred_expire, 120 s by default;
+# slurm_cluster.sh sets 15): the node keeps the old run's credential revoked that long, and a job
+# started earlier (as `scontrol update StartTime=now` once did) is killed as "Job credential revoked".
+s=
+for _ in $(seq 100); do
+  s=$(scontrol show job "$job" -o)
+  [[ $s == *Reason=BeginTime* || $s == *JobState=RUNNING* ]] && break
   sleep 0.2
 done
+[[ $s == *Reason=BeginTime* || $s == *JobState=RUNNING* ]] || fail "run 2: the requeued job is not held for its BeginTime: $s"
 wait_state "$job" COMPLETED 120
 eft_id=$(cat "$work/state/requeue/job.id")
 grep -q "eft job $eft_id (Slurm job $job, restart count 1)" "$work/requeue-$job.out" ||

@@ -21,6 +21,9 @@ slurm_start() {
   MUNGED_PID=$(cat "$SLURM_DIR/munge/munged.pid")
   local cpus
   cpus=$(nproc)
+  # cred_expire: a requeued job waits this long before it may start again (the node keeps the old
+  # run's credential revoked as long); 120 s by default, 15 s keeps the requeue test short.
+  # sched_interval: how often pending jobs whose BeginTime has passed are looked at (60 s by default).
   cat >"$SLURM_DIR/slurm.conf" <<CONF
 ClusterName=eft-test
 SlurmctldHost=$host
@@ -28,7 +31,7 @@ SlurmUser=root
 SlurmctldPort=$(free_port)
 SlurmdPort=$(free_port)
 AuthType=auth/munge
-AuthInfo=socket=$SLURM_DIR/munge/munge.socket
+AuthInfo=socket=$SLURM_DIR/munge/munge.socket,cred_expire=15
 CredType=cred/munge
 StateSaveLocation=$SLURM_DIR/ctld
 SlurmdSpoolDir=$SLURM_DIR/spool
@@ -40,6 +43,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 JobAcctGatherType=jobacct_gather/none
