@@ -2,20 +2,22 @@
 # Everything the GPU machine is for, in one device call (docs/gpu.md):
 #   1. build eft-train and its tests against the machine's PyTorch (CUDA, NCCL), with the Debian
 #      libraries it lacks unpacked from .gpu-deps (scripts/gpu-deps.sh, carried with the call);
-#   2. run the trainer's tests there (CPU code paths, as in CI: no GPU visible to them);
+#   2. run the trainer's tests there (CPU code paths, as in CI: no GPU visible to them), and eft's
+#      fused CUDA kernels against the ATen composites on the GPU (tests/gpu/fused_kernels_gpu_test);
 #   3. train the same tiny model on the GPU and on the CPU (fp32) and compare every step's loss;
 #      bf16 on the GPU against fp32; packed rows (masked attention) and unpacked rows (flash);
 #   4. write the Hugging Face reference fixtures with transformers (tests/reference/hf_fixtures.py)
 #      and check eft's model against them at once; transformers loads eft's output directory; a
 #      LoRA adapter trained on the GPU, loaded with peft, gives the logits of eft's merged model;
 #   5. benchmark eft against PyTorch eager and torch.compile (bench/gpu/torch_baseline.py) on the
-#      Qwen2.5-0.5B shape, and profile eft's step (bench/gpu/profile_summary.py).
+#      Qwen2.5-0.5B shape (eft with its fused kernels and with EFT_FUSED_KERNELS=0), and profile eft's
+#      step (bench/gpu/profile_summary.py).
 # Full logs and the fixtures go to $OUT; a short table is printed last. Each part runs even when an
 # earlier one failed, as far as what it needs exists.
 #
 # Usage, from this machine:   scripts/gpu-deps.sh
 #   device run: command "bench/gpu/run.sh", carry [".gpu-deps"]
-# Options (environment): EFT_GPU_PARTS="build tests compare fixtures bench" (default: all),
+# Options (environment): EFT_GPU_PARTS="build tests kernels compare fixtures bench" (default: all),
 #   EFT_GPU_BENCH_STEPS=10, EFT_GPU_JOBS=$(nproc). For checking this script on a machine without a
 #   GPU: EFT_GPU_DEVICE=cpu (the "GPU" runs use the CPU) and EFT_GPU_BUILD=an existing build, or
 #   for the build itself EFT_GPU_PYTHON=.venv/bin/python (the project's PyTorch: the build CI makes).
@@ -25,7 +27,7 @@ set -uo pipefail
 src=$(pwd)
 out=${OUT:-$src/gpu-out}
 mkdir -p "$out"
-parts=${EFT_GPU_PARTS:-build tests compare fixtures bench}
+parts=${EFT_GPU_PARTS:-build tests kernels compare fixtures bench}
 jobs=${EFT_GPU_JOBS:-$(nproc)}
 build=${EFT_GPU_BUILD:-$src/build-gpu}
 gpu=${EFT_GPU_DEVICE:-cuda}
@@ -112,6 +114,12 @@ if want tests && [[ -x $train ]]; then
   # With no GPU visible the tests take the CPU paths CI takes (their expectations, e.g. bit-identical
   # losses at W = 1, 2, 4, are the CPU's); the GPU is compared separately below.
   part tests env CUDA_VISIBLE_DEVICES= ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 600
+fi
+
+# The fused kernels on the GPU (bounds from their roundings; prints each kernel's time beside the
+# composite's at the benchmark's shape).
+if want kernels && [[ $gpu == cuda && -x $build/tests/gpu/fused_kernels_gpu_test ]]; then
+  part kernels "$build/tests/gpu/fused_kernels_gpu_test"
 fi
 
 # ---- 3. GPU against CPU ------------------------------------------------------------------------
@@ -240,6 +248,13 @@ YAML
       --peak-tflops 989 >"$out/bench-eft-$ac.log" 2>&1 3>"$work/bench-eft-$ac.events" || return 1
     read -r eft_tps eft_mfu < <(median_of "$work/bench-eft-$ac.events" 2)
     echo "| eft | $ac | $eft_tps | $eft_mfu | 1 |"
+    # The same without eft's fused kernels (trainer/model/kernels.h): what they are worth.
+    if [[ $ac == none ]]; then
+      EFT_FUSED_KERNELS=0 EFT_EVENTS_FD=3 "$train" train --config "$work/bench-$ac.yaml" --nproc 1 --max-steps "$steps" \
+        --peak-tflops 989 >"$out/bench-eft-unfused-$ac.log" 2>&1 3>"$work/bench-eft-unfused-$ac.events" &&
+        read -r tps mfu < <(median_of "$work/bench-eft-unfused-$ac.events" 2) &&
+        echo "| eft, EFT_FUSED_KERNELS=0 | $ac | $tps | $mfu | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
+    fi
     local variants=("eager")
     [[ $ac == none && -z ${EFT_GPU_BENCH_NO_COMPILE:-} ]] && variants+=("compile")
     for v in "${variants[@]}"; do

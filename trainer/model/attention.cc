@@ -5,6 +5,7 @@
 
 #include <torch/version.h>
 
+#include "trainer/model/kernels.h"
 #include "trainer/model/llama.h"
 #include "trainer/model/llama_internal.h"
 
@@ -118,17 +119,25 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   TORCH_CHECK(k.size(1) == v.size(1) && H % k.size(1) == 0, "Attention: ", H,
               " query heads are not a multiple of ", k.size(1), " key/value heads");
-  at::Tensor kk = RepeatKv(k, H), vv = RepeatKv(v, H);
   at::Tensor out;
 #if TORCH_VERSION_MAJOR >= 2
   if (UseFusedKernel(q)) {
     // PyTorch 2.x picks flash / memory-efficient kernels itself; is_causal (no mask) is what lets
     // it use flash. Default scale is 1/sqrt(D), as here.
-    out = ctx.causal_only ? at::scaled_dot_product_attention(q, kk, vv, {}, 0.0, /*is_causal=*/true)
-                          : at::scaled_dot_product_attention(q, kk, vv, ctx.additive_mask, 0.0, /*is_causal=*/false);
+    if (ctx.causal_only) {
+#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5
+      // Flash reads each k/v head for its group of query heads itself (enable_gqa): no copies of k
+      // and v H / KV times over, forward and backward. With eft's other GPU speed-ups (kernels.h).
+      if (k.size(1) != H && UseFusedKernels(q))
+        out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, /*enable_gqa=*/true);
+#endif
+      if (!out.defined()) out = at::scaled_dot_product_attention(q, RepeatKv(k, H), RepeatKv(v, H), {}, 0.0, true);
+    } else {
+      out = at::scaled_dot_product_attention(q, RepeatKv(k, H), RepeatKv(v, H), ctx.additive_mask, 0.0, false);
+    }
   }
 #endif
-  if (!out.defined()) out = MathAttention(q, kk, vv, ctx.additive_mask);
+  if (!out.defined()) out = MathAttention(q, RepeatKv(k, H), RepeatKv(v, H), ctx.additive_mask);
   return out.transpose(1, 2).reshape({B, T, H * D});
 }
 

@@ -1,6 +1,7 @@
 // Parameter layout, the decoder layer, the head and initialisation. Attention and RoPE live in
 // attention.cc, the chunked loss in loss.cc.
 #include "trainer/model/llama.h"
+#include "trainer/model/kernels.h"
 #include "trainer/model/llama_internal.h"
 
 #include <cmath>
@@ -166,9 +167,13 @@ std::array<at::Tensor, 3> QkvProjections(const LayerWeights& w, const at::Tensor
   return {parts[0], parts[1], parts[2]};
 }
 
+at::Tensor MergedGateUpProjection(const LayerWeights& w, const at::Tensor& x) {
+  return at::linear(x, at::cat({w.gate_proj, w.up_proj}));
+}
+
 std::array<at::Tensor, 2> GateUpProjections(const LayerWeights& w, const at::Tensor& x, bool merged) {
   if (!merged) return {at::linear(x, w.gate_proj), at::linear(x, w.up_proj)};
-  std::vector<at::Tensor> parts = at::linear(x, at::cat({w.gate_proj, w.up_proj})).chunk(2, -1);
+  std::vector<at::Tensor> parts = MergedGateUpProjection(w, x).chunk(2, -1);
   return {parts[0], parts[1]};
 }
 
@@ -194,10 +199,6 @@ at::Tensor Embed(const RootWeights& root, const at::Tensor& input_ids) {
 }
 
 namespace {
-
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
-  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
-}
 
 uint64_t Mix(uint64_t h, uint64_t v) {  // splitmix64 step: distinct (seed, module) pairs, distinct streams
   h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -272,6 +273,8 @@ at::Tensor DecoderLayer(const ModelConfig& c, const LayerWeights& w, const at::T
   const int64_t B = hidden.size(0), T = hidden.size(1), D = c.head_dim;
   // GPUs get fewer, larger matrix products; on the CPU separate ones were as fast (docs/benchmarks.md).
   const bool merged = hidden.is_cuda();
+  // eft's fused kernels for RoPE and SwiGLU on a GPU (kernels.h); the composites elsewhere.
+  const bool fused = UseFusedKernels(hidden);
   at::Tensor x = RmsNorm(hidden, w.input_norm, c.rms_norm_eps);
   const std::array<at::Tensor, 3> qkv = internal::QkvProjections(w, x, merged);
   at::Tensor q = WithLora(qkv[0], x, lora, &LayerLora::q, 0).view({B, T, c.num_attention_heads, D});
@@ -281,16 +284,28 @@ at::Tensor DecoderLayer(const ModelConfig& c, const LayerWeights& w, const at::T
     q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
     k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
   }
-  q = internal::ApplyRope(q.transpose(1, 2), ctx);
-  k = internal::ApplyRope(k.transpose(1, 2), ctx);
+  if (fused) {
+    q = FusedRope(q, ctx.cos, ctx.sin).transpose(1, 2);
+    k = FusedRope(k, ctx.cos, ctx.sin).transpose(1, 2);
+  } else {
+    q = internal::ApplyRope(q.transpose(1, 2), ctx);
+    k = internal::ApplyRope(k.transpose(1, 2), ctx);
+  }
   v = v.transpose(1, 2);
   at::Tensor attn = Attention(q, k, v, ctx);
   at::Tensor h = hidden + WithLora(at::linear(attn, w.o_proj), attn, lora, &LayerLora::o, 3);
   x = RmsNorm(h, w.post_norm, c.rms_norm_eps);
-  const std::array<at::Tensor, 2> gate_up = internal::GateUpProjections(w, x, merged);
-  at::Tensor gate = WithLora(gate_up[0], x, lora, &LayerLora::gate, 4);
-  at::Tensor up = WithLora(gate_up[1], x, lora, &LayerLora::up, 5);
-  at::Tensor act = at::silu(gate) * up;
+  at::Tensor act;
+  const bool gate_up_lora = lora != nullptr && (lora->gate.a.defined() || lora->up.a.defined());
+  if (fused && merged && !gate_up_lora) {
+    // One product, one kernel, and in backward one [.., 2I] gradient with no concatenation.
+    act = FusedSwiGlu(internal::MergedGateUpProjection(w, x));
+  } else {
+    const std::array<at::Tensor, 2> gate_up = internal::GateUpProjections(w, x, merged);
+    at::Tensor gate = WithLora(gate_up[0], x, lora, &LayerLora::gate, 4);
+    at::Tensor up = WithLora(gate_up[1], x, lora, &LayerLora::up, 5);
+    act = fused ? FusedSwiGlu(gate, up) : at::silu(gate) * up;
+  }
   return h + WithLora(at::linear(act, w.down_proj), act, lora, &LayerLora::down, 6);
 }
 

@@ -18,6 +18,8 @@ at::Tensor ApplyRope(const at::Tensor& x, const AttentionContext& ctx);
 // Both compute the same dot products; only the GEMM's blocking may round differently (llama_test).
 std::array<at::Tensor, 3> QkvProjections(const LayerWeights& w, const at::Tensor& x, bool merged);
 std::array<at::Tensor, 2> GateUpProjections(const LayerWeights& w, const at::Tensor& x, bool merged);
+// The merged gate/up product itself, [..., 2 * intermediate] with gate first (what FusedSwiGlu takes).
+at::Tensor MergedGateUpProjection(const LayerWeights& w, const at::Tensor& x);
 
 // ATen's fused RMSNorm (what RmsNorm runs on a GPU): statistics in fp32, the weight applied before
 // the one rounding to x's dtype, where HF's composite rounds the normalised value first and then the

@@ -9,6 +9,7 @@
 // so a sharded trainer may free the gathered weight right after forward.
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "trainer/model/kernels.h"
 #include "trainer/model/llama.h"
 
 namespace eft::trainer {
@@ -49,14 +50,24 @@ struct ChunkedHeadLoss : public torch::autograd::Function<ChunkedHeadLoss> {
     for (int64_t start = 0; start < rows.size(0); start += chunk) {
       const int64_t n = std::min(chunk, rows.size(0) - start);
       const at::Tensor r = rows.narrow(0, start, n), t = targets.narrow(0, start, n).unsqueeze(1);
-      at::Tensor logits = at::linear(r, head).to(wide);
-      at::Tensor lse = at::logsumexp(logits, -1, /*keepdim=*/true);
-      total += (lse - logits.gather(1, t)).sum();
-      if (!want_rows && !want_head) continue;
-      // d(-log softmax(z)[t]) / dz = softmax(z) - onehot(t), computed in place of the logits.
-      at::Tensor dlogits = logits.sub_(lse).exp_();
-      dlogits.scatter_add_(1, t, at::full({n, 1}, -1.0, dlogits.options()));
-      dlogits = dlogits.to(rows.scalar_type());
+      at::Tensor dlogits;
+      if (UseFusedKernels(rows)) {
+        // One kernel: the row's log-sum-exp in fp32 and the gradient below written over the logits,
+        // rounded once to the compute dtype, as the composite's last cast rounds it.
+        at::Tensor logits = at::linear(r, head);
+        total += CrossEntropyGradInPlace(logits, t.squeeze(1), /*write_grad=*/want_rows || want_head).sum();
+        if (!want_rows && !want_head) continue;
+        dlogits = logits;
+      } else {
+        at::Tensor logits = at::linear(r, head).to(wide);
+        at::Tensor lse = at::logsumexp(logits, -1, /*keepdim=*/true);
+        total += (lse - logits.gather(1, t)).sum();
+        if (!want_rows && !want_head) continue;
+        // d(-log softmax(z)[t]) / dz = softmax(z) - onehot(t), computed in place of the logits.
+        dlogits = logits.sub_(lse).exp_();
+        dlogits.scatter_add_(1, t, at::full({n, 1}, -1.0, dlogits.options()));
+        dlogits = dlogits.to(rows.scalar_type());
+      }
       if (want_rows) grad_rows.narrow(0, start, n).copy_(at::mm(dlogits, head));
       if (want_head) {
         if (grad_head.scalar_type() == dlogits.scalar_type()) {

@@ -1,0 +1,72 @@
+// Launchers of eft's fused CUDA kernels (fused_kernels.cu). Plain pointers and sizes, no ATen and no
+// CUDA headers, so the .cu file compiles quickly and this header is includable anywhere; the autograd
+// functions and checks around them are in trainer/model/kernels.cc. Each launcher enqueues on
+// `stream` (a cudaStream_t) and returns 0 or a cudaError_t code (KernelErrorString names it).
+// Element types: the tensors' dtype, one of DType; arithmetic is fp32 (kernel_math.h), rounded once
+// on store.
+#pragma once
+
+#include <cstdint>
+
+namespace eft::trainer::kernels {
+
+enum class DType { kFloat32, kBFloat16, kFloat16 };
+
+// RoPE over x [B, T, H, D] (strides in elements, the last dimension contiguous) with tables cos, sin
+// [B, T, D] (strides as given, last dimension contiguous), written to `out`, a contiguous [B, T, H, D].
+// `backward`: x holds the output's gradient and `out` receives the input's (the transposed rotation).
+struct RopeArgs {
+  const void* x = nullptr;
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  void* out = nullptr;
+  int64_t B = 0, T = 0, H = 0, D = 0;
+  int64_t x_stride_b = 0, x_stride_t = 0, x_stride_h = 0;
+  int64_t table_stride_b = 0, table_stride_t = 0;
+  DType dtype = DType::kFloat32;
+  bool backward = false;
+};
+int LaunchRope(const RopeArgs& args, void* stream);
+
+// SwiGLU over `rows` rows of `width` features: out = silu(gate) * up, out contiguous [rows, width];
+// gate and up are read with their own row strides (e.g. the two halves of one merged projection).
+struct SwiGluArgs {
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  void* out = nullptr;
+  int64_t rows = 0, width = 0;
+  int64_t gate_row_stride = 0, up_row_stride = 0;
+  DType dtype = DType::kFloat32;
+};
+int LaunchSwiGlu(const SwiGluArgs& args, void* stream);
+// Its backward: from the output gradient `grad` (contiguous [rows, width]) and the saved inputs,
+// writes d_gate and d_up with their own row strides (they may be the halves of one buffer).
+struct SwiGluBackwardArgs {
+  const void* grad = nullptr;
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  void* d_gate = nullptr;
+  void* d_up = nullptr;
+  int64_t rows = 0, width = 0;
+  int64_t gate_row_stride = 0, up_row_stride = 0, d_gate_row_stride = 0, d_up_row_stride = 0;
+  DType dtype = DType::kFloat32;
+};
+int LaunchSwiGluBackward(const SwiGluBackwardArgs& args, void* stream);
+
+// Cross-entropy over `rows` rows of logits [rows, vocab] (contiguous) with one target each (int64, in
+// [0, vocab): the caller checks): loss[r] = logsumexp(z_r) - z_r[target] in fp32, and, when
+// `write_grad`, the logits overwritten with the gradient softmax(z_r) - onehot(target), rounded once
+// to their dtype. One block per row, two passes over it (an online log-sum-exp, then the gradient).
+struct CrossEntropyArgs {
+  void* logits = nullptr;
+  const int64_t* targets = nullptr;
+  float* loss = nullptr;
+  int64_t rows = 0, vocab = 0;
+  DType dtype = DType::kFloat32;
+  bool write_grad = true;
+};
+int LaunchCrossEntropyGradInPlace(const CrossEntropyArgs& args, void* stream);
+
+const char* KernelErrorString(int code);
+
+}  // namespace eft::trainer::kernels
