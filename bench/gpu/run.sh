@@ -254,6 +254,13 @@ YAML
         --peak-tflops 989 >"$out/bench-eft-unfused-$ac.log" 2>&1 3>"$work/bench-eft-unfused-$ac.events" &&
         read -r tps mfu < <(median_of "$work/bench-eft-unfused-$ac.events" 2) &&
         echo "| eft, EFT_FUSED_KERNELS=0 | $ac | $tps | $mfu | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
+      # Packed documents (what SFT data looks like: FlashAttention's variable-length kernel), eft only.
+      make_data "$work" "$vocab" $((gb * (steps + 2) * 2)) "$seq"
+      sed "s|train: $work/rows.jsonl|train: $work/data.jsonl|" "$work/bench-$ac.yaml" >"$work/bench-packed.yaml"
+      EFT_EVENTS_FD=3 "$train" train --config "$work/bench-packed.yaml" --nproc 1 --max-steps "$steps" \
+        --peak-tflops 989 >"$out/bench-eft-packed.log" 2>&1 3>"$work/bench-eft-packed.events" &&
+        read -r tps mfu < <(median_of "$work/bench-eft-packed.events" 2) &&
+        echo "| eft, packed documents | $ac | $tps | $mfu | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
     fi
     local variants=("eager")
     [[ $ac == none && -z ${EFT_GPU_BENCH_NO_COMPILE:-} ]] && variants+=("compile")

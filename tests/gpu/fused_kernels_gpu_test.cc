@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 
 #include <ATen/cuda/CUDAContext.h>
 #include <gtest/gtest.h>
@@ -174,6 +175,42 @@ TEST_F(FusedKernelsGpuTest, GroupedQueryAttentionWithoutCopiesIsTheRepeatedOne) 
   const std::vector<at::Tensor> ref_grads = {D(q.grad()), D(k.grad()), D(v.grad())};
   for (size_t i = 0; i < 3; ++i) {
     // Per k/v head, the group's contributions' magnitudes: at most 7 times the largest gradient entry.
+    const double scale = ref_grads[i].abs().max().item<double>() * (i == 0 ? 1 : H / KV);
+    EXPECT_LE((grads[i] - ref_grads[i]).abs().max().item<double>(), (H / KV + 2) * u * scale) << "gradient " << i;
+  }
+}
+
+// Packed rows through FlashAttention's variable-length kernel (no mask) against SDPA with the
+// block-diagonal mask and k/v repeated per head (what packed rows ran before): the same causal sums
+// inside each document, fp32 inside both kernels, one rounding of the output to bf16 each.
+TEST_F(FusedKernelsGpuTest, PackedRowsThroughVarlenFlashAreTheMaskedAttention) {
+  const int64_t B = 2, T = 384, H = 14, KV = 2, Dh = 64;
+  const ModelConfig c = QwenShape(H, KV, Dh);
+  const Batch batch = PackedPositions(B, T);
+  const AttentionContext ctx = MakeAttentionContext(c, batch, at::kBFloat16);
+  ASSERT_TRUE(ctx.cu_seqlens.defined());
+  ASSERT_FALSE(ctx.additive_mask.defined());
+  EXPECT_EQ(ctx.max_seqlen, T - T / 3);
+  const double u = std::ldexp(1.0, -8);
+  at::Tensor q = at::randn({B, H, T, Dh}, at::kCUDA).to(at::kBFloat16).requires_grad_(true);
+  at::Tensor k = at::randn({B, KV, T, Dh}, at::kCUDA).to(at::kBFloat16).requires_grad_(true);
+  at::Tensor v = at::randn({B, KV, T, Dh}, at::kCUDA).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor g = at::randn({B, T, H * Dh}, at::kCUDA).to(at::kBFloat16);
+  at::Tensor out = Attention(q, k, v, ctx);
+  out.backward(g);
+  const std::vector<at::Tensor> grads = {D(q.grad()), D(k.grad()), D(v.grad())};
+  for (at::Tensor* t : {&q, &k, &v}) t->mutable_grad().reset();
+  const at::Tensor seg = batch.segment_ids;
+  const at::Tensor allowed = ((seg.unsqueeze(2) == seg.unsqueeze(1)) &
+                              at::ones({T, T}, seg.options().dtype(at::kBool)).tril()).unsqueeze(1);
+  const at::Tensor mask = at::zeros(allowed.sizes(), q.options().requires_grad(false))
+                              .masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  at::Tensor ref = at::scaled_dot_product_attention(q, k.repeat_interleave(H / KV, 1), v.repeat_interleave(H / KV, 1), mask)
+                       .transpose(1, 2).reshape({B, T, H * Dh});
+  ref.backward(g);
+  EXPECT_LE((D(out) - D(ref)).abs().max().item<double>(), 2 * u * D(v).abs().max().item<double>());
+  const std::vector<at::Tensor> ref_grads = {D(q.grad()), D(k.grad()), D(v.grad())};
+  for (size_t i = 0; i < 3; ++i) {
     const double scale = ref_grads[i].abs().max().item<double>() * (i == 0 ? 1 : H / KV);
     EXPECT_LE((grads[i] - ref_grads[i]).abs().max().item<double>(), (H / KV + 2) * u * scale) << "gradient " << i;
   }

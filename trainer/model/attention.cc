@@ -1,7 +1,10 @@
 // RoPE, the per-micro-batch attention context, and the attention kernel choice.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <utility>
+#include <vector>
 
 #include <torch/version.h>
 
@@ -63,7 +66,37 @@ bool UseFusedKernel(const at::Tensor& t) {
 #endif
 }
 
+// FlashAttention's variable-length kernel (at::_flash_attention_forward with cumulative sequence
+// lengths; autograd has its backward): PyTorch 2.5 or later on a GPU, bf16 or fp16 (flash has no
+// fp32), a head size flash takes, and eft's GPU speed-ups on (EFT_FUSED_KERNELS).
+bool UseVarlenFlash(const ModelConfig& c, const at::Device& device, at::ScalarType dtype) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  return (dtype == at::kBFloat16 || dtype == at::kHalf) && c.head_dim % 8 == 0 && c.head_dim <= 256 &&
+         UseFusedKernels(device, dtype);
+#else
+  (void)c, (void)device, (void)dtype;
+  return false;
+#endif
+}
+
 }  // namespace
+
+std::pair<at::Tensor, int64_t> SegmentRuns(const at::Tensor& segment_ids) {
+  TORCH_CHECK(segment_ids.dim() == 2 && segment_ids.scalar_type() == at::kLong && segment_ids.device().is_cpu(),
+              "SegmentRuns: segment_ids must be [B, T] int64 on the CPU");
+  const int64_t B = segment_ids.size(0), T = segment_ids.size(1);
+  const at::Tensor seg = segment_ids.contiguous();
+  const int64_t* s = seg.data_ptr<int64_t>();
+  std::vector<int32_t> starts = {0};
+  int64_t longest = 0;
+  for (int64_t i = 1; i <= B * T; ++i) {  // a run ends at the end, at a row's end, or where the id changes
+    if (i == B * T || i % T == 0 || s[i] != s[i - 1]) {
+      longest = std::max<int64_t>(longest, i - starts.back());
+      starts.push_back(static_cast<int32_t>(i));
+    }
+  }
+  return {at::tensor(starts, at::kInt), longest};
+}
 
 AttentionContext MakeAttentionContext(const ModelConfig& c, const Batch& batch, at::ScalarType dtype) {
   const auto device = batch.input_ids.device();
@@ -81,6 +114,13 @@ AttentionContext MakeAttentionContext(const ModelConfig& c, const Batch& batch, 
   ctx.segment_ids = batch.segment_ids.to(device);
   ctx.causal_only = IsCausalOnly(ctx.segment_ids);
   if (ctx.causal_only && UseFusedKernel(ctx.segment_ids)) return ctx;  // is_causal needs no mask
+  if (UseVarlenFlash(c, device, dtype)) {
+    TORCH_CHECK(batch.segment_ids.numel() < (int64_t{1} << 31), "Attention: more tokens in a micro-batch than int32 counts");
+    auto [runs, longest] = SegmentRuns(batch.segment_ids.to(at::kCPU));
+    ctx.cu_seqlens = runs.to(device);
+    ctx.max_seqlen = longest;
+    return ctx;
+  }
 
   // Allowed: earlier-or-same position in the same segment. Padding (segment 0) therefore attends to
   // itself and earlier padding only, so every row keeps its diagonal and softmax never sees a row of
@@ -120,6 +160,18 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   TORCH_CHECK(k.size(1) == v.size(1) && H % k.size(1) == 0, "Attention: ", H,
               " query heads are not a multiple of ", k.size(1), " key/value heads");
   at::Tensor out;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  if (ctx.cu_seqlens.defined()) {
+    // Packed rows: every document (and padding run) its own causal sequence of the flattened tokens,
+    // [B * T, heads, D]; grouped-query k/v as they are.
+    const int64_t KV = k.size(1);
+    const at::Tensor qf = q.transpose(1, 2).reshape({B * T, H, D}), kf = k.transpose(1, 2).reshape({B * T, KV, D}),
+                     vf = v.transpose(1, 2).reshape({B * T, KV, D});
+    out = std::get<0>(at::_flash_attention_forward(qf, kf, vf, ctx.cu_seqlens, ctx.cu_seqlens, ctx.max_seqlen,
+                                                   ctx.max_seqlen, 0.0, /*is_causal=*/true, /*return_debug_mask=*/false));
+    return out.reshape({B, T, H * D});
+  }
+#endif
 #if TORCH_VERSION_MAJOR >= 2
   if (UseFusedKernel(q)) {
     // PyTorch 2.x picks flash / memory-efficient kernels itself; is_causal (no mask) is what lets

@@ -28,10 +28,11 @@ bool FusedKernelsWanted() {
 
 #ifdef EFT_WITH_CUDA_KERNELS
 
-bool UseFusedKernels(const at::Tensor& x) {
-  const at::ScalarType t = x.scalar_type();
-  return x.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) && FusedKernelsWanted();
+bool UseFusedKernels(const at::Device& device, at::ScalarType t) {
+  return device.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) && FusedKernelsWanted();
 }
+
+bool UseFusedKernels(const at::Tensor& x) { return UseFusedKernels(x.device(), x.scalar_type()); }
 
 namespace {
 
@@ -231,10 +232,12 @@ at::Tensor CrossEntropyGradInPlace(at::Tensor& logits, const at::Tensor& targets
 
 #else  // no CUDA kernels in this build
 
-bool UseFusedKernels(const at::Tensor&) {
+bool UseFusedKernels(const at::Device&, at::ScalarType) {
   (void)FusedKernelsWanted;
   return false;
 }
+
+bool UseFusedKernels(const at::Tensor&) { return false; }
 
 namespace {
 [[noreturn]] void NotBuilt(const char* what) {

@@ -13,6 +13,7 @@ namespace eft::trainer {
 // True when this build has the fused kernels, `x` is a CUDA tensor of fp32, bf16 or fp16, and
 // EFT_FUSED_KERNELS is not "0" (read once per process).
 bool UseFusedKernels(const at::Tensor& x);
+bool UseFusedKernels(const at::Device& device, at::ScalarType dtype);
 
 // RoPE on x [B, T, H, D] (any strides with the last dimension contiguous, e.g. a view of a merged
 // q/k/v projection) with the context's cos, sin [B, T, D] in x's dtype: a new contiguous [B, T, H, D].

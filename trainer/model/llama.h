@@ -88,7 +88,16 @@ struct AttentionContext {
   // for every non-padding position, so a fused causal kernel may ignore the mask. On PyTorch 2.x
   // CUDA the mask is then not built at all.
   bool causal_only = false;
+  // Packed rows on a GPU in bf16/fp16 with the fused kernels (kernels.h): FlashAttention's
+  // variable-length kernel keeps the documents apart with no mask. The flattened [B * T] tokens cut
+  // into runs of one segment each (a document, or a row's padding), cu_seqlens [runs + 1] the runs'
+  // starts then B * T (int32, on the device), max_seqlen the longest run. Then no mask is built.
+  at::Tensor cu_seqlens;
+  int64_t max_seqlen = 0;
 };
+// The runs of equal segment id in each row of segment_ids [B, T] (CPU, int64), as
+// AttentionContext::cu_seqlens (on the CPU) and their longest length.
+std::pair<at::Tensor, int64_t> SegmentRuns(const at::Tensor& segment_ids);
 AttentionContext MakeAttentionContext(const ModelConfig& config, const Batch& batch, at::ScalarType dtype);
 
 // Causal attention that never crosses a segment: q [B, H, T, D], k/v [B, KV, T, D] (GQA: H % KV == 0).
