@@ -248,7 +248,7 @@ YAML
       --peak-tflops 989 >"$out/bench-eft-$ac.log" 2>&1 3>"$work/bench-eft-$ac.events" || return 1
     read -r eft_tps eft_mfu < <(median_of "$work/bench-eft-$ac.events" 2)
     echo "| eft | $ac | $eft_tps | $eft_mfu | 1 |"
-    # The same without eft's fused kernels (trainer/model/kernels.h): what they are worth.
+    # The same without eft's fused kernels (trainer/kernels/kernels.h): what they are worth.
     if [[ $ac == none ]]; then
       EFT_FUSED_KERNELS=0 EFT_EVENTS_FD=3 "$train" train --config "$work/bench-$ac.yaml" --nproc 1 --max-steps "$steps" \
         --peak-tflops 989 >"$out/bench-eft-unfused-$ac.log" 2>&1 3>"$work/bench-eft-unfused-$ac.events" &&

@@ -1,4 +1,4 @@
-// eft's fused CUDA kernels (trainer/model/kernels.h) on a GPU against the ATen composites they
+// eft's fused CUDA kernels (trainer/kernels/kernels.h) on a GPU against the ATen composites they
 // replace, run there by the same GPU: the bounds are kernel_math_test.cc's (the composites' roundings
 // plus the kernel's one, in units of the magnitudes involved), now with the real indexing, strides,
 // launches and warp reductions. Also prints each kernel's time beside the composite's at the
@@ -12,8 +12,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <gtest/gtest.h>
 
-#include "trainer/model/kernels.h"
+#include "trainer/kernels/kernels.h"
 #include "trainer/model/llama_internal.h"
+#include "trainer/optim/adamw.h"
 
 namespace eft::trainer {
 namespace {
@@ -216,6 +217,33 @@ TEST_F(FusedKernelsGpuTest, PackedRowsThroughVarlenFlashAreTheMaskedAttention) {
   }
 }
 
+// AdamW on the GPU (one fused kernel per param) against AdamW on the CPU (ATen's ops, bit for bit
+// torch.optim.AdamW): kernel_math_test's bound, 64 u of the magnitudes over 5 steps; the GPU may
+// also fuse multiply-adds and its sqrt and division round to nearest as the CPU's do.
+TEST_F(FusedKernelsGpuTest, AdamWInOneKernelIsAdamWOnTheCpuWithinItsRoundings) {
+  const int64_t n = (1 << 20) + 3;
+  const at::Tensor p0 = at::randn({n}), mask = (at::rand({n}) > 0.3).to(at::kFloat);
+  const AdamWConfig config{0.9, 0.95, 1e-8, 0.1};
+  AdamW cpu(config), gpu(config);
+  at::Tensor p_cpu = p0.clone(), g_cpu = at::zeros({n}), p_gpu = p0.cuda(), g_gpu = at::zeros({n}, at::kCUDA);
+  cpu.AddParam(p_cpu, g_cpu, mask);
+  gpu.AddParam(p_gpu, g_gpu, mask.cuda());
+  const double lr = 1e-2;
+  double max_g = 0;
+  for (int step = 1; step <= 5; ++step) {
+    g_cpu.copy_(at::randn({n}) * (step == 3 ? 1e-4 : 1.0));
+    g_gpu.copy_(g_cpu);
+    max_g = std::max(max_g, g_cpu.abs().max().item<double>());
+    cpu.Step(lr);
+    gpu.Step(lr);
+  }
+  const double u = std::ldexp(1.0, -24);
+  const auto &c = cpu.params()[0], &g = gpu.params()[0];
+  EXPECT_LE(((D(g.param) - D(c.param)).abs() - 64 * u * (D(c.param).abs() + lr / (1 - config.beta1))).max().item<double>(), 0.0);
+  EXPECT_LE(((D(g.exp_avg) - D(c.exp_avg)).abs() - 64 * u * max_g).max().item<double>(), 0.0);
+  EXPECT_LE(((D(g.exp_avg_sq) - D(c.exp_avg_sq)).abs() - 64 * u * max_g * max_g).max().item<double>(), 0.0);
+}
+
 // The composite's and the kernel's time for each op at the benchmark's shape; printed, not asserted
 // (the step's speed is measured by bench/gpu/run.sh's benchmark).
 TEST_F(FusedKernelsGpuTest, PrintsTimesBesideTheComposites) {
@@ -265,6 +293,21 @@ TEST_F(FusedKernelsGpuTest, PrintsTimesBesideTheComposites) {
            at::Tensor z = logits.clone();
            (void)CrossEntropyGradInPlace(z, targets).sum();
          }));
+  // AdamW over the 494M parameters as one flat fp32 shard (world size 1).
+  const int64_t params = 494'000'000;
+  at::Tensor p = at::randn({params}, at::kCUDA), g = at::randn({params}, at::kCUDA), m = at::zeros_like(p),
+             v = at::zeros_like(p), mask = at::ones_like(p);
+  AdamWStepScalars s{1 - 1e-5, 0.9, 0.95, 1e-8, 1e-4, 0.5};
+  report("AdamW step, 494M fp32 parameters",
+         time_ms([&] {  // AdamW::Step's ATen ops
+           p.mul_(at::where(mask.ne(0), at::scalar_tensor(s.decay, p.options()), at::scalar_tensor(1.0, p.options())));
+           m.lerp_(g, 1 - s.beta1);
+           v.mul_(s.beta2).addcmul_(g, g, 1 - s.beta2);
+           at::Tensor denom = v.sqrt();
+           denom.div_(s.bias_correction2_sqrt).add_(s.eps);
+           p.addcdiv_(m, denom, -s.step_size);
+         }),
+         time_ms([&] { FusedAdamWStep(p, g, m, v, mask, s); }));
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 #include <torch/version.h>
 
-#include "trainer/model/kernels.h"
+#include "trainer/kernels/kernels.h"
 #include "trainer/model/llama.h"
 #include "trainer/model/llama_internal.h"
 

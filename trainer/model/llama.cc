@@ -1,7 +1,7 @@
 // Parameter layout, the decoder layer, the head and initialisation. Attention and RoPE live in
 // attention.cc, the chunked loss in loss.cc.
 #include "trainer/model/llama.h"
-#include "trainer/model/kernels.h"
+#include "trainer/kernels/kernels.h"
 #include "trainer/model/llama_internal.h"
 
 #include <cmath>

@@ -9,7 +9,7 @@
 // so a sharded trainer may free the gathered weight right after forward.
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "trainer/model/kernels.h"
+#include "trainer/kernels/kernels.h"
 #include "trainer/model/llama.h"
 
 namespace eft::trainer {

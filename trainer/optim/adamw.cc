@@ -5,6 +5,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "trainer/kernels/kernels.h"
+
 namespace eft::trainer {
 
 void AdamW::AddParam(at::Tensor param, at::Tensor grad, at::Tensor decay_mask) {
@@ -42,6 +44,11 @@ void AdamW::Step(double lr) {
   c10::NoGradGuard no_grad;
   for (ParamState& s : params_) {
     if (s.param.numel() == 0) continue;
+    if (UseFusedKernels(s.param)) {  // a GPU: the same arithmetic in one kernel (trainer/kernels/kernels.h)
+      FusedAdamWStep(s.param, s.grad, s.exp_avg, s.exp_avg_sq, s.decay_mask,
+                     {decay, b1, b2, config_.eps, step_size, bias_correction2_sqrt});
+      continue;
+    }
     if (decay != 1.0) {
       // torch multiplies by the scalar (rounded to fp32); masked-out elements are multiplied by
       // exactly 1, which leaves them untouched, so a per-element factor reproduces both cases.

@@ -38,6 +38,9 @@ class AdamW {
   //   m  = m * b1 + (1 - b1) * g
   //   v  = v * b2 + (1 - b2) * g * g
   //   p += -(lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+  // On a GPU the same arithmetic runs as one fused kernel per param (trainer/kernels/kernels.h), in
+  // fp32 with the same scalars; the compiler may fuse a multiply and an add, so it agrees with the
+  // ATen ops to a few ulps rather than bit for bit.
   void Step(double lr);
 
   int64_t step() const { return step_; }

@@ -1,12 +1,14 @@
 // Launchers of eft's fused CUDA kernels (fused_kernels.cu). Plain pointers and sizes, no ATen and no
 // CUDA headers, so the .cu file compiles quickly and this header is includable anywhere; the autograd
-// functions and checks around them are in trainer/model/kernels.cc. Each launcher enqueues on
+// functions and checks around them are in trainer/kernels/kernels.cc. Each launcher enqueues on
 // `stream` (a cudaStream_t) and returns 0 or a cudaError_t code (KernelErrorString names it).
 // Element types: the tensors' dtype, one of DType; arithmetic is fp32 (kernel_math.h), rounded once
 // on store.
 #pragma once
 
 #include <cstdint>
+
+#include "trainer/kernels/cuda/kernel_math.h"
 
 namespace eft::trainer::kernels {
 
@@ -66,6 +68,19 @@ struct CrossEntropyArgs {
   bool write_grad = true;
 };
 int LaunchCrossEntropyGradInPlace(const CrossEntropyArgs& args, void* stream);
+
+// One AdamW step over `n` fp32 elements (kernel_math.h's AdamWElement), parameters and moments
+// updated in place: one pass where AdamW::Step's ATen ops take seven.
+struct AdamWArgs {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  const float* decay_mask = nullptr;
+  int64_t n = 0;
+  AdamWScalars scalars;
+};
+int LaunchAdamW(const AdamWArgs& args, void* stream);
 
 const char* KernelErrorString(int code);
 

@@ -1,6 +1,6 @@
 // The fused kernels' autograd functions and the checks before each launch; the kernels themselves are
-// in trainer/model/cuda (built when the LibTorch has CUDA: EFT_WITH_CUDA_KERNELS).
-#include "trainer/model/kernels.h"
+// in trainer/kernels/cuda (built when the LibTorch has CUDA: EFT_WITH_CUDA_KERNELS).
+#include "trainer/kernels/kernels.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -10,7 +10,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "trainer/model/cuda/fused_kernels.h"
+#include "trainer/kernels/cuda/fused_kernels.h"
 #endif
 
 namespace eft::trainer {
@@ -230,6 +230,33 @@ at::Tensor CrossEntropyGradInPlace(at::Tensor& logits, const at::Tensor& targets
   return loss;
 }
 
+void FusedAdamWStep(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                    const at::Tensor& decay_mask, const AdamWStepScalars& s) {
+  TORCH_CHECK(UseFusedKernels(param) && param.scalar_type() == at::kFloat,
+              "FusedAdamWStep: needs fp32 CUDA tensors and EFT_FUSED_KERNELS not 0");
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&grad, &exp_avg, &exp_avg_sq, &decay_mask}) {
+    CheckOperand(*t, param, "FusedAdamWStep");
+    TORCH_CHECK(t->sizes() == param.sizes() && t->is_contiguous(), "FusedAdamWStep: every tensor must be a contiguous ",
+                param.sizes());
+  }
+  TORCH_CHECK(param.is_contiguous(), "FusedAdamWStep: param must be contiguous");
+  c10::cuda::CUDAGuard guard(param.device());
+  kernels::AdamWArgs a;
+  a.param = param.data_ptr<float>(), a.grad = grad.data_ptr<float>();
+  a.exp_avg = exp_avg.data_ptr<float>(), a.exp_avg_sq = exp_avg_sq.data_ptr<float>();
+  a.decay_mask = decay_mask.data_ptr<float>();
+  a.n = param.numel();
+  // The fp32 values ATen's ops would round these scalars to.
+  a.scalars.decay = static_cast<float>(s.decay);
+  a.scalars.one_minus_b1 = static_cast<float>(1 - s.beta1);
+  a.scalars.b2 = static_cast<float>(s.beta2);
+  a.scalars.one_minus_b2 = static_cast<float>(1 - s.beta2);
+  a.scalars.bias_correction2_sqrt = static_cast<float>(s.bias_correction2_sqrt);
+  a.scalars.eps = static_cast<float>(s.eps);
+  a.scalars.neg_step_size = static_cast<float>(-s.step_size);
+  Check(kernels::LaunchAdamW(a, StreamOf(param)), "FusedAdamWStep");
+}
+
 #else  // no CUDA kernels in this build
 
 bool UseFusedKernels(const at::Device&, at::ScalarType) {
@@ -249,6 +276,11 @@ at::Tensor FusedRope(const at::Tensor&, const at::Tensor&, const at::Tensor&) { 
 at::Tensor FusedSwiGlu(const at::Tensor&, const at::Tensor&) { NotBuilt("FusedSwiGlu"); }
 at::Tensor FusedSwiGlu(const at::Tensor&) { NotBuilt("FusedSwiGlu"); }
 at::Tensor CrossEntropyGradInPlace(at::Tensor&, const at::Tensor&, bool) { NotBuilt("CrossEntropyGradInPlace"); }
+
+void FusedAdamWStep(at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&, const at::Tensor&,
+                    const AdamWStepScalars&) {
+  NotBuilt("FusedAdamWStep");
+}
 
 #endif
 

@@ -1,7 +1,7 @@
-// eft's fused CUDA kernels: RoPE, SwiGLU and the cross-entropy gradient, each one pass where the
+// eft's fused CUDA kernels: RoPE, SwiGLU, the cross-entropy gradient and AdamW, each one pass where the
 // ATen composites they replace launch several and write fp32 or bf16 intermediates. The arithmetic
 // is kernel_math.h's (checked on the CPU); this file adds indexing, loads and stores.
-#include "trainer/model/cuda/fused_kernels.h"
+#include "trainer/kernels/cuda/fused_kernels.h"
 
 #include <algorithm>
 
@@ -9,7 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "trainer/model/cuda/kernel_math.h"
+#include "trainer/kernels/cuda/kernel_math.h"
 
 namespace eft::trainer::kernels {
 namespace {
@@ -126,6 +126,16 @@ __global__ void __launch_bounds__(kRowThreads) CrossEntropyKernel(CrossEntropyAr
   for (int64_t j = threadIdx.x; j < a.vocab; j += kRowThreads) Store(z + j, CrossEntropyGrad(Load(z + j), lse, j == target));
 }
 
+__global__ void AdamWKernel(AdamWArgs a) {
+  for (int64_t i = FirstIndex(); i < a.n; i += GridStride()) {
+    float p = a.param[i], m = a.exp_avg[i], v = a.exp_avg_sq[i];
+    AdamWElement(p, a.grad[i], m, v, a.decay_mask[i], a.scalars);
+    a.param[i] = p;
+    a.exp_avg[i] = m;
+    a.exp_avg_sq[i] = v;
+  }
+}
+
 }  // namespace
 
 #define EFT_DISPATCH_DTYPE(dtype, KERNEL, grid, block, stream, args)                              \
@@ -162,6 +172,12 @@ int LaunchCrossEntropyGradInPlace(const CrossEntropyArgs& a, void* stream) {
   // 2^31 - 1 blocks a grid may have.
   EFT_DISPATCH_DTYPE(a.dtype, CrossEntropyKernel, static_cast<unsigned>(a.rows), kRowThreads,
                      static_cast<cudaStream_t>(stream), a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchAdamW(const AdamWArgs& a, void* stream) {
+  if (a.n == 0) return 0;
+  AdamWKernel<<<ElementwiseBlocks(a.n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -72,4 +72,21 @@ EFT_HOST_DEVICE float CrossEntropyGrad(float z, float lse, bool is_target) {
   return expf(z - lse) - (is_target ? 1.0f : 0.0f);
 }
 
+// AdamW on one element, in the order of AdamW::Step's ATen ops (trainer/optim/adamw.h), with the
+// scalars as those ops round them to fp32:
+//   p *= decay (where the mask is set); m = lerp(m, g, 1 - b1) in ATen's two-sided form;
+//   v = v * b2, then v += (1 - b2) * g * g; p += -step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+struct AdamWScalars {
+  float decay = 1, one_minus_b1 = 0, b2 = 0, one_minus_b2 = 0, bias_correction2_sqrt = 1, eps = 0, neg_step_size = 0;
+};
+EFT_HOST_DEVICE void AdamWElement(float& p, float g, float& m, float& v, float decay_mask, const AdamWScalars& s) {
+  if (decay_mask != 0.0f) p *= s.decay;
+  const float w = s.one_minus_b1;
+  m = w < 0.5f ? m + w * (g - m) : g - (g - m) * (1.0f - w);
+  v *= s.b2;
+  v += s.one_minus_b2 * g * g;
+  const float denom = sqrtf(v) / s.bias_correction2_sqrt + s.eps;
+  p += s.neg_step_size * (m / denom);
+}
+
 }  // namespace eft::trainer::kernels

@@ -1,5 +1,5 @@
-// The seam between the decoder's maths and the device's kernels. On a GPU (a CUDA build, tensors on
-// CUDA) RoPE, SwiGLU and the loss's softmax gradient run as eft's fused kernels (trainer/model/cuda),
+// The seam between the trainer's maths and the device's kernels. On a GPU (a CUDA build, tensors on
+// CUDA) RoPE, SwiGLU, the loss's softmax gradient and AdamW run as eft's fused kernels (trainer/kernels/cuda),
 // each one pass and one rounding where the ATen composite launches several and rounds after each;
 // elsewhere the composites run, which are Hugging Face's arithmetic exactly (the CPU's tests and
 // fixtures hold them bit for bit). docs/gpu.md: EFT_FUSED_KERNELS=0 turns the fused kernels off,
@@ -31,5 +31,14 @@ at::Tensor FusedSwiGlu(const at::Tensor& gate_up);
 // with its gradient softmax(z) - onehot(target) in their own dtype. Not differentiable (LossSum's
 // autograd function calls it). Needs UseFusedKernels(logits).
 at::Tensor CrossEntropyGradInPlace(at::Tensor& logits, const at::Tensor& targets, bool write_grad = true);
+
+// One AdamW step in one kernel over fp32 tensors of one shape on the GPU (param, exp_avg and
+// exp_avg_sq updated in place), with AdamW::Step's scalars (trainer/optim/adamw.h: decay = 1 - lr wd,
+// step_size = lr / (1 - b1^t), bias_correction2_sqrt = sqrt(1 - b2^t)). Needs UseFusedKernels(param).
+struct AdamWStepScalars {
+  double decay = 1, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, step_size = 0, bias_correction2_sqrt = 1;
+};
+void FusedAdamWStep(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                    const at::Tensor& decay_mask, const AdamWStepScalars& scalars);
 
 }  // namespace eft::trainer
