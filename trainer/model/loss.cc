@@ -7,6 +7,8 @@
 // Peak memory is one chunk of logits; the head costs 3 matmuls, as with plain autograd, not the 4
 // that recomputing the logits in backward would; and the head weight is not saved for backward,
 // so a sharded trainer may free the gathered weight right after forward.
+#include <atomic>
+
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "trainer/kernels/kernels.h"
@@ -36,6 +38,23 @@ void ScaleInPlace(at::Tensor& t, const at::Tensor& g) {
   }
 }
 
+// sum += a b with a, b in bf16/fp16 and sum in fp32, cuBLAS accumulating straight into the sum: no
+// [V, H] product in the compute dtype (272 MB at Qwen's vocabulary) rounded and then added. ATen's
+// CUDA addmm takes an fp32 out_dtype for such inputs in the releases that have it, but some also
+// require `self` in the inputs' dtype; the first refusal is remembered and the caller adds the
+// rounded product instead (false).
+bool AccumulateProductInFp32(at::Tensor& sum, const at::Tensor& a, const at::Tensor& b) {
+  static std::atomic<bool> refused{false};
+  if (refused.load()) return false;
+  try {
+    at::addmm_out(sum, sum, a, b, at::kFloat);
+    return true;
+  } catch (const c10::Error&) {
+    refused.store(true);
+    return false;
+  }
+}
+
 struct ChunkedHeadLoss : public torch::autograd::Function<ChunkedHeadLoss> {
   // rows [N, H] (compute dtype), head [V, H], targets [N] int64 in [0, V). Returns sum of -log p.
   // `with_grads`: autograd is recording and a backward will follow.
@@ -47,11 +66,16 @@ struct ChunkedHeadLoss : public torch::autograd::Function<ChunkedHeadLoss> {
     // The head gradient accumulates over chunks in at least fp32, whatever the weights' dtype.
     at::Tensor grad_head = want_head ? at::zeros(head.sizes(), head.options().dtype(Wide(head.scalar_type()))) : at::Tensor();
     at::Tensor total = at::zeros({}, rows.options().dtype(wide));
+    // The fused kernel needs no fp32 copy of a chunk's logits (6 bytes per logit in bf16 become 2):
+    // three times the rows in the same memory, and a third as many passes over the fp32 head
+    // gradient.
+    const bool fused = UseFusedKernels(rows);
+    if (fused && rows.scalar_type() != wide) chunk *= 3;
     for (int64_t start = 0; start < rows.size(0); start += chunk) {
       const int64_t n = std::min(chunk, rows.size(0) - start);
       const at::Tensor r = rows.narrow(0, start, n), t = targets.narrow(0, start, n).unsqueeze(1);
       at::Tensor dlogits;
-      if (UseFusedKernels(rows)) {
+      if (fused) {
         // One kernel: the row's log-sum-exp in fp32 and the gradient below written over the logits,
         // rounded once to the compute dtype, as the composite's last cast rounds it.
         at::Tensor logits = at::linear(r, head);
@@ -68,11 +92,14 @@ struct ChunkedHeadLoss : public torch::autograd::Function<ChunkedHeadLoss> {
         dlogits.scatter_add_(1, t, at::full({n, 1}, -1.0, dlogits.options()));
         dlogits = dlogits.to(rows.scalar_type());
       }
-      if (want_rows) grad_rows.narrow(0, start, n).copy_(at::mm(dlogits, head));
+      if (want_rows) {
+        at::Tensor out = grad_rows.narrow(0, start, n);  // whole rows: contiguous
+        at::mm_out(out, dlogits, head);
+      }
       if (want_head) {
         if (grad_head.scalar_type() == dlogits.scalar_type()) {
           grad_head.addmm_(dlogits.t(), r);
-        } else {
+        } else if (!(fused && AccumulateProductInFp32(grad_head, dlogits.t(), r))) {
           grad_head.add_(at::mm(dlogits.t(), r));
         }
       }
