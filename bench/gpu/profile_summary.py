@@ -19,17 +19,19 @@ import re
 import sys
 from collections import defaultdict
 
-# First match wins; names are matched lowercase. Kernel names (GPU) and ATen op names (CPU) both.
+# First match wins; names are matched lowercase. Kernel names (GPU) and ATen op names (CPU) both;
+# eft's own kernels (trainer/kernels/cuda: RopeKernel, SwiGlu*Kernel, CrossEntropyKernel,
+# AdamWKernel) go to the families of the ops they replace.
 FAMILIES = [
     ("autograd engine", r"autograd::engine|cppnode<|backward0|backward1"),
     ("communication", r"nccl|gloo|all_gather|allgather|reduce_scatter|all_reduce|allreduce|c10d|broadcast"),
     ("attention", r"flash|fmha|attention|sdpa|_efficient_attention|softmax_backward_data.*attn"),
     ("optimizer", r"adam|lerp|multi_tensor|foreach|_fused_adamw"),
-    ("loss", r"log_softmax|logsumexp|nll_loss|cross_entropy|softmax"),
+    ("loss", r"log_softmax|logsumexp|nll_loss|cross_entropy|crossentropykernel|softmax"),
     ("norm", r"rms_norm|layer_norm|rsqrt|norm_kernel"),
     ("gemm", r"gemm|\bmm\b|aten::mm|addmm|bmm|matmul|linear|cutlass|xmma|sm\d+_|cublas|ampere_|hopper_|nvjet"),
     ("casts and copies", r"copy|_to_copy|\bto\b|cast|contiguous|cat\b|aten::cat|clone|memcpy|memset|fill_|zero_|index"),
-    ("elementwise", r"elementwise|vectorized|unrolled|silu|mul|add|sub|div|neg|exp|pow|sigmoid|where|sum|mean|reduce"),
+    ("elementwise", r"elementwise|vectorized|unrolled|ropekernel|swiglu|silu|mul|add|sub|div|neg|exp|pow|sigmoid|where|sum|mean|reduce"),
 ]
 COMPILED = [(name, re.compile(pattern)) for name, pattern in FAMILIES]
 
