@@ -221,6 +221,12 @@ steps = [e for e in map(json.loads, open(sys.argv[1])) if "tokens_per_s" in e][i
 print(f"{statistics.median(e['tokens_per_s'] for e in steps):.0f} {statistics.median(e.get('mfu', 0) for e in steps):.1%}")
 PY
 }
+eft_peak() {  # eft-train log -> peak GPU MiB allocated ("-" on the CPU)
+  grep -o "peak GPU memory [0-9]* MiB allocated" "$1" | head -1 | grep -o "[0-9]*" || echo "-"
+}
+torch_peak() {  # torch_baseline events -> peak GPU MiB allocated
+  $py -c "import json,sys; p=[json.loads(l).get('peak_gpu_bytes') for l in open(sys.argv[1])][-1]; print('-' if p is None else p // 1048576)" "$1"
+}
 bench() {
   local steps=${EFT_GPU_BENCH_STEPS:-10}
   # The Qwen2.5-0.5B shape (494M, vocabulary 151,936, tied). EFT_GPU_BENCH_MODEL / _SEQ: a smaller
@@ -233,8 +239,8 @@ bench() {
   local vocab
   vocab=$($py -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$work/model-bench/config.json")
   make_data "$work" "$vocab" $((gb * (steps + 2))) "$seq" full
-  echo "| run | activation ckpt | tokens/s | MFU | eft / this |"
-  echo "|---|---|---|---|---|"
+  echo "| run | activation ckpt | tokens/s | MFU | peak GPU MiB | eft / this |"
+  echo "|---|---|---|---|---|---|"
   local eft_tps
   for ac in none full; do
     cat >"$work/bench-$ac.yaml" <<YAML
@@ -247,20 +253,20 @@ YAML
     EFT_EVENTS_FD=3 "$train" train --config "$work/bench-$ac.yaml" --nproc 1 --max-steps "$steps" \
       --peak-tflops 989 >"$out/bench-eft-$ac.log" 2>&1 3>"$work/bench-eft-$ac.events" || return 1
     read -r eft_tps eft_mfu < <(median_of "$work/bench-eft-$ac.events" 2)
-    echo "| eft | $ac | $eft_tps | $eft_mfu | 1 |"
+    echo "| eft | $ac | $eft_tps | $eft_mfu | $(eft_peak "$out/bench-eft-$ac.log") | 1 |"
     # The same without eft's fused kernels (trainer/kernels/kernels.h): what they are worth.
     if [[ $ac == none ]]; then
       EFT_FUSED_KERNELS=0 EFT_EVENTS_FD=3 "$train" train --config "$work/bench-$ac.yaml" --nproc 1 --max-steps "$steps" \
         --peak-tflops 989 >"$out/bench-eft-unfused-$ac.log" 2>&1 3>"$work/bench-eft-unfused-$ac.events" &&
         read -r tps mfu < <(median_of "$work/bench-eft-unfused-$ac.events" 2) &&
-        echo "| eft, EFT_FUSED_KERNELS=0 | $ac | $tps | $mfu | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
+        echo "| eft, EFT_FUSED_KERNELS=0 | $ac | $tps | $mfu | $(eft_peak "$out/bench-eft-unfused-$ac.log") | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
       # Packed documents (what SFT data looks like: FlashAttention's variable-length kernel), eft only.
       make_data "$work" "$vocab" $((gb * (steps + 2) * 2)) "$seq"
       sed "s|train: $work/rows.jsonl|train: $work/data.jsonl|" "$work/bench-$ac.yaml" >"$work/bench-packed.yaml"
       EFT_EVENTS_FD=3 "$train" train --config "$work/bench-packed.yaml" --nproc 1 --max-steps "$steps" \
         --peak-tflops 989 >"$out/bench-eft-packed.log" 2>&1 3>"$work/bench-eft-packed.events" &&
         read -r tps mfu < <(median_of "$work/bench-eft-packed.events" 2) &&
-        echo "| eft, packed documents | $ac | $tps | $mfu | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
+        echo "| eft, packed documents | $ac | $tps | $mfu | $(eft_peak "$out/bench-eft-packed.log") | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
     fi
     local variants=("eager")
     [[ $ac == none && -z ${EFT_GPU_BENCH_NO_COMPILE:-} ]] && variants+=("compile")
@@ -270,9 +276,9 @@ YAML
       [[ $ac == full ]] && flags+=(--checkpointing)
       $py "$src/bench/gpu/torch_baseline.py" --model "$work/model-bench" --seq "$seq" --global-batch "$gb" \
         --micro-batch "$mb" --steps "$steps" --device "$gpu" --events "$work/bench-$v-$ac.events" "${flags[@]}" \
-        >"$out/bench-torch-$v-$ac.log" 2>&1 || { echo "| torch $v | $ac | failed (bench-torch-$v-$ac.log) | | |"; continue; }
+        >"$out/bench-torch-$v-$ac.log" 2>&1 || { echo "| torch $v | $ac | failed (bench-torch-$v-$ac.log) | | | |"; continue; }
       read -r tps mfu < <(median_of "$work/bench-$v-$ac.events" 2)
-      echo "| PyTorch $v | $ac | $tps | $mfu | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
+      echo "| PyTorch $v | $ac | $tps | $mfu | $(torch_peak "$work/bench-$v-$ac.events") | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
     done
   done
   # Where eft's step goes, without activation checkpointing (the goal's first row).

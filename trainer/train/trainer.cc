@@ -18,6 +18,7 @@
 #include "trainer/checkpoint/merge_lora.h"
 #include "trainer/checkpoint/peft_adapter.h"
 #include "trainer/io/safetensors.h"
+#include "trainer/kernels/gpu_memory.h"
 #include "trainer/data/packing.h"
 #include "trainer/train/evaluation.h"
 #include "trainer/train/precision.h"
@@ -450,8 +451,15 @@ void Trainer::ReportMemory() {
     if (line.rfind("VmHWM:", 0) == 0) peak_rss = std::atoll(line.c_str() + 6) * 1024;
   }
   const int64_t persistent = PersistentBytes();
+  std::string gpu;
+  if (const GpuMemoryPeak p = PeakGpuMemory(model_->options().device); p.allocated >= 0) {
+    // Through the first step: every buffer a step needs has been allocated once.
+    gpu = "; peak GPU memory " + std::to_string(p.allocated / 1048576) + " MiB allocated, " +
+          std::to_string(p.reserved / 1048576) + " MiB reserved";
+  }
   EFT_LOG(INFO) << "rank " << env_.rank << ": " << persistent / 1048576.0
-                << " MiB of parameters, gradients and optimizer state; peak RSS " << peak_rss / 1048576.0 << " MiB";
+                << " MiB of parameters, gradients and optimizer state; peak RSS " << peak_rss / 1048576.0 << " MiB"
+                << gpu;
   events_.Emit(rank::MemoryEvent{env_.rank, persistent, peak_rss});
 }
 
