@@ -3,7 +3,8 @@
 #   1. build eft-train and its tests against the machine's PyTorch (CUDA, NCCL), with the Debian
 #      libraries it lacks unpacked from .gpu-deps (scripts/gpu-deps.sh, carried with the call);
 #   2. run the trainer's tests there (CPU code paths, as in CI: no GPU visible to them), and eft's
-#      fused CUDA kernels against the ATen composites on the GPU (tests/gpu/fused_kernels_gpu_test);
+#      fused ops against the ATen composites on the GPU (tests/unit/trainer/kernels/fused_ops_test,
+#      which CI runs on the CPU) with their times (bench/gpu/kernel_times);
 #   3. train the same tiny model on the GPU and on the CPU (fp32) and compare every step's loss;
 #      bf16 on the GPU against fp32; packed rows (masked attention) and unpacked rows (flash);
 #   4. write the Hugging Face reference fixtures with transformers (tests/reference/hf_fixtures.py)
@@ -116,10 +117,12 @@ if want tests && [[ -x $train ]]; then
   part tests env CUDA_VISIBLE_DEVICES= ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 600
 fi
 
-# The fused kernels on the GPU (bounds from their roundings; prints each kernel's time beside the
-# composite's at the benchmark's shape).
-if want kernels && [[ $gpu == cuda && -x $build/tests/gpu/fused_kernels_gpu_test ]]; then
-  part kernels "$build/tests/gpu/fused_kernels_gpu_test"
+# The fused ops against the ATen composites on every device here (the GPU's CUDA kernels, the CPU's
+# host twins; bounds from their roundings), then each kernel's time beside the composite's at the
+# benchmark's shape.
+if want kernels && [[ $gpu == cuda && -x $build/tests/unit/trainer/kernels/fused_ops_test ]]; then
+  part kernels "$build/tests/unit/trainer/kernels/fused_ops_test"
+  [[ -x $build/bench/gpu/kernel_times ]] && part kernel-times "$build/bench/gpu/kernel_times"
 fi
 
 # ---- 3. GPU against CPU ------------------------------------------------------------------------
@@ -300,5 +303,6 @@ fi
   echo "|---|---|---|"
   for row in "${table[@]}"; do echo "| ${row//|/ | } |"; done
 } | tee "$out/summary.md"
+[[ -f $out/kernel-times.log ]] && grep '^|' "$out/kernel-times.log"
 [[ -f $out/bench.log ]] && grep '^|' "$out/bench.log"
 ! grep -q FAILED "$out/summary.md"

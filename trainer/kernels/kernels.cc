@@ -1,16 +1,22 @@
-// The fused kernels' autograd functions and the checks before each launch; the kernels themselves are
-// in trainer/kernels/cuda (built when the LibTorch has CUDA: EFT_WITH_CUDA_KERNELS).
+// The fused ops: their checks, autograd functions, and where they run: on CUDA tensors the kernels of
+// cuda/fused_kernels.cu (built when the LibTorch has CUDA: EFT_WITH_CUDA_KERNELS), on CPU tensors
+// their host twins (host_kernels.cc), which run the same per-element code for the tests.
 #include "trainer/kernels/kernels.h"
 
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "trainer/kernels/cuda/fused_kernels.h"
 
 #ifdef EFT_WITH_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/csrc/autograd/custom_function.h>
-
-#include "trainer/kernels/cuda/fused_kernels.h"
+#define EFT_CUDA_LAUNCHER(name) &kernels::Launch##name
+#else
+#define EFT_CUDA_LAUNCHER(name) nullptr
 #endif
 
 namespace eft::trainer {
@@ -24,12 +30,17 @@ bool FusedKernelsWanted() {
   return wanted;
 }
 
+bool SupportedDType(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
+
 }  // namespace
 
-#ifdef EFT_WITH_CUDA_KERNELS
-
 bool UseFusedKernels(const at::Device& device, at::ScalarType t) {
-  return device.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) && FusedKernelsWanted();
+#ifdef EFT_WITH_CUDA_KERNELS
+  return device.is_cuda() && SupportedDType(t) && FusedKernelsWanted();
+#else
+  (void)FusedKernelsWanted;
+  return false;
+#endif
 }
 
 bool UseFusedKernels(const at::Tensor& x) { return UseFusedKernels(x.device(), x.scalar_type()); }
@@ -50,14 +61,32 @@ kernels::DType DTypeOf(const at::Tensor& t) {
   return kernels::DType::kFloat32;  // not reached
 }
 
-void* StreamOf(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+// Runs one kernel where `on` lives: the CUDA launcher on the device's current stream, or the host
+// twin on the CPU.
+template <typename Args>
+void Run(const at::Tensor& on, const Args& args, int (*cuda)(const Args&, void*), void (*host)(const Args&),
+         const char* what) {
+  if (on.is_cuda()) {
+    TORCH_CHECK(cuda != nullptr, what, ": this eft-train was built without CUDA kernels (a LibTorch without CUDA)");
+#ifdef EFT_WITH_CUDA_KERNELS
+    c10::cuda::CUDAGuard guard(on.device());
+    const int code = cuda(args, at::cuda::getCurrentCUDAStream(on.device().index()).stream());
+    TORCH_CHECK(code == 0, what, ": CUDA error ", code, " (", kernels::KernelErrorString(code), ")");
+#endif
+    return;
+  }
+  TORCH_CHECK(on.is_cpu(), what, ": tensors on ", on.device(), " are not supported");
+  host(args);
+}
 
-void Check(int code, const char* what) {
-  TORCH_CHECK(code == 0, what, ": CUDA error ", code, " (", kernels::KernelErrorString(code), ")");
+void CheckInput(const at::Tensor& x, const char* what) {
+  TORCH_CHECK(x.defined() && (x.is_cuda() || x.is_cpu()) && SupportedDType(x.scalar_type()), what,
+              ": needs a CPU or CUDA tensor of fp32, bf16 or fp16, got ",
+              x.defined() ? c10::str(x.scalar_type(), " on ", x.device()) : std::string("an undefined tensor"));
 }
 
 void CheckOperand(const at::Tensor& t, const at::Tensor& like, const char* what) {
-  TORCH_CHECK(t.defined() && t.is_cuda() && t.device() == like.device() && t.scalar_type() == like.scalar_type(), what,
+  TORCH_CHECK(t.defined() && t.device() == like.device() && t.scalar_type() == like.scalar_type(), what,
               ": every operand must be a ", like.scalar_type(), " tensor on ", like.device());
 }
 
@@ -98,7 +127,6 @@ at::Tensor RopeCall(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, 
               "FusedRope: cos and sin must be [B, T, D] alike with a contiguous last dimension, got ", cos.sizes(),
               " and ", sin.sizes(), " for x ", x.sizes());
   x = LastDimContiguous(x);
-  c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   kernels::RopeArgs a;
   a.x = x.data_ptr();
@@ -110,7 +138,7 @@ at::Tensor RopeCall(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, 
   a.table_stride_b = cos.stride(0), a.table_stride_t = cos.stride(1);
   a.dtype = DTypeOf(x);
   a.backward = backward;
-  Check(kernels::LaunchRope(a, StreamOf(x)), "FusedRope");
+  if (x.numel() > 0) Run(x, a, EFT_CUDA_LAUNCHER(Rope), &kernels::HostRope, "FusedRope");
   return out;
 }
 
@@ -126,21 +154,19 @@ struct RopeFunction : public torch::autograd::Function<RopeFunction> {
 };
 
 at::Tensor SwiGluCall(const Rows& gate, const Rows& up, at::IntArrayRef out_sizes) {
-  c10::cuda::CUDAGuard guard(gate.tensor.device());
   at::Tensor out = at::empty(out_sizes, gate.tensor.options().memory_format(at::MemoryFormat::Contiguous));
   kernels::SwiGluArgs a;
   a.gate = gate.tensor.data_ptr(), a.up = up.tensor.data_ptr(), a.out = out.data_ptr();
   a.rows = gate.rows, a.width = gate.width;
   a.gate_row_stride = gate.row_stride, a.up_row_stride = up.row_stride;
   a.dtype = DTypeOf(gate.tensor);
-  Check(kernels::LaunchSwiGlu(a, StreamOf(gate.tensor)), "FusedSwiGlu");
+  if (out.numel() > 0) Run(gate.tensor, a, EFT_CUDA_LAUNCHER(SwiGlu), &kernels::HostSwiGlu, "FusedSwiGlu");
   return out;
 }
 
 // Writes d_gate and d_up (row strides given, e.g. the halves of one buffer) from the output gradient.
 void SwiGluBackwardCall(const at::Tensor& grad_out, const Rows& gate, const Rows& up, void* d_gate, void* d_up,
                         int64_t d_gate_row_stride, int64_t d_up_row_stride) {
-  c10::cuda::CUDAGuard guard(gate.tensor.device());
   const at::Tensor grad = grad_out.contiguous();
   kernels::SwiGluBackwardArgs a;
   a.grad = grad.data_ptr(), a.gate = gate.tensor.data_ptr(), a.up = up.tensor.data_ptr();
@@ -149,7 +175,8 @@ void SwiGluBackwardCall(const at::Tensor& grad_out, const Rows& gate, const Rows
   a.gate_row_stride = gate.row_stride, a.up_row_stride = up.row_stride;
   a.d_gate_row_stride = d_gate_row_stride, a.d_up_row_stride = d_up_row_stride;
   a.dtype = DTypeOf(gate.tensor);
-  Check(kernels::LaunchSwiGluBackward(a, StreamOf(gate.tensor)), "FusedSwiGlu backward");
+  if (gate.rows * gate.width > 0)
+    Run(gate.tensor, a, EFT_CUDA_LAUNCHER(SwiGluBackward), &kernels::HostSwiGluBackward, "FusedSwiGlu backward");
 }
 
 struct SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
@@ -190,13 +217,12 @@ struct MergedSwiGluFunction : public torch::autograd::Function<MergedSwiGluFunct
 }  // namespace
 
 at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  TORCH_CHECK(UseFusedKernels(x), "FusedRope: needs a CUDA tensor of fp32, bf16 or fp16 (got ", x.scalar_type(), " on ",
-              x.device(), ") and EFT_FUSED_KERNELS not 0");
+  CheckInput(x, "FusedRope");
   return RopeFunction::apply(x, cos, sin);
 }
 
 at::Tensor FusedSwiGlu(const at::Tensor& gate, const at::Tensor& up) {
-  TORCH_CHECK(UseFusedKernels(gate), "FusedSwiGlu: needs a CUDA tensor of fp32, bf16 or fp16 and EFT_FUSED_KERNELS not 0");
+  CheckInput(gate, "FusedSwiGlu");
   CheckOperand(up, gate, "FusedSwiGlu");
   TORCH_CHECK(gate.dim() >= 1 && gate.sizes() == up.sizes(), "FusedSwiGlu: gate ", gate.sizes(), " and up ", up.sizes(),
               " must have one shape");
@@ -204,21 +230,19 @@ at::Tensor FusedSwiGlu(const at::Tensor& gate, const at::Tensor& up) {
 }
 
 at::Tensor FusedSwiGlu(const at::Tensor& gate_up) {
-  TORCH_CHECK(UseFusedKernels(gate_up), "FusedSwiGlu: needs a CUDA tensor of fp32, bf16 or fp16 and EFT_FUSED_KERNELS not 0");
+  CheckInput(gate_up, "FusedSwiGlu");
   TORCH_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) % 2 == 0, "FusedSwiGlu: the merged projection's last dimension (",
               gate_up.sizes(), ") must be even");
   return MergedSwiGluFunction::apply(gate_up.contiguous());
 }
 
 at::Tensor CrossEntropyGradInPlace(at::Tensor& logits, const at::Tensor& targets, bool write_grad) {
-  TORCH_CHECK(UseFusedKernels(logits), "CrossEntropyGradInPlace: needs CUDA logits of fp32, bf16 or fp16 and "
-              "EFT_FUSED_KERNELS not 0");
+  CheckInput(logits, "CrossEntropyGradInPlace");
   TORCH_CHECK(logits.dim() == 2 && logits.is_contiguous(), "CrossEntropyGradInPlace: logits must be a contiguous [N, V], got ",
               logits.sizes());
   TORCH_CHECK(targets.scalar_type() == at::kLong && targets.dim() == 1 && targets.size(0) == logits.size(0) &&
                   targets.device() == logits.device(),
               "CrossEntropyGradInPlace: targets must be int64 [", logits.size(0), "] on ", logits.device());
-  c10::cuda::CUDAGuard guard(logits.device());
   const at::Tensor t = targets.contiguous();
   at::Tensor loss = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
   kernels::CrossEntropyArgs a;
@@ -226,21 +250,21 @@ at::Tensor CrossEntropyGradInPlace(at::Tensor& logits, const at::Tensor& targets
   a.rows = logits.size(0), a.vocab = logits.size(1);
   a.dtype = DTypeOf(logits);
   a.write_grad = write_grad;
-  Check(kernels::LaunchCrossEntropyGradInPlace(a, StreamOf(logits)), "CrossEntropyGradInPlace");
+  if (a.rows > 0)
+    Run(logits, a, EFT_CUDA_LAUNCHER(CrossEntropyGradInPlace), &kernels::HostCrossEntropyGradInPlace,
+        "CrossEntropyGradInPlace");
   return loss;
 }
 
 void FusedAdamWStep(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
                     const at::Tensor& decay_mask, const AdamWStepScalars& s) {
-  TORCH_CHECK(UseFusedKernels(param) && param.scalar_type() == at::kFloat,
-              "FusedAdamWStep: needs fp32 CUDA tensors and EFT_FUSED_KERNELS not 0");
+  CheckInput(param, "FusedAdamWStep");
+  TORCH_CHECK(param.scalar_type() == at::kFloat && param.is_contiguous(), "FusedAdamWStep: param must be a contiguous fp32 tensor");
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&grad, &exp_avg, &exp_avg_sq, &decay_mask}) {
     CheckOperand(*t, param, "FusedAdamWStep");
     TORCH_CHECK(t->sizes() == param.sizes() && t->is_contiguous(), "FusedAdamWStep: every tensor must be a contiguous ",
                 param.sizes());
   }
-  TORCH_CHECK(param.is_contiguous(), "FusedAdamWStep: param must be contiguous");
-  c10::cuda::CUDAGuard guard(param.device());
   kernels::AdamWArgs a;
   a.param = param.data_ptr<float>(), a.grad = grad.data_ptr<float>();
   a.exp_avg = exp_avg.data_ptr<float>(), a.exp_avg_sq = exp_avg_sq.data_ptr<float>();
@@ -254,34 +278,7 @@ void FusedAdamWStep(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_a
   a.scalars.bias_correction2_sqrt = static_cast<float>(s.bias_correction2_sqrt);
   a.scalars.eps = static_cast<float>(s.eps);
   a.scalars.neg_step_size = static_cast<float>(-s.step_size);
-  Check(kernels::LaunchAdamW(a, StreamOf(param)), "FusedAdamWStep");
+  if (a.n > 0) Run(param, a, EFT_CUDA_LAUNCHER(AdamW), &kernels::HostAdamW, "FusedAdamWStep");
 }
-
-#else  // no CUDA kernels in this build
-
-bool UseFusedKernels(const at::Device&, at::ScalarType) {
-  (void)FusedKernelsWanted;
-  return false;
-}
-
-bool UseFusedKernels(const at::Tensor&) { return false; }
-
-namespace {
-[[noreturn]] void NotBuilt(const char* what) {
-  TORCH_CHECK(false, what, ": this eft-train was built without CUDA kernels (a LibTorch without CUDA)");
-}
-}  // namespace
-
-at::Tensor FusedRope(const at::Tensor&, const at::Tensor&, const at::Tensor&) { NotBuilt("FusedRope"); }
-at::Tensor FusedSwiGlu(const at::Tensor&, const at::Tensor&) { NotBuilt("FusedSwiGlu"); }
-at::Tensor FusedSwiGlu(const at::Tensor&) { NotBuilt("FusedSwiGlu"); }
-at::Tensor CrossEntropyGradInPlace(at::Tensor&, const at::Tensor&, bool) { NotBuilt("CrossEntropyGradInPlace"); }
-
-void FusedAdamWStep(at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&, const at::Tensor&,
-                    const AdamWStepScalars&) {
-  NotBuilt("FusedAdamWStep");
-}
-
-#endif
 
 }  // namespace eft::trainer

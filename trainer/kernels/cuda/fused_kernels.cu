@@ -1,6 +1,7 @@
 // eft's fused CUDA kernels: RoPE, SwiGLU, the cross-entropy gradient and AdamW, each one pass where the
-// ATen composites they replace launch several and write fp32 or bf16 intermediates. The arithmetic
-// is kernel_math.h's (checked on the CPU); this file adds indexing, loads and stores.
+// ATen composites they replace launch several and write fp32 or bf16 intermediates. Each thread's
+// work is kernel_bodies.h's, which host_kernels.cc runs on the CPU for the tests; this file adds
+// the threads, blocks and the cross-entropy's in-block reduction.
 #include "trainer/kernels/cuda/fused_kernels.h"
 
 #include <algorithm>
@@ -9,17 +10,22 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "trainer/kernels/cuda/kernel_math.h"
-
 namespace eft::trainer::kernels {
-namespace {
 
+// The element types' conversions, for kernel_bodies.h (host_kernels.cc defines the host ones).
 __device__ __forceinline__ float Load(const float* p) { return *p; }
 __device__ __forceinline__ float Load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float Load(const __half* p) { return __half2float(*p); }
 __device__ __forceinline__ void Store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void Store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void Store(__half* p, float v) { *p = __float2half_rn(v); }
+
+}  // namespace eft::trainer::kernels
+
+#include "trainer/kernels/cuda/kernel_bodies.h"
+
+namespace eft::trainer::kernels {
+namespace {
 
 constexpr int kThreads = 256;
 
@@ -34,74 +40,33 @@ __device__ __forceinline__ int64_t GridStride() { return static_cast<int64_t>(gr
 
 template <typename T>
 __global__ void RopeKernel(RopeArgs a) {
-  const T* x = static_cast<const T*>(a.x);
-  const T* cos = static_cast<const T*>(a.cos);
-  const T* sin = static_cast<const T*>(a.sin);
-  T* out = static_cast<T*>(a.out);
-  const int64_t half = a.D / 2, n = a.B * a.T * a.H * half;
-  for (int64_t i = FirstIndex(); i < n; i += GridStride()) {
-    const int64_t j = i % half;
-    int64_t r = i / half;
-    const int64_t h = r % a.H;
-    r /= a.H;
-    const int64_t t = r % a.T, b = r / a.T;
-    const T* xr = x + b * a.x_stride_b + t * a.x_stride_t + h * a.x_stride_h;
-    const int64_t table = b * a.table_stride_b + t * a.table_stride_t;
-    const float cos_lo = Load(cos + table + j), sin_lo = Load(sin + table + j);
-    const float cos_hi = Load(cos + table + j + half), sin_hi = Load(sin + table + j + half);
-    float lo, hi;
-    if (a.backward) {
-      RopePairBackward(Load(xr + j), Load(xr + j + half), cos_lo, sin_lo, cos_hi, sin_hi, &lo, &hi);
-    } else {
-      RopePair(Load(xr + j), Load(xr + j + half), cos_lo, sin_lo, cos_hi, sin_hi, &lo, &hi);
-    }
-    T* o = out + ((b * a.T + t) * a.H + h) * a.D;
-    Store(o + j, lo);
-    Store(o + j + half, hi);
-  }
+  const int64_t n = a.B * a.T * a.H * (a.D / 2);
+  for (int64_t i = FirstIndex(); i < n; i += GridStride()) RopeAt<T>(a, i);
 }
 
 // SwiGLU: blocks take rows (grid-stride), threads the features of a row: no division per element.
 template <typename T>
 __global__ void SwiGluKernel(SwiGluArgs a) {
-  const T* gate = static_cast<const T*>(a.gate);
-  const T* up = static_cast<const T*>(a.up);
-  T* out = static_cast<T*>(a.out);
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
-    const T* g = gate + row * a.gate_row_stride;
-    const T* u = up + row * a.up_row_stride;
-    T* o = out + row * a.width;
-    for (int64_t j = threadIdx.x; j < a.width; j += blockDim.x) Store(o + j, SwiGlu(Load(g + j), Load(u + j)));
-  }
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x)
+    for (int64_t j = threadIdx.x; j < a.width; j += blockDim.x) SwiGluAt<T>(a, row, j);
 }
 
 template <typename T>
 __global__ void SwiGluBackwardKernel(SwiGluBackwardArgs a) {
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
-    const T* grad = static_cast<const T*>(a.grad) + row * a.width;
-    const T* gate = static_cast<const T*>(a.gate) + row * a.gate_row_stride;
-    const T* up = static_cast<const T*>(a.up) + row * a.up_row_stride;
-    T* d_gate = static_cast<T*>(a.d_gate) + row * a.d_gate_row_stride;
-    T* d_up = static_cast<T*>(a.d_up) + row * a.d_up_row_stride;
-    for (int64_t j = threadIdx.x; j < a.width; j += blockDim.x) {
-      float dg, du;
-      SwiGluBackward(Load(grad + j), Load(gate + j), Load(up + j), &dg, &du);
-      Store(d_gate + j, dg);
-      Store(d_up + j, du);
-    }
-  }
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x)
+    for (int64_t j = threadIdx.x; j < a.width; j += blockDim.x) SwiGluBackwardAt<T>(a, row, j);
 }
 
 unsigned RowBlocks(int64_t rows) { return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, int64_t{1} << 16)); }
 
-constexpr int kRowThreads = 512;
+constexpr int kRowThreads = kCrossEntropyRowThreads;
 
+// One block per row: each thread an online log-sum-exp over every 512th logit, merged by xor
+// butterfly within warps and by thread 0 over the warps in order; then the gradient pass.
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) CrossEntropyKernel(CrossEntropyArgs a) {
   const int64_t row = blockIdx.x;
-  T* z = static_cast<T*>(a.logits) + row * a.vocab;
-  LogSumExpState s;
-  for (int64_t j = threadIdx.x; j < a.vocab; j += kRowThreads) LogSumExpAdd(s, Load(z + j));
+  LogSumExpState s = CrossEntropyPartial<T>(a, row, threadIdx.x, kRowThreads);
   for (int offset = 16; offset > 0; offset >>= 1) {
     const LogSumExpState other{__shfl_xor_sync(0xffffffffu, s.max, offset), __shfl_xor_sync(0xffffffffu, s.sum, offset)};
     s = LogSumExpMerge(s, other);
@@ -112,28 +77,22 @@ __global__ void __launch_bounds__(kRowThreads) CrossEntropyKernel(CrossEntropyAr
     warp_max[threadIdx.x / 32] = s.max;
     warp_sum[threadIdx.x / 32] = s.sum;
   }
-  const int64_t target = a.targets[row];
   __syncthreads();
   if (threadIdx.x == 0) {
     LogSumExpState total;
     for (int w = 0; w < kRowThreads / 32; ++w) total = LogSumExpMerge(total, {warp_max[w], warp_sum[w]});
     row_lse = LogSumExpValue(total);
-    a.loss[row] = row_lse - Load(z + target);  // read before the second pass overwrites it
+    CrossEntropyLossOf<T>(a, row, row_lse);  // reads the target's logit before the gradient pass
   }
   if (!a.write_grad) return;
   __syncthreads();
   const float lse = row_lse;
-  for (int64_t j = threadIdx.x; j < a.vocab; j += kRowThreads) Store(z + j, CrossEntropyGrad(Load(z + j), lse, j == target));
+  const int64_t target = a.targets[row];
+  for (int64_t j = threadIdx.x; j < a.vocab; j += kRowThreads) CrossEntropyGradAt<T>(a, row, j, lse, target);
 }
 
 __global__ void AdamWKernel(AdamWArgs a) {
-  for (int64_t i = FirstIndex(); i < a.n; i += GridStride()) {
-    float p = a.param[i], m = a.exp_avg[i], v = a.exp_avg_sq[i];
-    AdamWElement(p, a.grad[i], m, v, a.decay_mask[i], a.scalars);
-    a.param[i] = p;
-    a.exp_avg[i] = m;
-    a.exp_avg_sq[i] = v;
-  }
+  for (int64_t i = FirstIndex(); i < a.n; i += GridStride()) AdamWAt(a, i);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// Launchers of eft's fused CUDA kernels (fused_kernels.cu). Plain pointers and sizes, no ATen and no
-// CUDA headers, so the .cu file compiles quickly and this header is includable anywhere; the autograd
-// functions and checks around them are in trainer/kernels/kernels.cc. Each launcher enqueues on
+// Launchers of eft's fused CUDA kernels (fused_kernels.cu), and their host twins (host_kernels.cc).
+// Plain pointers and sizes, no ATen and no CUDA headers, so the .cu file compiles quickly and this
+// header is includable anywhere; the autograd functions and checks around them are in
+// trainer/kernels/kernels.cc. Each launcher enqueues on
 // `stream` (a cudaStream_t) and returns 0 or a cudaError_t code (KernelErrorString names it).
 // Element types: the tensors' dtype, one of DType; arithmetic is fp32 (kernel_math.h), rounded once
 // on store.
@@ -83,5 +84,14 @@ struct AdamWArgs {
 int LaunchAdamW(const AdamWArgs& args, void* stream);
 
 const char* KernelErrorString(int code);
+
+// The same kernels on the host (host_kernels.cc): kernel_bodies.h's per-element work in loops, the
+// cross-entropy with the CUDA kernel's partition of a row into 512 partial sums merged in the same
+// order. What the CPU tests run the fused ops through; eft-train itself uses them only on GPUs.
+void HostRope(const RopeArgs& args);
+void HostSwiGlu(const SwiGluArgs& args);
+void HostSwiGluBackward(const SwiGluBackwardArgs& args);
+void HostCrossEntropyGradInPlace(const CrossEntropyArgs& args);
+void HostAdamW(const AdamWArgs& args);
 
 }  // namespace eft::trainer::kernels

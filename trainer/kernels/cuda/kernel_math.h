@@ -1,7 +1,6 @@
-// The arithmetic of eft's fused CUDA kernels (fused_kernels.cu), one element or one pair at a time,
-// in fp32. The same functions compile for the host, so the CPU tests check them against the ATen
-// composites the kernels replace (kernel_math_test.cc); the kernels add only indexing, loads and the
-// one rounding to the output's dtype on store.
+// The arithmetic of eft's fused CUDA kernels, one element or one pair at a time, in fp32: what
+// kernel_bodies.h calls for each element on the GPU and on the host (host_kernels.cc), so the CPU
+// tests (tests/unit/trainer/kernels) check it against the ATen composites the kernels replace.
 #pragma once
 
 #include <cmath>

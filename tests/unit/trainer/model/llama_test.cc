@@ -168,6 +168,27 @@ TEST(LlamaTest, FusedRmsNormIsTheCompositeWithinItsRoundings) {
   }
 }
 
+// FlashAttention's variable-length kernel sees packed rows as runs of one segment id: a document,
+// or a row's padding; a run never continues into the next row, even with the same id there.
+TEST(LlamaTest, SegmentRunsCutPackedRowsIntoDocumentsAndPadding) {
+  const at::Tensor seg = at::tensor({1, 1, 1, 2, 2, 0,    // two documents, then padding
+                                     1, 1, 1, 1, 1, 1,    // one document filling the row
+                                     1, 2, 3, 3, 3, 3},   // a new row with the same id 1 as above
+                                    at::kLong).view({3, 6});
+  auto [runs, longest] = SegmentRuns(seg);
+  EXPECT_TRUE(at::equal(runs, at::tensor({0, 3, 5, 6, 12, 13, 14, 18}, at::kInt))) << runs;
+  EXPECT_EQ(longest, 6);
+  auto [one, one_longest] = SegmentRuns(at::ones({1, 4}, at::kLong));
+  EXPECT_TRUE(at::equal(one, at::tensor({0, 4}, at::kInt)));
+  EXPECT_EQ(one_longest, 4);
+  // The CPU builds its mask and no runs.
+  const ModelConfig c = TinyConfig("qwen2");
+  const Batch batch = MakeBatch({{{RandomTokens(7, c.vocab_size, 2), RandomTokens(5, c.vocab_size, 3)}, 0, 1, 0}}, 0);
+  const AttentionContext ctx = MakeAttentionContext(c, batch, at::kBFloat16);
+  EXPECT_FALSE(ctx.cu_seqlens.defined());
+  EXPECT_TRUE(ctx.additive_mask.defined());
+}
+
 // What a GPU runs, merged q/k/v and gate/up products, here on the CPU against separate ones (qwen2,
 // so with q/k/v biases): the same dot products, so outputs and gradients differ only by how the
 // GEMM blocks each sum. A sum of n terms rounds to within gamma_n = n u (u = 2^-24) of the sum of
