@@ -22,23 +22,28 @@
 namespace eft::trainer {
 namespace {
 
-bool FusedKernelsWanted() {
-  static const bool wanted = [] {
+// EFT_FUSED_KERNELS: unset or anything else: on (GPUs); "0": off; "cpu": on, the CPU included
+// (their host twins: for tests of the trainer's fused paths; the CPU composites are HF's arithmetic).
+const char* FusedKernelsSetting() {
+  static const char* const setting = [] {
     const char* v = std::getenv("EFT_FUSED_KERNELS");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    return v == nullptr ? "" : v;
   }();
-  return wanted;
+  return setting;
 }
+bool FusedKernelsWanted() { return std::strcmp(FusedKernelsSetting(), "0") != 0; }
+bool FusedKernelsOnTheCpu() { return std::strcmp(FusedKernelsSetting(), "cpu") == 0; }
 
 bool SupportedDType(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
 
 }  // namespace
 
 bool UseFusedKernels(const at::Device& device, at::ScalarType t) {
+  if (!SupportedDType(t) || !FusedKernelsWanted()) return false;
+  if (device.is_cpu()) return FusedKernelsOnTheCpu();
 #ifdef EFT_WITH_CUDA_KERNELS
-  return device.is_cuda() && SupportedDType(t) && FusedKernelsWanted();
+  return device.is_cuda();
 #else
-  (void)FusedKernelsWanted;
   return false;
 #endif
 }

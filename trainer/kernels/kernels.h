@@ -16,6 +16,8 @@ namespace eft::trainer {
 
 // True when this build has the CUDA kernels, the device is a GPU, the dtype fp32, bf16 or fp16, and
 // EFT_FUSED_KERNELS is not "0" (read once per process): the trainer's test for taking the fused ops.
+// EFT_FUSED_KERNELS=cpu takes them on the CPU as well (their host twins), for the tests of the
+// trainer's fused paths.
 bool UseFusedKernels(const at::Tensor& x);
 bool UseFusedKernels(const at::Device& device, at::ScalarType dtype);
 

@@ -71,8 +71,8 @@ bool UseFusedKernel(const at::Tensor& t) {
 // fp32), a head size flash takes, and eft's GPU speed-ups on (EFT_FUSED_KERNELS).
 bool UseVarlenFlash(const ModelConfig& c, const at::Device& device, at::ScalarType dtype) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
-  return (dtype == at::kBFloat16 || dtype == at::kHalf) && c.head_dim % 8 == 0 && c.head_dim <= 256 &&
-         UseFusedKernels(device, dtype);
+  return device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf) && c.head_dim % 8 == 0 &&
+         c.head_dim <= 256 && UseFusedKernels(device, dtype);
 #else
   (void)c, (void)device, (void)dtype;
   return false;

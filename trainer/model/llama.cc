@@ -272,9 +272,9 @@ at::Tensor DecoderLayer(const ModelConfig& c, const LayerWeights& w, const at::T
                         const AttentionContext& ctx, const LayerLora* lora) {
   const int64_t B = hidden.size(0), T = hidden.size(1), D = c.head_dim;
   // GPUs get fewer, larger matrix products; on the CPU separate ones were as fast (docs/benchmarks.md).
-  const bool merged = hidden.is_cuda();
   // eft's fused kernels for RoPE and SwiGLU on a GPU (kernels.h); the composites elsewhere.
   const bool fused = UseFusedKernels(hidden);
+  const bool merged = hidden.is_cuda() || fused;
   at::Tensor x = RmsNorm(hidden, w.input_norm, c.rms_norm_eps);
   const std::array<at::Tensor, 3> qkv = internal::QkvProjections(w, x, merged);
   at::Tensor q = WithLora(qkv[0], x, lora, &LayerLora::q, 0).view({B, T, c.num_attention_heads, D});
