@@ -44,24 +44,23 @@ struct RopeLoop {
   }
 };
 
+// Rows in parallel, each row's features in order: SwiGLU's bodies.
+template <typename Args, void (*Body)(const Args&, int64_t, int64_t)>
+void ForRowsAndFeatures(const Args& a) {
+  at::parallel_for(0, a.rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row)
+      for (int64_t j = 0; j < a.width; ++j) Body(a, row, j);
+  });
+}
+
 template <typename T>
 struct SwiGluLoop {
-  static void Run(const SwiGluArgs& a) {
-    at::parallel_for(0, a.rows, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row)
-        for (int64_t j = 0; j < a.width; ++j) SwiGluAt<T>(a, row, j);
-    });
-  }
+  static void Run(const SwiGluArgs& a) { ForRowsAndFeatures<SwiGluArgs, &SwiGluAt<T>>(a); }
 };
 
 template <typename T>
 struct SwiGluBackwardLoop {
-  static void Run(const SwiGluBackwardArgs& a) {
-    at::parallel_for(0, a.rows, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row)
-        for (int64_t j = 0; j < a.width; ++j) SwiGluBackwardAt<T>(a, row, j);
-    });
-  }
+  static void Run(const SwiGluBackwardArgs& a) { ForRowsAndFeatures<SwiGluBackwardArgs, &SwiGluBackwardAt<T>>(a); }
 };
 
 // The CUDA kernel's reduction order: thread t of kCrossEntropyRowThreads sums logits t, t + 512, ...;

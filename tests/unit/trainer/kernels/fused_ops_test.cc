@@ -5,6 +5,7 @@
 // (bf16: unit roundoff u = 2^-8; fp32: u = 2^-24), so each bound is the composite's roundings plus
 // the op's one, in units of the magnitudes involved: a formula, not a measurement.
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -216,29 +217,25 @@ class FlashAttentionTest : public FusedOpsTest {};
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashAttentionTest);
 INSTANTIATE_TEST_SUITE_P(Gpus, FlashAttentionTest, ::testing::ValuesIn(GpusHere()), DeviceName);
 
-// Grouped-query attention without copies of k and v (flash's enable_gqa) against SDPA on k and v
-// repeated per query head: the same per-head sums; flash rounds its output once to bf16 (u of the
-// output's magnitude, itself at most max |v|), and the k/v gradients sum a group of H / KV = 7
-// heads' contributions, in fp32 inside flash, in bf16 in repeat's backward (7 roundings).
-TEST_P(FlashAttentionTest, GroupedQueryAttentionWithoutCopiesIsTheRepeatedOne) {
-  const int64_t B = 2, T = 256, H = 14, KV = 2, Dh = 64;
-  Batch batch;
-  batch.input_ids = at::zeros({B, T}, On().dtype(at::kLong));
-  batch.position_ids = at::arange(T, batch.input_ids.options()).unsqueeze(0).repeat({B, 1});
-  batch.segment_ids = at::ones({B, T}, batch.input_ids.options());
-  const AttentionContext ctx = MakeAttentionContext(QwenShape(H, KV, Dh), batch, at::kBFloat16);
-  ASSERT_TRUE(ctx.causal_only);
+// Attention(q, k, v, ctx) against `reference` (SDPA with k and v repeated per query head) on the same
+// random bf16 q [B, H, T, D], k and v [B, KV, T, D], forward and backward. Both kernels sum in fp32
+// and round their output once to bf16 (u of the output's magnitude, itself at most max |v|); the k/v
+// gradients sum a group of H / KV heads' contributions, in fp32 inside flash, in bf16 in repeat's
+// backward (H / KV roundings of the partial sums, bounded by their magnitudes' sum).
+void ExpectAttentionIsTheRepeatedOne(const AttentionContext& ctx, int64_t B, int64_t T, int64_t H, int64_t KV,
+                                     const at::TensorOptions& on,
+                                     const std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>& reference) {
+  const int64_t Dh = 64;
   const double u = std::ldexp(1.0, -8);
-  at::Tensor q = at::randn({B, H, T, Dh}, On()).to(at::kBFloat16).requires_grad_(true);
-  at::Tensor k = at::randn({B, KV, T, Dh}, On()).to(at::kBFloat16).requires_grad_(true);
-  at::Tensor v = at::randn({B, KV, T, Dh}, On()).to(at::kBFloat16).requires_grad_(true);
-  const at::Tensor g = at::randn({B, T, H * Dh}, On()).to(at::kBFloat16);
+  at::Tensor q = at::randn({B, H, T, Dh}, on).to(at::kBFloat16).requires_grad_(true);
+  at::Tensor k = at::randn({B, KV, T, Dh}, on).to(at::kBFloat16).requires_grad_(true);
+  at::Tensor v = at::randn({B, KV, T, Dh}, on).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor g = at::randn({B, T, H * Dh}, on).to(at::kBFloat16);
   at::Tensor out = Attention(q, k, v, ctx);
   out.backward(g);
   const std::vector<at::Tensor> grads = {D(q.grad()), D(k.grad()), D(v.grad())};
   for (at::Tensor* t : {&q, &k, &v}) t->mutable_grad().reset();
-  at::Tensor ref = at::scaled_dot_product_attention(q, k.repeat_interleave(H / KV, 1), v.repeat_interleave(H / KV, 1),
-                                                    {}, 0.0, /*is_causal=*/true)
+  at::Tensor ref = reference(q, k.repeat_interleave(H / KV, 1), v.repeat_interleave(H / KV, 1))
                        .transpose(1, 2).reshape({B, T, H * Dh});
   ref.backward(g);
   EXPECT_LE((D(out) - D(ref)).abs().max().item<double>(), 2 * u * D(v).abs().max().item<double>());
@@ -249,39 +246,39 @@ TEST_P(FlashAttentionTest, GroupedQueryAttentionWithoutCopiesIsTheRepeatedOne) {
   }
 }
 
+// Grouped-query attention without copies of k and v (flash's enable_gqa) against SDPA on k and v
+// repeated per query head.
+TEST_P(FlashAttentionTest, GroupedQueryAttentionWithoutCopiesIsTheRepeatedOne) {
+  const int64_t B = 2, T = 256, H = 14, KV = 2;
+  Batch batch;
+  batch.input_ids = at::zeros({B, T}, On().dtype(at::kLong));
+  batch.position_ids = at::arange(T, batch.input_ids.options()).unsqueeze(0).repeat({B, 1});
+  batch.segment_ids = at::ones({B, T}, batch.input_ids.options());
+  const AttentionContext ctx = MakeAttentionContext(QwenShape(H, KV, 64), batch, at::kBFloat16);
+  ASSERT_TRUE(ctx.causal_only);
+  ExpectAttentionIsTheRepeatedOne(ctx, B, T, H, KV, On(), [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  });
+}
+
 // Packed rows through FlashAttention's variable-length kernel (no mask) against SDPA with the
 // block-diagonal mask and k/v repeated per head (what packed rows ran before): the same causal sums
-// inside each document, fp32 inside both kernels, one rounding of the output to bf16 each.
+// inside each document.
 TEST_P(FlashAttentionTest, PackedRowsThroughVarlenFlashAreTheMaskedAttention) {
-  const int64_t B = 2, T = 384, H = 14, KV = 2, Dh = 64;
+  const int64_t B = 2, T = 384, H = 14, KV = 2;
   const Batch batch = PackedPositions(B, T, GetParam());
-  const AttentionContext ctx = MakeAttentionContext(QwenShape(H, KV, Dh), batch, at::kBFloat16);
+  const AttentionContext ctx = MakeAttentionContext(QwenShape(H, KV, 64), batch, at::kBFloat16);
   ASSERT_TRUE(ctx.cu_seqlens.defined());
   ASSERT_FALSE(ctx.additive_mask.defined());
   EXPECT_EQ(ctx.max_seqlen, T - T / 3);
-  const double u = std::ldexp(1.0, -8);
-  at::Tensor q = at::randn({B, H, T, Dh}, On()).to(at::kBFloat16).requires_grad_(true);
-  at::Tensor k = at::randn({B, KV, T, Dh}, On()).to(at::kBFloat16).requires_grad_(true);
-  at::Tensor v = at::randn({B, KV, T, Dh}, On()).to(at::kBFloat16).requires_grad_(true);
-  const at::Tensor g = at::randn({B, T, H * Dh}, On()).to(at::kBFloat16);
-  at::Tensor out = Attention(q, k, v, ctx);
-  out.backward(g);
-  const std::vector<at::Tensor> grads = {D(q.grad()), D(k.grad()), D(v.grad())};
-  for (at::Tensor* t : {&q, &k, &v}) t->mutable_grad().reset();
   const at::Tensor seg = batch.segment_ids;
   const at::Tensor allowed =
       ((seg.unsqueeze(2) == seg.unsqueeze(1)) & at::ones({T, T}, seg.options().dtype(at::kBool)).tril()).unsqueeze(1);
   const at::Tensor mask = at::zeros(allowed.sizes(), On().dtype(at::kBFloat16))
                               .masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
-  at::Tensor ref = at::scaled_dot_product_attention(q, k.repeat_interleave(H / KV, 1), v.repeat_interleave(H / KV, 1), mask)
-                       .transpose(1, 2).reshape({B, T, H * Dh});
-  ref.backward(g);
-  EXPECT_LE((D(out) - D(ref)).abs().max().item<double>(), 2 * u * D(v).abs().max().item<double>());
-  const std::vector<at::Tensor> ref_grads = {D(q.grad()), D(k.grad()), D(v.grad())};
-  for (size_t i = 0; i < 3; ++i) {
-    const double scale = ref_grads[i].abs().max().item<double>() * (i == 0 ? 1 : H / KV);
-    EXPECT_LE((grads[i] - ref_grads[i]).abs().max().item<double>(), (H / KV + 2) * u * scale) << "gradient " << i;
-  }
+  ExpectAttentionIsTheRepeatedOne(ctx, B, T, H, KV, On(), [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return at::scaled_dot_product_attention(q, k, v, mask);
+  });
 }
 
 }  // namespace
