@@ -19,6 +19,7 @@
 #include "trainer/checkpoint/peft_adapter.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/kernels/gpu_memory.h"
+#include "trainer/kernels/kernels.h"
 #include "trainer/data/packing.h"
 #include "trainer/train/evaluation.h"
 #include "trainer/train/precision.h"
@@ -28,6 +29,12 @@
 
 namespace eft::trainer {
 namespace {
+
+// For the start-up line on a GPU: which kernels run (docs/gpu.md, "Fused kernels").
+std::string KernelsNote(const c10::Device& device) {
+  if (!device.is_cuda()) return "";
+  return UseFusedKernels(device, at::kFloat) ? " with eft's fused kernels" : " with ATen's kernels (EFT_FUSED_KERNELS=0)";
+}
 
 namespace fs = std::filesystem;
 
@@ -148,8 +155,8 @@ void Trainer::LogStart(const ModelConfig& model, const PackingStats& packing, co
                 << " examples (" << st.tokens << " tokens, " << st.truncated << " truncated), " << total_steps_
                 << " steps of " << c.global_batch_size << " sequences, " << precision.name << " (" << precision.reason
                 << "), sharding " << c.sharding << ", activation checkpointing "
-                << (c.activation_checkpointing ? "full" : "none") << ", on " << device_.str() << ", " << threads
-                << " threads per rank";
+                << (c.activation_checkpointing ? "full" : "none") << ", on " << device_.str() << KernelsNote(device_)
+                << ", " << threads << " threads per rank";
 }
 
 Status Trainer::PrepareEval(int64_t vocab_size, const TextPipeline& text) {
