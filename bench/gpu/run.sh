@@ -230,6 +230,23 @@ eft_peak() {  # eft-train log -> peak GPU MiB allocated ("-" on the CPU)
 torch_peak() {  # torch_baseline events -> peak GPU MiB allocated
   $py -c "import json,sys; p=[json.loads(l).get('peak_gpu_bytes') for l in open(sys.argv[1])][-1]; print('-' if p is None else p // 1048576)" "$1"
 }
+ratio() {  # tokens/s -> eft's over it ("-" without an eft figure)
+  if [[ -n ${eft_tps:-} ]]; then $py -c "print(f'{$eft_tps / $1:.2f}x')"; else echo "-"; fi
+}
+# eft_run TAG LABEL CONFIG [NAME=VALUE...]: one eft run of bench()'s (its $steps, $ac), its table row;
+# sets run_tps (empty when the run failed: the row says so and the benchmark goes on).
+eft_run() {
+  local tag=$1 label=$2 config=$3 mfu
+  shift 3
+  run_tps=""
+  if env "$@" EFT_EVENTS_FD=3 "$train" train --config "$config" --nproc 1 --max-steps "$steps" --peak-tflops 989 \
+    >"$out/bench-eft-$tag.log" 2>&1 3>"$work/bench-eft-$tag.events"; then
+    read -r run_tps mfu < <(median_of "$work/bench-eft-$tag.events" 2)
+    echo "| $label | $ac | $run_tps | $mfu | $(eft_peak "$out/bench-eft-$tag.log") | $([[ $tag == "$ac" ]] && echo 1 || ratio "$run_tps") |"
+  else
+    echo "| $label | $ac | failed (bench-eft-$tag.log) | | | |"
+  fi
+}
 bench() {
   local steps=${EFT_GPU_BENCH_STEPS:-10}
   # The Qwen2.5-0.5B shape (494M, vocabulary 151,936, tied). EFT_GPU_BENCH_MODEL / _SEQ: a smaller
@@ -244,7 +261,7 @@ bench() {
   make_data "$work" "$vocab" $((gb * (steps + 2))) "$seq" full
   echo "| run | activation ckpt | tokens/s | MFU | peak GPU MiB | eft / this |"
   echo "|---|---|---|---|---|---|"
-  local eft_tps
+  local eft_tps run_tps ac
   for ac in none full; do
     cat >"$work/bench-$ac.yaml" <<YAML
 name: bench
@@ -253,23 +270,18 @@ data: {train: $work/rows.jsonl, max_seq_len: $seq}
 training: {global_batch_size: $gb, micro_batch_size: $mb, lr: 1.0e-4, precision: bf16, device: $gpu,
            activation_checkpointing: $ac, epochs: 100}
 YAML
-    EFT_EVENTS_FD=3 "$train" train --config "$work/bench-$ac.yaml" --nproc 1 --max-steps "$steps" \
-      --peak-tflops 989 >"$out/bench-eft-$ac.log" 2>&1 3>"$work/bench-eft-$ac.events" || return 1
-    read -r eft_tps eft_mfu < <(median_of "$work/bench-eft-$ac.events" 2)
-    echo "| eft | $ac | $eft_tps | $eft_mfu | $(eft_peak "$out/bench-eft-$ac.log") | 1 |"
-    # The same without eft's fused kernels (trainer/kernels/kernels.h): what they are worth.
+    eft_tps=""
+    eft_run "$ac" eft "$work/bench-$ac.yaml"
+    eft_tps=$run_tps
     if [[ $ac == none ]]; then
-      EFT_FUSED_KERNELS=0 EFT_EVENTS_FD=3 "$train" train --config "$work/bench-$ac.yaml" --nproc 1 --max-steps "$steps" \
-        --peak-tflops 989 >"$out/bench-eft-unfused-$ac.log" 2>&1 3>"$work/bench-eft-unfused-$ac.events" &&
-        read -r tps mfu < <(median_of "$work/bench-eft-unfused-$ac.events" 2) &&
-        echo "| eft, EFT_FUSED_KERNELS=0 | $ac | $tps | $mfu | $(eft_peak "$out/bench-eft-unfused-$ac.log") | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
+      # The same without eft's fused kernels (trainer/kernels/kernels.h): what they are worth. It is
+      # also the reference of the ratios should the fused run have failed.
+      eft_run "unfused-$ac" "eft, EFT_FUSED_KERNELS=0" "$work/bench-$ac.yaml" EFT_FUSED_KERNELS=0
+      [[ -n $eft_tps ]] || eft_tps=$run_tps
       # Packed documents (what SFT data looks like: FlashAttention's variable-length kernel), eft only.
       make_data "$work" "$vocab" $((gb * (steps + 2) * 2)) "$seq"
       sed "s|train: $work/rows.jsonl|train: $work/data.jsonl|" "$work/bench-$ac.yaml" >"$work/bench-packed.yaml"
-      EFT_EVENTS_FD=3 "$train" train --config "$work/bench-packed.yaml" --nproc 1 --max-steps "$steps" \
-        --peak-tflops 989 >"$out/bench-eft-packed.log" 2>&1 3>"$work/bench-eft-packed.events" &&
-        read -r tps mfu < <(median_of "$work/bench-eft-packed.events" 2) &&
-        echo "| eft, packed documents | $ac | $tps | $mfu | $(eft_peak "$out/bench-eft-packed.log") | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
+      eft_run packed "eft, packed documents" "$work/bench-packed.yaml"
     fi
     local variants=("eager")
     [[ $ac == none && -z ${EFT_GPU_BENCH_NO_COMPILE:-} ]] && variants+=("compile")
@@ -281,7 +293,7 @@ YAML
         --micro-batch "$mb" --steps "$steps" --device "$gpu" --events "$work/bench-$v-$ac.events" "${flags[@]}" \
         >"$out/bench-torch-$v-$ac.log" 2>&1 || { echo "| torch $v | $ac | failed (bench-torch-$v-$ac.log) | | | |"; continue; }
       read -r tps mfu < <(median_of "$work/bench-$v-$ac.events" 2)
-      echo "| PyTorch $v | $ac | $tps | $mfu | $(torch_peak "$work/bench-$v-$ac.events") | $($py -c "print(f'{$eft_tps / $tps:.2f}x')") |"
+      echo "| PyTorch $v | $ac | $tps | $mfu | $(torch_peak "$work/bench-$v-$ac.events") | $(ratio "$tps") |"
     done
   done
   # Where eft's step goes, without activation checkpointing (the goal's first row).
