@@ -281,6 +281,7 @@ TEST_F(TrainerTest, TheCudaBuildTrainsOnTheCpuWithoutAGpuAndRefusesCuda) {
 #ifdef EFT_EXPECT_CUDA_BUILD
   EXPECT_NE(version.find("CUDA build: yes"), std::string::npos) << version;
   EXPECT_NE(version.find("NCCL communicator: yes"), std::string::npos) << version;
+  EXPECT_NE(version.find("fused CUDA kernels: yes"), std::string::npos) << version;
   std::string needed;
   ASSERT_EQ(Shell("readelf -d " + Train(), &needed), 0) << needed;
   EXPECT_NE(needed.find("[libtorch_cuda.so]"), std::string::npos) << "libtorch_cuda is not linked:\n" << needed;

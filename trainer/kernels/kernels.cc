@@ -50,6 +50,14 @@ bool UseFusedKernels(const at::Device& device, at::ScalarType t) {
 
 bool UseFusedKernels(const at::Tensor& x) { return UseFusedKernels(x.device(), x.scalar_type()); }
 
+bool FusedCudaKernelsBuilt() {
+#ifdef EFT_WITH_CUDA_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
 using torch::autograd::AutogradContext;

@@ -20,6 +20,8 @@ namespace eft::trainer {
 // trainer's fused paths.
 bool UseFusedKernels(const at::Tensor& x);
 bool UseFusedKernels(const at::Device& device, at::ScalarType dtype);
+// Whether this eft-train has the CUDA kernels (`eft-train version`).
+bool FusedCudaKernelsBuilt();
 
 // RoPE on x [B, T, H, D] (any strides with the last dimension contiguous, e.g. a view of a merged
 // q/k/v projection) with the context's cos, sin [B, T, D] in x's dtype: a new contiguous [B, T, H, D].

@@ -4,6 +4,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/version.h>
 
+#include "trainer/kernels/kernels.h"
 #include "trainer/parallel/communicator.h"
 
 #include <cstdlib>
@@ -22,6 +23,7 @@ std::string BuildAndDevices() {
   s += TORCH_VERSION;
   s += CudaBuild() ? ", CUDA build: yes" : ", CUDA build: no";
   s += NcclCommunicatorBuilt() ? ", NCCL communicator: yes" : ", NCCL communicator: no";
+  s += FusedCudaKernelsBuilt() ? ", fused CUDA kernels: yes" : ", fused CUDA kernels: no";
   s += ", GPUs visible: " + std::to_string(VisibleCudaDevices());
   return s;
 }

@@ -24,7 +24,7 @@ int VisibleCudaDevices();
 // Whether LibTorch's CUDA part is loaded (a CUDA build), GPUs or not.
 bool CudaBuild();
 // What this eft-train was built with and sees, for `eft-train version` and bug reports:
-// "LibTorch 2.11.0, CUDA build: yes, NCCL communicator: yes, GPUs visible: 0".
+// "LibTorch 2.11.0, CUDA build: yes, NCCL communicator: yes, fused CUDA kernels: yes, GPUs visible: 0".
 std::string BuildAndDevices();
 // True when CUDA_VISIBLE_DEVICES names exactly one device (a launcher assigned this rank its GPU).
 bool GpuAssignedByLauncher();
