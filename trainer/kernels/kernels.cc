@@ -75,7 +75,7 @@ kernels::DType DTypeOf(const at::Tensor& t) {
 }
 
 // Runs one kernel where `on` lives: the CUDA launcher on the device's current stream, or the host
-// twin on the CPU.
+// twin on the CPU (both do nothing for no elements).
 template <typename Args>
 void Run(const at::Tensor& on, const Args& args, int (*cuda)(const Args&, void*), void (*host)(const Args&),
          const char* what) {
@@ -151,7 +151,7 @@ at::Tensor RopeCall(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, 
   a.table_stride_b = cos.stride(0), a.table_stride_t = cos.stride(1);
   a.dtype = DTypeOf(x);
   a.backward = backward;
-  if (x.numel() > 0) Run(x, a, EFT_CUDA_LAUNCHER(Rope), &kernels::HostRope, "FusedRope");
+  Run(x, a, EFT_CUDA_LAUNCHER(Rope), &kernels::HostRope, "FusedRope");
   return out;
 }
 
@@ -173,7 +173,7 @@ at::Tensor SwiGluCall(const Rows& gate, const Rows& up, at::IntArrayRef out_size
   a.rows = gate.rows, a.width = gate.width;
   a.gate_row_stride = gate.row_stride, a.up_row_stride = up.row_stride;
   a.dtype = DTypeOf(gate.tensor);
-  if (out.numel() > 0) Run(gate.tensor, a, EFT_CUDA_LAUNCHER(SwiGlu), &kernels::HostSwiGlu, "FusedSwiGlu");
+  Run(gate.tensor, a, EFT_CUDA_LAUNCHER(SwiGlu), &kernels::HostSwiGlu, "FusedSwiGlu");
   return out;
 }
 
@@ -188,8 +188,7 @@ void SwiGluBackwardCall(const at::Tensor& grad_out, const Rows& gate, const Rows
   a.gate_row_stride = gate.row_stride, a.up_row_stride = up.row_stride;
   a.d_gate_row_stride = d_gate_row_stride, a.d_up_row_stride = d_up_row_stride;
   a.dtype = DTypeOf(gate.tensor);
-  if (gate.rows * gate.width > 0)
-    Run(gate.tensor, a, EFT_CUDA_LAUNCHER(SwiGluBackward), &kernels::HostSwiGluBackward, "FusedSwiGlu backward");
+  Run(gate.tensor, a, EFT_CUDA_LAUNCHER(SwiGluBackward), &kernels::HostSwiGluBackward, "FusedSwiGlu backward");
 }
 
 struct SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
@@ -263,8 +262,7 @@ at::Tensor CrossEntropyGradInPlace(at::Tensor& logits, const at::Tensor& targets
   a.rows = logits.size(0), a.vocab = logits.size(1);
   a.dtype = DTypeOf(logits);
   a.write_grad = write_grad;
-  if (a.rows > 0)
-    Run(logits, a, EFT_CUDA_LAUNCHER(CrossEntropyGradInPlace), &kernels::HostCrossEntropyGradInPlace,
+  Run(logits, a, EFT_CUDA_LAUNCHER(CrossEntropyGradInPlace), &kernels::HostCrossEntropyGradInPlace,
         "CrossEntropyGradInPlace");
   return loss;
 }
@@ -291,7 +289,7 @@ void FusedAdamWStep(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_a
   a.scalars.bias_correction2_sqrt = static_cast<float>(s.bias_correction2_sqrt);
   a.scalars.eps = static_cast<float>(s.eps);
   a.scalars.neg_step_size = static_cast<float>(-s.step_size);
-  if (a.n > 0) Run(param, a, EFT_CUDA_LAUNCHER(AdamW), &kernels::HostAdamW, "FusedAdamWStep");
+  Run(param, a, EFT_CUDA_LAUNCHER(AdamW), &kernels::HostAdamW, "FusedAdamWStep");
 }
 
 }  // namespace eft::trainer

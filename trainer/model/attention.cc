@@ -12,6 +12,13 @@
 #include "trainer/model/llama.h"
 #include "trainer/model/llama_internal.h"
 
+// at::scaled_dot_product_attention's enable_gqa and at::_flash_attention_forward's present form.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#define EFT_TORCH_2_5 1
+#else
+#define EFT_TORCH_2_5 0
+#endif
+
 namespace eft::trainer {
 namespace internal {
 
@@ -57,7 +64,8 @@ bool IsCausalOnly(const at::Tensor& seg) {
   return (one_doc & trailing_padding).item<bool>();
 }
 
-bool UseFusedKernel(const at::Tensor& t) {
+// PyTorch's scaled_dot_product_attention (flash / memory-efficient kernels) on a GPU.
+bool UseSdpa(const at::Tensor& t) {
 #if TORCH_VERSION_MAJOR >= 2
   return t.is_cuda();
 #else
@@ -70,7 +78,7 @@ bool UseFusedKernel(const at::Tensor& t) {
 // lengths; autograd has its backward): PyTorch 2.5 or later on a GPU, bf16 or fp16 (flash has no
 // fp32), a head size flash takes, and eft's GPU speed-ups on (EFT_FUSED_KERNELS).
 bool UseVarlenFlash(const ModelConfig& c, const at::Device& device, at::ScalarType dtype) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#if EFT_TORCH_2_5
   return device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf) && c.head_dim % 8 == 0 &&
          c.head_dim <= 256 && UseFusedKernels(device, dtype);
 #else
@@ -112,11 +120,14 @@ AttentionContext MakeAttentionContext(const ModelConfig& c, const Batch& batch, 
   ctx.cos = angles.cos().to(dtype);
   ctx.sin = angles.sin().to(dtype);
   ctx.segment_ids = batch.segment_ids.to(device);
-  ctx.causal_only = IsCausalOnly(ctx.segment_ids);
-  if (ctx.causal_only && UseFusedKernel(ctx.segment_ids)) return ctx;  // is_causal needs no mask
+  // The causal-only test and the runs are host work on a small [B, T]: one copy for both, where on a
+  // GPU the test alone took several kernels and a synchronisation.
+  const at::Tensor host_segment_ids = batch.segment_ids.to(at::kCPU);
+  ctx.causal_only = IsCausalOnly(host_segment_ids);
+  if (ctx.causal_only && UseSdpa(ctx.segment_ids)) return ctx;  // is_causal needs no mask
   if (UseVarlenFlash(c, device, dtype)) {
     TORCH_CHECK(batch.segment_ids.numel() < (int64_t{1} << 31), "Attention: more tokens in a micro-batch than int32 counts");
-    auto [runs, longest] = SegmentRuns(batch.segment_ids.to(at::kCPU));
+    auto [runs, longest] = SegmentRuns(host_segment_ids);
     ctx.cu_seqlens = runs.to(device);
     ctx.max_seqlen = longest;
     return ctx;
@@ -160,7 +171,7 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   TORCH_CHECK(k.size(1) == v.size(1) && H % k.size(1) == 0, "Attention: ", H,
               " query heads are not a multiple of ", k.size(1), " key/value heads");
   at::Tensor out;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#if EFT_TORCH_2_5
   if (ctx.cu_seqlens.defined()) {
     // Packed rows: every document (and padding run) its own causal sequence of the flattened tokens,
     // [B * T, heads, D]; grouped-query k/v as they are.
@@ -173,11 +184,11 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   }
 #endif
 #if TORCH_VERSION_MAJOR >= 2
-  if (UseFusedKernel(q)) {
+  if (UseSdpa(q)) {
     // PyTorch 2.x picks flash / memory-efficient kernels itself; is_causal (no mask) is what lets
     // it use flash. Default scale is 1/sqrt(D), as here.
     if (ctx.causal_only) {
-#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5
+#if EFT_TORCH_2_5
       // Flash reads each k/v head for its group of query heads itself (enable_gqa): no copies of k
       // and v H / KV times over, forward and backward. With eft's other GPU speed-ups (kernels.h).
       if (k.size(1) != H && UseFusedKernels(q))

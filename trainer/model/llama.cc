@@ -297,7 +297,7 @@ at::Tensor DecoderLayer(const ModelConfig& c, const LayerWeights& w, const at::T
   x = RmsNorm(h, w.post_norm, c.rms_norm_eps);
   at::Tensor act;
   const bool gate_up_lora = lora != nullptr && (lora->gate.a.defined() || lora->up.a.defined());
-  if (fused && merged && !gate_up_lora) {
+  if (fused && !gate_up_lora) {
     // One product, one kernel, and in backward one [.., 2I] gradient with no concatenation.
     act = FusedSwiGlu(internal::MergedGateUpProjection(w, x));
   } else {
