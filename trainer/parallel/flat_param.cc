@@ -74,6 +74,10 @@ std::function<void()> FlatParamUnit::GatherIntoAsync(const at::Tensor& full) con
   // make autograd think a saved tensor was modified in place.
   at::Tensor alias = at::empty({0}, full.options());
   alias.set_(full.storage(), full.storage_offset(), full.sizes(), full.strides());
+  if (comm_->world() == 1) {  // nothing to exchange: cast straight into `full`, one pass
+    alias.copy_(shard_);
+    return [] {};
+  }
   // Casting before the gather halves the traffic in bf16.
   at::Tensor local = full.scalar_type() == shard_.scalar_type() ? shard_ : shard_.to(full.scalar_type());
   std::function<void()> wait = comm_->AllGatherAsync(local, alias);
@@ -105,16 +109,15 @@ at::Tensor FlatParamUnit::FlatGradient(const std::vector<at::Tensor>& grads, at:
   return flat;
 }
 
-void FlatParamUnit::ReduceGrad(const at::Tensor& full_grad) {
-  TORCH_CHECK(!frozen(), "ReduceGrad: unit ", name_, " is frozen");
-  at::Tensor g = full_grad.to(at::kFloat).contiguous();
-  if (comm_->world() == 1) {
-    grad_.add_(g);
-    return;
+void FlatParamUnit::AddGradients(const std::vector<at::Tensor>& grads, const at::Tensor& flat) const {
+  TORCH_CHECK(grads.size() == specs_.size(), "AddGradients: ", grads.size(), " gradients for ", specs_.size(),
+              " parameters of unit ", name_);
+  TORCH_CHECK(flat.numel() == padded_numel(), "AddGradients: ", flat.numel(), " elements, expected ",
+              padded_numel(), " (unit ", name_, ")");
+  std::vector<at::Tensor> views = Views(flat);
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (grads[i].defined()) views[i].add_(grads[i]);
   }
-  at::Tensor mine = at::empty_like(grad_);
-  comm_->ReduceScatterSum(g, mine);
-  grad_.add_(mine);
 }
 
 }  // namespace eft::trainer

@@ -3,8 +3,8 @@
 // The unit's parameters are laid out back to back in one flat vector, padded to a multiple of the
 // world size W. Each rank permanently holds only its 1/W slice, in fp32 (master weights), plus an
 // fp32 gradient slice. Whole parameters exist only while the unit computes: Gather() all-gathers
-// them in the compute dtype, and ReduceGrad() reduce-scatters a gradient of the whole flat vector
-// back into the owning ranks' slices. Padding stays zero. Everything lives on `device` (the rank's
+// them in the compute dtype; the gradient of the whole flat vector (FlatGradient) is reduce-scattered
+// back into the owning ranks' slices by Fsdp. Padding stays zero. Everything lives on `device` (the rank's
 // GPU, or the CPU).
 // A frozen unit (LoRA's base weights, docs/lora.md) keeps its slice in `frozen_dtype` (the compute
 // dtype) and has no gradient and no decay mask (both undefined): nothing trains it.
@@ -70,8 +70,9 @@ class FlatParamUnit {
   // order (undefined: zero). Written once, where autograd differentiating through the views of one
   // flat tensor would zero-fill and add a whole unit-sized tensor per view.
   at::Tensor FlatGradient(const std::vector<at::Tensor>& grads, at::ScalarType dtype) const;
-  // Collective. grad() += this rank's slice of the sum over ranks of `full_grad`.
-  void ReduceGrad(const at::Tensor& full_grad);
+  // flat += the gradients, where `flat` is laid out like the whole vector (padded_numel elements, e.g.
+  // grad() at world size 1) and `grads` are as FlatGradient's: no flat copy of them is made.
+  void AddGradients(const std::vector<at::Tensor>& grads, const at::Tensor& flat) const;
   void ZeroGrad() {
     if (grad_.defined()) grad_.zero_();
   }

@@ -127,8 +127,11 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     variable_list g = torch::autograd::grad({out}, inputs, {grads[0]}, std::nullopt, /*create_graph=*/false,
                                             /*allow_unused=*/true);
     const size_t first = input_grad ? 1 : 0;
-    call->fsdp->AddGrad(call->index, lora ? g[first]
-                                          : call->unit->FlatGradient({g.begin() + first, g.end()}, call->dtype));
+    if (lora) {
+      call->fsdp->AddGrad(call->index, g[first]);
+    } else {
+      call->fsdp->AddGrads(call->index, {g.begin() + first, g.end()});
+    }
     return {input_grad ? g[0] : at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -162,7 +165,7 @@ class GatheredParams : public torch::autograd::Function<GatheredParams> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     LayerCall* call = Unpack(ctx);
-    call->fsdp->AddGrad(call->index, call->unit->FlatGradient(grads, call->dtype));
+    call->fsdp->AddGrads(call->index, grads);
     // The layer's backward, the last reader, has finished.
     if (call->kept == nullptr) FreeStorage(call->full);
     return {at::Tensor(), at::Tensor()};
@@ -238,7 +241,7 @@ void Fsdp::EndMicroBatch() {
   } else {
     std::vector<at::Tensor> grads;
     for (at::Tensor& p : root_params_) grads.push_back(std::exchange(p.mutable_grad(), at::Tensor()));
-    AddGrad(0, units_[0]->FlatGradient(grads, options_.compute_dtype));
+    AddGrads(0, grads);
   }
   // A micro-batch's reductions end with it under kFull; the strategies that keep parameters sum
   // gradients whole and reduce them during the last micro-batch, finished by EndStep.
@@ -276,6 +279,10 @@ void Fsdp::ReleaseLayers() {
 }
 
 void Fsdp::AddGrad(size_t index, const at::Tensor& full_grad) {
+  if (comm_->world() == 1) {
+    Trainable(index).grad().add_(full_grad);
+    return;
+  }
   if (!Keeps()) {
     StartReduce(index, full_grad.to(at::kFloat).contiguous());
     // Two layers' reductions in flight overlap communication with backward; more would only hold
@@ -290,20 +297,42 @@ void Fsdp::AddGrad(size_t index, const at::Tensor& full_grad) {
   } else {
     k.grad_sum.add_(full_grad);
   }
-  if (micro_index_ + 1 == micro_batches_) {
-    StartReduce(index, std::exchange(k.grad_sum, at::Tensor()));
-    // As under kFull: a whole fp32 gradient per unit in flight would hold the model's whole
-    // gradient (and Gloo's buffers for it) at once.
-    FinishReduces(2);
+  ReduceSumAtStepEnd(index);
+}
+
+void Fsdp::AddGrads(size_t index, const std::vector<at::Tensor>& grads) {
+  FlatParamUnit& unit = Trainable(index);
+  // At world size 1 the shard is the whole vector and there is nothing to reduce: each gradient is
+  // added where it belongs, with no flat copy and no step-long sum beside grad()
+  // (docs/architecture.md, "Sharding").
+  if (comm_->world() == 1) {
+    unit.AddGradients(grads, unit.grad());
+    return;
   }
+  // The collectives take one flat fp32 vector: written once, in fp32, straight from the gradients.
+  if (!Keeps()) {
+    AddGrad(index, unit.FlatGradient(grads, at::kFloat));
+    return;
+  }
+  KeptUnit& k = kept_[index];
+  if (!k.grad_sum.defined()) {
+    k.grad_sum = unit.FlatGradient(grads, at::kFloat);
+  } else {
+    unit.AddGradients(grads, k.grad_sum);
+  }
+  ReduceSumAtStepEnd(index);
+}
+
+void Fsdp::ReduceSumAtStepEnd(size_t index) {
+  if (micro_index_ + 1 != micro_batches_) return;
+  StartReduce(index, std::exchange(kept_[index].grad_sum, at::Tensor()));
+  // As under kFull: a whole fp32 gradient per unit in flight would hold the model's whole gradient
+  // (and Gloo's buffers for it) at once.
+  FinishReduces(2);
 }
 
 void Fsdp::StartReduce(size_t index, at::Tensor full_grad) {
   FlatParamUnit& unit = Trainable(index);
-  if (comm_->world() == 1) {
-    unit.grad().add_(full_grad);
-    return;
-  }
   PendingReduce p{index, at::empty_like(unit.grad()), nullptr};
   // The wait function keeps `full_grad` alive until the collective is done.
   p.wait = comm_->ReduceScatterSumAsync(full_grad, p.shard);

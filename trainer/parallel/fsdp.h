@@ -14,7 +14,8 @@
 //    reduce-scattered into the owning ranks' slices as soon as they are complete.
 //  - kGradOp (ZeRO-2): every unit is gathered once per step, at its first use, and stays whole until
 //    EndStep (no re-gather in backward, none for later micro-batches); gradients are summed whole in
-//    fp32 over the step's micro-batches and reduce-scattered once, during the last backward.
+//    fp32 over the step's micro-batches and reduce-scattered once, during the last backward (at
+//    W = 1, with nothing to reduce, they are added into the gradient slice directly).
 //  - kNoShard (ZeRO-1): as kGradOp, but whole parameters are kept between steps too, refreshed by
 //    gathers started right after each optimizer update (AfterOptimizerStep).
 // In every strategy the next layer's gather is started in the background before the current layer
@@ -115,10 +116,12 @@ class Fsdp {
   struct KeptUnit {
     at::Tensor params;                // whole, compute dtype; undefined: not gathered
     std::function<void()> gathering;  // a background gather into `params` to wait for
-    at::Tensor grad_sum;              // whole fp32 gradient summed over the step's micro-batches
+    at::Tensor grad_sum;              // whole fp32 gradient summed over the step's micro-batches (W > 1)
   };
   // Takes a complete gradient of unit `index`'s whole flat vector (any float dtype).
   void AddGrad(size_t index, const at::Tensor& full_grad);
+  // The same, given as one gradient per parameter (FlatParamUnit::FlatGradient's form).
+  void AddGrads(size_t index, const std::vector<at::Tensor>& grads);
 
  private:
   struct PendingReduce {
@@ -129,8 +132,10 @@ class Fsdp {
   bool Keeps() const { return options_.strategy != ShardingStrategy::kFull; }
   // The unit whose gradient AddGrad(index, ...) receives.
   FlatParamUnit& Trainable(size_t index) { return lora() ? *adapters_[index] : *units_[index]; }
-  // Starts reducing `full_grad` of unit `index` in the background.
+  // Starts reducing `full_grad` of unit `index` in the background (world size > 1).
   void StartReduce(size_t index, at::Tensor full_grad);
+  // kGradOp/kNoShard: after the step's last micro-batch added to unit `index`'s grad_sum, reduces it.
+  void ReduceSumAtStepEnd(size_t index);
   // Waits for reduce-scatters until at most `keep` are still running, oldest first.
   void FinishReduces(size_t keep);
 
