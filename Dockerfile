@@ -29,7 +29,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       ca-certificates \
       libabsl20220623 libgrpc++1.51 libgrpc29 libprotobuf32 libssl3 libsqlite3-0 libyaml-cpp0.7 \
-      libtorch1.13 libopenblas0-pthread libpcre2-8-0 libutf8proc2 libsentencepiece0 \
+      libpcre2-8-0 libutf8proc2 libsentencepiece0 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/.venv/lib/python3.11/site-packages/torch/lib /src/.venv/lib/python3.11/site-packages/torch/lib
 COPY --from=build /src/.venv/lib/python3.11/site-packages/nvidia /src/.venv/lib/python3.11/site-packages/nvidia

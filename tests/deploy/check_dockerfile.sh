@@ -10,7 +10,8 @@
 #  - the programs it installs are exactly the add_executable() programs of controller/, worker/,
 #    cli/ and trainer/;
 #  - the runtime stage's apt-get list holds the Debian package of every shared library that this
-#    build's programs link directly (readelf NEEDED -> dpkg -S), and names only installed packages;
+#    build's programs link directly (readelf NEEDED -> dpkg -S), and nothing else (ca-certificates
+#    aside): no package that is merely installed on this machine;
 #    libraries from the project's .venv (PyTorch's) are copied from the build stage to the same path;
 #  - hadolint, when it is installed (it is not a Debian package; skipped otherwise).
 # Usage: check_dockerfile.sh SOURCE_DIR BUILD_DIR
@@ -90,6 +91,7 @@ grep -q '/usr/local/lib/eft/libeft_spm.so' "$tmp/df" ||
 # Runtime libraries: the package of every NEEDED library of this build's programs.
 runtime_pkgs=$(awk '/^FROM /{n++} n==2 && /apt-get install/' "$tmp/df" | tr ' ' '\n' | grep -E '^[a-z0-9][a-z0-9.+-]+$' | grep -vxE 'apt-get|install|rm|ca-certificates|update' | sort -u)
 checked=0
+needed_pkgs=()
 if command -v dpkg-query >/dev/null && command -v readelf >/dev/null; then
   for p in $runtime_pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
@@ -119,8 +121,17 @@ if command -v dpkg-query >/dev/null && command -v readelf >/dev/null; then
       # In every Debian image already: apt itself depends on them.
       [[ $pkg =~ ^(libc6|libgcc-s1|libstdc\+\+6|zlib1g)$ ]] && continue
       grep -qxF "$pkg" <<<"$runtime_pkgs" || fail "$bin needs $lib from $pkg, which the runtime stage does not install"
+      needed_pkgs+=("$pkg")
     done
   done
+  # And nothing else: a package no shipped file links is dead weight (libtorch1.13 stayed in the list
+  # after eft-train moved to PyTorch's wheel; a machine that still had it installed could not tell).
+  if ((checked == 5)); then
+    for p in $runtime_pkgs; do
+      printf '%s\n' "${needed_pkgs[@]}" | grep -qxF "$p" ||
+        fail "the runtime stage installs $p, which none of the shipped programs links"
+    done
+  fi
 else
   echo "Dockerfile: no dpkg/readelf here: runtime libraries not checked"
 fi

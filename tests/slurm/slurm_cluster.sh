@@ -10,6 +10,12 @@ slurm_start() {
   SLURM_DIR=$1
   local host
   host=$(hostname)
+  # Slurm (SlurmctldHost, NodeName) and eft-cluster.sbatch (the controller's address) name nodes by
+  # host name; where it does not resolve, sinfo and slurmd retry for minutes instead of failing.
+  if ! getent hosts "$host" >/dev/null; then
+    echo "slurm_cluster: this machine's host name '$host' does not resolve (getent hosts): add it to /etc/hosts" >&2
+    return 1
+  fi
   mkdir -p "$SLURM_DIR"/{munge,ctld,spool,log}
   chown munge:munge "$SLURM_DIR/munge"
   chmod 711 "$SLURM_DIR/munge"
@@ -59,8 +65,9 @@ CONF
   SLURMCTLD_PID=$!
   slurmd -D -f "$SLURM_CONF" >"$SLURM_DIR/log/slurmd.out" 2>&1 &
   SLURMD_PID=$!
-  for _ in $(seq 150); do
-    if sinfo -h -o '%t' 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then return 0; fi
+  local deadline=$((SECONDS + 30))
+  while ((SECONDS < deadline)); do
+    if timeout 5 sinfo -h -o '%t' 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then return 0; fi
     sleep 0.2
   done
   echo "Slurm did not come up:" >&2
