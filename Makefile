@@ -30,7 +30,7 @@ test-e2e: build
 DEMO_TARGETS = eft-controller eft-worker eftctl eft-train
 
 demo:
-	@echo "make demo: on a fresh 2-core machine this takes about 15 minutes: installing packages (~5 min) and"
+	@echo "make demo: on a fresh 2-core machine this takes 10-15 minutes: installing packages (~2-5 min) and"
 	@echo "PyTorch into .venv (~2 min, ~5 GB), compiling the 4 programs the demo runs (~5 min; seconds when already"
 	@echo "built), then the demo (~2 minutes: fine-tuning with evaluation, generation before and after, a node killed mid-job)."
 	@$(MAKE) --no-print-directory configure
