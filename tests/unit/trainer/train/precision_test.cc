@@ -69,6 +69,10 @@ TEST(DetectCpuBf16, AgreesWithProcCpuinfo) {
 
 // LibTorch held below the CPU's bf16 instructions emulates bf16 whatever the CPU has.
 TEST(DetectCpuBf16, LibTorchHeldBelowBf16IsNotNative) {
+  // Each case sets one variable: the other must not hold LibTorch back already (a run of the suite
+  // under ATEN_CPU_CAPABILITY=avx2, say, to stand in for an AVX2-only CPU).
+  ::unsetenv("ATEN_CPU_CAPABILITY");
+  ::unsetenv("ONEDNN_MAX_CPU_ISA");
   const bool has = DetectCpuBf16().avx512_bf16 || DetectCpuBf16().amx_bf16;
   struct Case {
     const char* var;
