@@ -282,6 +282,11 @@ YAML
       make_data "$work" "$vocab" $((gb * (steps + 2) * 2)) "$seq"
       sed "s|train: $work/rows.jsonl|train: $work/data.jsonl|" "$work/bench-$ac.yaml" >"$work/bench-packed.yaml"
       eft_run packed "eft, packed documents" "$work/bench-packed.yaml"
+      # Twice the micro-batch (half the accumulation steps, more memory): what larger ones are worth.
+      if ((gb % (2 * mb) == 0)); then
+        sed "s/micro_batch_size: $mb,/micro_batch_size: $((2 * mb)),/" "$work/bench-$ac.yaml" >"$work/bench-micro.yaml"
+        eft_run micro "eft, micro-batch $((2 * mb))" "$work/bench-micro.yaml"
+      fi
     fi
     local variants=("eager")
     [[ $ac == none && -z ${EFT_GPU_BENCH_NO_COMPILE:-} ]] && variants+=("compile")
