@@ -237,8 +237,9 @@ int main(int argc, char** argv) {
                     "per rank (bench/gpu/profile_summary.py sums it)");
   train->add_option("--profile-dir", ta.profile_dir, "where --profile-steps writes trace.rank<R>.json (default: .)");
   train->add_option("--peak-tflops", ta.peak_tflops,
-                    "one rank's peak dense TFLOP/s in the compute precision (e.g. 989 for an H100 in bf16): "
-                    "progress and step events then report MFU")
+                    "one rank's peak dense TFLOP/s in the compute precision, for the MFU progress lines and step "
+                    "events report (default: the GPU's own in bf16/fp16 where eft knows it, e.g. 989.5 for an "
+                    "H100 SXM; none on CPUs)")
       ->envname("EFT_PEAK_TFLOPS")
       ->check(CLI::NonNegativeNumber);
 

@@ -304,6 +304,10 @@ YAML
   # Where eft's step goes, without activation checkpointing (the goal's first row).
   "$train" train --config "$work/bench-none.yaml" --nproc 1 --max-steps 6 --profile-steps 5:6 \
     --profile-dir "$work/profile" >"$out/bench-profile.log" 2>&1 || return 1
+  # That run had no --peak-tflops: what eft takes for this GPU by itself (docs/gpu.md, "MFU").
+  local own_peak
+  own_peak=$(grep -o "MFU \(against\|not reported\).*" "$out/bench-profile.log" | head -1)
+  if [[ -n $own_peak ]]; then echo "eft without --peak-tflops: $own_peak"; fi
   $py "$src/bench/gpu/profile_summary.py" "$work/profile/trace.rank0.json" --json "$out/profile-summary.json" \
     >"$out/profile-summary.txt" && cat "$out/profile-summary.txt"
   gzip -c "$work/profile/trace.rank0.json" >"$out/profile-trace.json.gz"

@@ -221,8 +221,9 @@ TEST_F(TrainerTest, PrepareSummarisesTheDataAndFillsTheCache) {
   EXPECT_NE(run.output.find("(read from " + (dir_ / "cache").string()), std::string::npos) << run.output;
 }
 
-// Given the hardware's peak (--peak-tflops or EFT_PEAK_TFLOPS), every step reports its model FLOPs
-// utilisation: 6 N + attention FLOPs per token times tokens/s, over the peak of all ranks.
+// Given the hardware's peak (--peak-tflops or EFT_PEAK_TFLOPS; on a GPU eft knows, its own), every
+// step reports its model FLOPs utilisation: 6 N + attention FLOPs per token times tokens/s, over the
+// peak of all ranks. A CPU has no known peak (peak_flops_test covers the GPUs' names).
 TEST_F(TrainerTest, ProgressReportsMfuWhenThePeakIsGiven) {
   InitModel();
   WriteData(8);
@@ -248,6 +249,7 @@ TEST_F(TrainerTest, ProgressReportsMfuWhenThePeakIsGiven) {
     EXPECT_LT(f, 12 * parameters);
   }
   EXPECT_NE(r.output.find("| MFU "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", MFU against 0.0005 TFLOP/s per rank (--peak-tflops)"), std::string::npos) << r.output;
   Run plain = TrainRun("plain", 1, WriteSpec(8, 2, 1e-3), 1);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_EQ(plain.output.find("MFU"), std::string::npos) << "no peak given, no MFU";

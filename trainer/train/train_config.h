@@ -75,7 +75,7 @@ struct TrainConfig {
   // Command line only.
   std::string output_dir;  // also write the final model as a plain Hugging Face directory here
   int threads = 0;         // intra-op threads per rank; 0: cores / local ranks
-  double peak_tflops = 0;  // per rank, for MFU; 0: not reported
+  double peak_tflops = 0;  // per rank, for MFU; 0: a known GPU's peak, else not reported (peak_flops.h)
   std::string profile_steps;  // "A:B": profile those steps (trainer/train/step_profiler.h); empty: off
   std::string profile_dir;    // where the profiles go
 

@@ -18,7 +18,7 @@
 #include "trainer/checkpoint/merge_lora.h"
 #include "trainer/checkpoint/peft_adapter.h"
 #include "trainer/io/safetensors.h"
-#include "trainer/kernels/gpu_memory.h"
+#include "trainer/kernels/gpu_info.h"
 #include "trainer/kernels/kernels.h"
 #include "trainer/data/packing.h"
 #include "trainer/train/evaluation.h"
@@ -34,6 +34,15 @@ namespace {
 std::string KernelsNote(const c10::Device& device) {
   if (!device.is_cuda()) return "";
   return UseFusedKernels(device, at::kFloat) ? " with eft's fused kernels" : " with ATen's kernels (EFT_FUSED_KERNELS=0)";
+}
+
+// For the start-up line: what MFU is measured against, or on a GPU why it is not reported.
+std::string PeakNote(const PeakFlops& peak) {
+  if (peak.source.empty()) return "";
+  if (peak.tflops <= 0) return ", MFU not reported (" + peak.source + ")";
+  char tflops[32];
+  std::snprintf(tflops, sizeof tflops, "%g", peak.tflops);
+  return std::string(", MFU against ") + tflops + " TFLOP/s per rank (" + peak.source + ")";
 }
 
 namespace fs = std::filesystem;
@@ -76,6 +85,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   EFT_ASSIGN_OR_RETURN(const PrecisionChoice precision,
                        AgreePrecision(c.precision, t->device_, DetectCpuBf16(), t->comm_.get()));
   EFT_ASSIGN_OR_RETURN(const ShardingOptions sharding, BuildShardingOptions(c, precision, t->device_));
+  t->peak_ = ChoosePeakFlops(c.peak_tflops, t->device_, GpuName(t->device_), precision.dtype);
   StallIfAsked("load");
   EFT_ASSIGN_OR_RETURN(t->model_, BuildModel(model_config, *weights, c.model, t->comm_.get(), sharding,
                                              BuildLoraOptions(c)));
@@ -156,7 +166,7 @@ void Trainer::LogStart(const ModelConfig& model, const PackingStats& packing, co
                 << " steps of " << c.global_batch_size << " sequences, " << precision.name << " (" << precision.reason
                 << "), sharding " << c.sharding << ", activation checkpointing "
                 << (c.activation_checkpointing ? "full" : "none") << ", on " << device_.str() << KernelsNote(device_)
-                << ", " << threads << " threads per rank";
+                << ", " << threads << " threads per rank" << PeakNote(peak_);
 }
 
 Status Trainer::PrepareEval(int64_t vocab_size, const TextPipeline& text) {
@@ -286,9 +296,9 @@ void Trainer::Report(const StepResult& r) {
   const double elapsed = Now() - started_at_;
   const double eta = elapsed / static_cast<double>(r.step) * static_cast<double>(total_steps_ - r.step);
   double mfu = 0;
-  if (config_.peak_tflops > 0) {
+  if (peak_.tflops > 0) {
     const double flops = model_->config().TrainingFlopsPerToken(config_.max_seq_len) * tps;
-    mfu = flops / (config_.peak_tflops * 1e12 * comm_->world());
+    mfu = flops / (peak_.tflops * 1e12 * comm_->world());
   }
   char mfu_text[32] = "";
   if (mfu > 0) std::snprintf(mfu_text, sizeof mfu_text, " | MFU %.1f%%", mfu * 100);

@@ -19,6 +19,7 @@
 #include "trainer/train/evaluation.h"
 #include "trainer/runtime/events.h"
 #include "trainer/train/launch.h"
+#include "trainer/train/peak_flops.h"
 #include "trainer/train/precision.h"
 #include "trainer/train/step_profiler.h"
 #include "trainer/data/packing.h"
@@ -91,6 +92,7 @@ class Trainer {
   RankEnv env_;
   EventWriter events_;
   c10::Device device_ = c10::Device(c10::kCPU);
+  PeakFlops peak_;  // what MFU is measured against (none: not reported)
   std::unique_ptr<c10::DeviceGuard> device_guard_;
   std::unique_ptr<TimedCommunicator> comm_;
   std::unique_ptr<ShardedLlama> model_;

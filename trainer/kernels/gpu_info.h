@@ -1,8 +1,10 @@
-// The CUDA caching allocator's statistics for the memory reports (trainer/train: ReportMemory). Here,
-// below everything, because it needs the CUDA headers this layer is built with.
+// What the trainer reports about its GPU: the CUDA caching allocator's peaks (the memory report,
+// trainer/train: ReportMemory) and the device's name (the MFU's peak, trainer/train/peak_flops.h).
+// Here, below everything, because it needs the CUDA headers this layer is built with.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <c10/core/Device.h>
 
@@ -14,5 +16,9 @@ struct GpuMemoryPeak {
 };
 // Since the process started, on `device`; -1 each for a CPU device or a build without CUDA.
 GpuMemoryPeak PeakGpuMemory(const c10::Device& device);
+
+// The driver's name of `device` ("NVIDIA H100 80GB HBM3", as torch.cuda.get_device_name says); empty
+// for a CPU device or a build without CUDA.
+std::string GpuName(const c10::Device& device);
 
 }  // namespace eft::trainer

@@ -1,6 +1,7 @@
-#include "trainer/kernels/gpu_memory.h"
+#include "trainer/kernels/gpu_info.h"
 
 #ifdef EFT_WITH_CUDA_KERNELS
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
@@ -19,6 +20,15 @@ GpuMemoryPeak PeakGpuMemory(const c10::Device& device) {
   (void)device;
 #endif
   return peak;
+}
+
+std::string GpuName(const c10::Device& device) {
+#ifdef EFT_WITH_CUDA_KERNELS
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->name;
+#else
+  (void)device;
+#endif
+  return "";
 }
 
 }  // namespace eft::trainer
