@@ -154,6 +154,7 @@ std::string DescribeJob(const v1::Job& j) {
     if (p.total_steps() > 0) out << " (" << Num(100.0 * p.step() / p.total_steps(), "%.1f") << "%)";
     out << ", loss " << Num(p.loss()) << ", lr " << Num(p.lr(), "%.3g");
     if (p.tokens_per_s() > 0) out << ", " << Num(p.tokens_per_s(), "%.0f") << " tokens/s";
+    if (p.tokens_per_s() > 0 && p.mfu() > 0) out << " (MFU " << Num(100 * p.mfu(), "%.1f") << "%)";
     if (p.total_steps() > 0 && j.state() == v1::JOB_STATE_RUNNING && j.attempts_size() > 0) {
       // Pace of the current attempt: steps since the checkpoint it resumed from, over its run time.
       const v1::Attempt& a = j.attempts(j.attempts_size() - 1);

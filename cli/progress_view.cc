@@ -40,7 +40,8 @@ std::string StateText(const v1::Job& j, const char* sep) {
   return s;
 }
 
-// "loss 0.509  eval loss 0.6013 (step 40)  1234 tokens/s".
+// "loss 0.509  eval loss 0.6013 (step 40)  1234 tokens/s (MFU 41.2%)"; the MFU where the trainer
+// knows its device's peak (docs/gpu.md, "MFU").
 std::string MetricsText(const v1::Job& j, const char* sep) {
   std::string s = "loss " + (HasStep(j) ? Num(j.progress().loss()) : std::string("-"));
   if (j.has_progress() && j.progress().has_eval_loss()) {
@@ -49,6 +50,7 @@ std::string MetricsText(const v1::Job& j, const char* sep) {
   }
   if (HasStep(j) && j.progress().tokens_per_s() > 0) {
     s += sep + Num(j.progress().tokens_per_s(), "%.0f") + " tokens/s";
+    if (j.progress().mfu() > 0) s += " (MFU " + Num(100 * j.progress().mfu(), "%.1f") + "%)";
   }
   return s;
 }

@@ -155,6 +155,11 @@ TEST(ProgressViewLines, StateChangesAndReasons) {
   next.set_world_size(1);
   EXPECT_EQ(view.Update(next, 2),
             "job 7 (capitals) RUNNING attempt 2 world 1\njob 7 step 3/10 (30%) loss 0.5 1234 tokens/s\n");
+  v1::Job on_gpu = AtStep(4, 10, 10000);  // a trainer that knows its GPU's peak reports the MFU
+  on_gpu.set_attempt(2);
+  on_gpu.set_world_size(1);
+  on_gpu.mutable_progress()->set_mfu(0.4127);
+  EXPECT_EQ(view.Update(on_gpu, 3), "job 7 step 4/10 (40%) loss 0.5 1234 tokens/s (MFU 41.3%) ETA 6s\n");
 }
 
 TEST(ProgressViewTerminal, DrawsOnceThenRedrawsInPlace) {
