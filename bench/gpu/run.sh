@@ -6,7 +6,8 @@
 #      fused ops against the ATen composites on the GPU (tests/unit/trainer/kernels/fused_ops_test,
 #      which CI runs on the CPU) with their times (bench/gpu/kernel_times);
 #   3. train the same tiny model on the GPU and on the CPU (fp32) and compare every step's loss;
-#      bf16 on the GPU against fp32; packed rows (masked attention) and unpacked rows (flash);
+#      bf16 on the GPU against fp32; packed rows (masked attention) and unpacked rows (flash); two
+#      ranks sharing the GPU (staged Gloo) against one, with a full checkpoint's parallel write;
 #   4. write the Hugging Face reference fixtures with transformers (tests/reference/hf_fixtures.py)
 #      and check eft's model against them at once; transformers loads eft's output directory; a
 #      LoRA adapter trained on the GPU, loaded with peft, gives the logits of eft's merged model;
@@ -188,9 +189,54 @@ gpu_variants() {
   # Unpacked rows: every row one document, so the GPU takes the is_causal SDPA (flash) path.
   compare_losses gpu-fp32-unpacked cpu-fp32-unpacked 1e-3 "GPU SDPA (unpacked) vs CPU"
 }
+# Two ranks on the one GPU (EFT_GPU_COLLECTIVES=gloo: the collectives staged through host memory,
+# since NCCL refuses two ranks on one device): eft's multi-rank GPU code short of NCCL itself, which
+# needs two GPUs. Trained against one rank (the units sharded in GPU memory, the gradients'
+# reduce-scatter); the full checkpoint's parallel write from the GPU ranks against the final model
+# the same run gathers to rank 0 (--output-dir): the same weights, so the same values exactly.
+ranks_run() {  # name nproc [NAME=VALUE...] -> $work/NAME.events, $work/NAME-ckpt/step-10, $work/NAME-out
+  local name=$1 nproc=$2
+  shift 2
+  cat >"$work/$name.yaml" <<YAML
+name: $name
+model: $work/model
+data: {train: $work/data.jsonl, max_seq_len: 256, packing: true}
+training: {global_batch_size: 8, micro_batch_size: 2, lr: 1.0e-3, precision: fp32, device: $gpu,
+           activation_checkpointing: full, epochs: 100, seed: 7}
+checkpoint: {dir: $work/$name-ckpt, every_steps: 0, full_every_steps: 10, full_write: parallel}
+YAML
+  env "$@" EFT_EVENTS_FD=3 "$train" train --config "$work/$name.yaml" --nproc "$nproc" --max-steps 10 \
+    --output-dir "$work/$name-out" >"$out/train-$name.log" 2>&1 3>"$work/$name.events"
+}
+same_weights() {  # dir-a dir-b: every tensor of b's *.safetensors equals a's, exactly
+  $py - "$1" "$2" <<'PY'
+import pathlib, sys
+import torch
+from safetensors.torch import load_file
+a_dir, b_dir = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+names = sorted(p.name for p in b_dir.glob("*.safetensors"))
+assert names, f"no safetensors files in {b_dir}"
+count = 0
+for name in names:
+    a, b = load_file(a_dir / name), load_file(b_dir / name)
+    assert a.keys() == b.keys(), f"{name}: tensors differ"
+    for k in b:
+        assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), f"{name} {k} differs"
+        count += 1
+print(f"the parallel write equals the gathered one: {len(names)} file(s), {count} tensors, bit for bit")
+PY
+}
+gpu_ranks() {
+  ranks_run gpu-w1 1 && ranks_run gpu-w2 2 EFT_GPU_COLLECTIVES=gloo || return 1
+  grep -h "threads per rank" "$out/train-gpu-w2.log" | head -1
+  # fp32, the gradients summed in another order at W = 2: float rounding over 10 Adam steps.
+  compare_losses gpu-w2 gpu-w1 1e-3 "two GPU ranks sharing one GPU vs one rank" || return 1
+  same_weights "$work/gpu-w2-ckpt/step-10" "$work/gpu-w2-out"
+}
 if want compare && [[ -x $train ]]; then
   part gpu-vs-cpu gpu_vs_cpu
   part gpu-variants gpu_variants
+  part gpu-ranks gpu_ranks
 fi
 
 # ---- 4. transformers ---------------------------------------------------------------------------

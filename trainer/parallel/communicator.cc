@@ -210,7 +210,8 @@ Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const RendezvousOpt
 }
 #endif
 
-Result<std::unique_ptr<Communicator>> CreateCommunicator(const RendezvousOptions& o, c10::Device device) {
+Result<std::unique_ptr<Communicator>> CreateCommunicator(const RendezvousOptions& o, c10::Device device,
+                                                         GpuCollectives gpu) {
   if (o.world > 1 && o.rank == 0) {
     // Checked here rather than left to the store's bind: its error is a generic runtime_error.
     Status port = CheckPortFreeToListen(o.master_port);
@@ -222,6 +223,10 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(const RendezvousOptions
   if (device.is_cpu() || o.world == 1) return CreateCpuCommunicator(o);
   if (o.rank < 0 || o.rank >= o.world) {
     return Status::InvalidArgument("rank " + std::to_string(o.rank) + " is not in [0, " + std::to_string(o.world) + ")");
+  }
+  if (gpu == GpuCollectives::kGlooStaged) {
+    EFT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> gloo, CreateCpuCommunicator(o));
+    return StageThroughHost(std::move(gloo), device);
   }
   return CreateNcclCommunicator(o, device);
 }

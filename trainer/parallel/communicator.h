@@ -66,9 +66,24 @@ Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const RendezvousOpt
 // Whether this build has the NCCL communicator (EFT_WITH_NCCL: a LibTorch with CUDA and NCCL).
 bool NcclCommunicatorBuilt();
 
-// The communicator for ranks computing on `device`: world size 1 needs none; GPUs talk over NCCL,
-// CPUs over Gloo. ALREADY_EXISTS when this is rank 0 and another program holds MASTER_PORT (the rank
-// then exits rank::ExitCode::kRendezvousPortBusy and the controller retries on another port).
-Result<std::unique_ptr<Communicator>> CreateCommunicator(const RendezvousOptions& options, c10::Device device);
+// How GPU ranks talk (EFT_GPU_COLLECTIVES, docs/gpu.md): NCCL, or Gloo with every tensor staged
+// through host memory, which is slow but lets ranks share a GPU (NCCL refuses two ranks on one
+// device): for trying multi-rank jobs on a one-GPU machine, and for checking eft's multi-rank GPU
+// code where only one GPU is at hand (bench/gpu/run.sh).
+enum class GpuCollectives { kNccl, kGlooStaged };
+// "" or "nccl", "gloo"; InvalidArgument naming EFT_GPU_COLLECTIVES otherwise.
+Result<GpuCollectives> ParseGpuCollectives(const std::string& value);
+
+// `host`'s collectives (a CPU communicator) for tensors on any device: each collective copies its
+// inputs to host memory when issued and its results back into the caller's tensors when waited on,
+// both copies synchronous with `device`. Barrier also waits for `device`'s queued work, as NCCL's does.
+std::unique_ptr<Communicator> StageThroughHost(std::unique_ptr<Communicator> host, c10::Device device);
+
+// The communicator for ranks computing on `device`: world size 1 needs none; GPUs talk over NCCL (or
+// staged Gloo, as `gpu` says), CPUs over Gloo. ALREADY_EXISTS when this is rank 0 and another program
+// holds MASTER_PORT (the rank then exits rank::ExitCode::kRendezvousPortBusy and the controller
+// retries on another port).
+Result<std::unique_ptr<Communicator>> CreateCommunicator(const RendezvousOptions& options, c10::Device device,
+                                                         GpuCollectives gpu = GpuCollectives::kNccl);
 
 }  // namespace eft::trainer

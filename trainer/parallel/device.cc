@@ -49,9 +49,12 @@ Result<c10::Device> ChooseDevice(const DeviceRequest& r) {
   } else if (r.local_world <= r.cuda_devices && r.local_rank < r.cuda_devices) {
     // Decided from node-wide facts, so every rank of the node decides the same way.
     return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(r.local_rank));
+  } else if (r.share_gpus) {
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(r.local_rank % r.cuda_devices));
   } else {
     why_not = std::to_string(r.local_world) + " ranks on this node but only " + std::to_string(r.cuda_devices) +
-              " GPU" + (r.cuda_devices == 1 ? " is" : "s are") + " visible, and ranks cannot share one";
+              " GPU" + (r.cuda_devices == 1 ? " is" : "s are") +
+              " visible, and NCCL ranks cannot share one (EFT_GPU_COLLECTIVES=gloo lets them, slowly; docs/gpu.md)";
   }
   if (r.requested == "auto") return c10::Device(c10::kCPU);
   return Status::FailedPrecondition("spec.training.device is cuda, but " + why_not);

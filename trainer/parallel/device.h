@@ -7,8 +7,9 @@
 //
 // A rank owns a GPU when a launcher gave it one (eft-worker sets CUDA_VISIBLE_DEVICES to a single
 // device per rank: cuda:0), or when all of a node's GPUs are visible and there are at least as many
-// as local ranks (torchrun, srun, `eft-train train --nproc N`: cuda:LOCAL_RANK). Ranks never share
-// a GPU: NCCL refuses two ranks on one device.
+// as local ranks (torchrun, srun, `eft-train train --nproc N`: cuda:LOCAL_RANK). Ranks share a GPU
+// only when their collectives are staged Gloo (EFT_GPU_COLLECTIVES=gloo: cuda:LOCAL_RANK mod GPUs):
+// NCCL refuses two ranks on one device.
 #pragma once
 
 #include <string>
@@ -35,6 +36,7 @@ struct DeviceRequest {
   bool assigned = false;           // GpuAssignedByLauncher()
   int local_rank = 0;
   int local_world = 1;
+  bool share_gpus = false;  // the collectives allow ranks on one GPU (GpuCollectives::kGlooStaged)
 };
 
 // The decision itself, from the request and what the process sees (tests pass their own).

@@ -45,6 +45,7 @@ Result<c10::Device> ChooseRankDevice(const TrainConfig& config, const RankEnv& e
   request.assigned = GpuAssignedByLauncher();
   request.local_rank = env.local_rank;
   request.local_world = env.local_world;
+  request.share_gpus = env.gpu_collectives == GpuCollectives::kGlooStaged;
   EFT_ASSIGN_OR_RETURN(c10::Device device, ChooseDevice(request));
   if (device.is_cpu() && request.cuda_devices > 0 && env.rank == 0) {
     EFT_LOG(WARNING) << "training on the CPU although " << request.cuda_devices << " GPU(s) are visible: "
@@ -64,7 +65,11 @@ Result<std::unique_ptr<TimedCommunicator>> ConnectRanks(const RankEnv& env, c10:
   if (rv.world > 1) {
     EFT_LOG(INFO) << "rendezvous of " << rv.world << " ranks at " << rv.master_addr << ":" << rv.master_port;
   }
-  EFT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateCommunicator(rv, device));
+  if (device.is_cuda() && rv.world > 1 && env.gpu_collectives == GpuCollectives::kGlooStaged && env.rank == 0) {
+    EFT_LOG(WARNING) << "EFT_GPU_COLLECTIVES=gloo: the GPU ranks' collectives go through host memory over Gloo, "
+                        "many times slower than NCCL (for trying multi-rank jobs on fewer GPUs than ranks)";
+  }
+  EFT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateCommunicator(rv, device, env.gpu_collectives));
   return std::make_unique<TimedCommunicator>(std::move(comm));
 }
 

@@ -96,6 +96,7 @@ Result<RankEnv> RankEnvFromEnvironment(const std::map<std::string, std::string>*
     EFT_ASSIGN_OR_RETURN(r.attempt, ParseInt(env, rank::env::kAttempt, 0, 1 << 30));
   }
   r.resume_from = get(rank::env::kResumeFrom);
+  EFT_ASSIGN_OR_RETURN(r.gpu_collectives, ParseGpuCollectives(get("EFT_GPU_COLLECTIVES")));
   if (!get(rank::env::kEventsFd).empty()) {
     EFT_ASSIGN_OR_RETURN(r.events_fd, ParseInt(env, rank::env::kEventsFd, 0, 1 << 20));
     if (given == nullptr && ::fcntl(r.events_fd, F_GETFD) < 0) {

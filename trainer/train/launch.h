@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "trainer/parallel/communicator.h"
 
 namespace eft::trainer {
 
@@ -28,6 +29,7 @@ struct RankEnv {
   std::string resume_from;
   int events_fd = -1;
   std::string source;  // "eft-worker", "torchrun", "slurm" or "single process"
+  GpuCollectives gpu_collectives = GpuCollectives::kNccl;  // EFT_GPU_COLLECTIVES
 };
 
 // `env` defaults to the process environment (tests pass their own).

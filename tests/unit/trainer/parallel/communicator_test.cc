@@ -95,6 +95,49 @@ TEST(Communicator, TheDefaultGatherAndTheTimedOneAgree) {
   });
 }
 
+std::unique_ptr<Communicator> Staged(std::unique_ptr<Communicator> c) {
+  return StageThroughHost(std::move(c), c10::Device(c10::kCPU));
+}
+
+// The staging (what GPU ranks run with EFT_GPU_COLLECTIVES=gloo) copies even CPU tensors, so this
+// checks its copies out and back, on CPU tensors, with Gloo underneath.
+TEST(Communicator, StagedThroughHostEveryCollectiveGivesGloosResult) {
+  CheckGather(3, 1, at::kBFloat16, Staged);
+  CheckGather(2, 0, at::kFloat, Staged);
+  RunRankComms(3, [](std::unique_ptr<Communicator> gloo) {
+    std::unique_ptr<Communicator> comm = Staged(std::move(gloo));
+    EXPECT_EQ(comm->backend(), "gloo (staged through host memory)");
+    const int rank = comm->rank(), world = comm->world();
+    constexpr int64_t n = 37;
+    // Two all-gathers in flight at once, bf16 and fp32: each lands in the caller's own tensor.
+    const at::Tensor shard = Piece(rank, n, at::kBFloat16), shard_before = shard.clone();
+    at::Tensor full = at::empty({n * world}, at::kBFloat16), full32 = at::empty({n * world}, at::kFloat);
+    auto wait = comm->AllGatherAsync(shard, full);
+    auto wait32 = comm->AllGatherAsync(Piece(rank, n, at::kFloat), full32);
+    wait();
+    wait32();
+    EXPECT_TRUE(at::equal(full, Expected(world, n, at::kBFloat16))) << "rank " << rank;
+    EXPECT_TRUE(at::equal(full32, Expected(world, n, at::kFloat))) << "rank " << rank;
+    EXPECT_TRUE(at::equal(shard, shard_before)) << "the input is not written";
+    // Reduce-scatter: rank r's shard is the sum over ranks of their chunk r (exact in fp32 here).
+    const at::Tensor contribution = at::arange(n * world, at::kFloat) * (rank + 1);
+    at::Tensor mine = at::full({n}, -1.0f);
+    comm->ReduceScatterSumAsync(contribution, mine)();
+    const double ranks_sum = world * (world + 1) / 2;
+    EXPECT_TRUE(at::equal(mine, at::arange(n * world, at::kFloat).narrow(0, rank * n, n) * ranks_sum));
+    comm->ReduceScatterSum(contribution, mine);
+    EXPECT_TRUE(at::equal(mine, at::arange(n * world, at::kFloat).narrow(0, rank * n, n) * ranks_sum));
+    // The bookkeeping collectives, in place.
+    at::Tensor counts = at::tensor({static_cast<double>(rank), 2.0}, at::kDouble);
+    comm->AllReduceSum(counts);
+    EXPECT_TRUE(at::equal(counts, at::tensor({3.0, 6.0}, at::kDouble))) << counts;
+    at::Tensor flags = Piece(rank, 5, at::kBFloat16);
+    comm->Broadcast(flags, 2);
+    EXPECT_TRUE(at::equal(flags, Piece(2, 5, at::kBFloat16))) << "rank " << rank;
+    comm->Barrier();
+  });
+}
+
 TEST(Communicator, GatherAtWorldSizeOneIsACopy) {
   auto comm = CreateCpuCommunicator(RendezvousOptions{});
   ASSERT_TRUE(comm.ok()) << comm.status();

@@ -57,6 +57,29 @@ TEST(ChooseDevice, RanksNeverShareAGpu) {
   EXPECT_EQ(over.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(over.status().message().find("4 ranks on this node but only 2 GPUs are visible"), std::string::npos)
       << over.status();
+  EXPECT_NE(over.status().message().find("EFT_GPU_COLLECTIVES=gloo"), std::string::npos) << "the way out is named";
+}
+
+TEST(ChooseDevice, StagedGlooRanksShareTheGpusRoundRobin) {
+  auto sharing = [](const char* requested, int gpus, int local_rank, int local_world) {
+    DeviceRequest r = Request(requested, gpus, local_rank, local_world);
+    r.share_gpus = true;
+    return Chosen(r);
+  };
+  // Two ranks on a one-GPU machine (bench/gpu/run.sh's multi-rank check), four on two GPUs.
+  for (const char* request : {"auto", "cuda"}) {
+    EXPECT_EQ(sharing(request, 1, 0, 2), c10::Device(c10::kCUDA, 0)) << request;
+    EXPECT_EQ(sharing(request, 1, 1, 2), c10::Device(c10::kCUDA, 0)) << request;
+    EXPECT_EQ(sharing(request, 2, 3, 4), c10::Device(c10::kCUDA, 1)) << request;
+    EXPECT_EQ(sharing(request, 2, 2, 4), c10::Device(c10::kCUDA, 0)) << request;
+  }
+  // Enough GPUs: each rank still has its own; none: the CPU, or cuda's error.
+  EXPECT_EQ(sharing("auto", 8, 3, 8), c10::Device(c10::kCUDA, 3));
+  EXPECT_TRUE(sharing("auto", 0, 1, 2).is_cpu());
+  EXPECT_TRUE(sharing("cpu", 1, 1, 2).is_cpu());
+  DeviceRequest none = Request("cuda", 0, 1, 2);
+  none.share_gpus = true;
+  EXPECT_FALSE(ChooseDevice(none).ok());
 }
 
 TEST(ChooseDevice, CudaWithoutAGpuSaysWhy) {

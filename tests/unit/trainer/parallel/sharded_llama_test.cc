@@ -38,10 +38,14 @@ struct Outcome {
   at::Tensor logits;
 };
 
-// One ForwardBackward on `world` ranks; rank 0's view of the whole gradients and logits.
-Outcome RunModel(int world, const ModelConfig& config, ShardingOptions options, int empty_rank = -1) {
+// One ForwardBackward on `world` ranks; rank 0's view of the whole gradients and logits. `staged`:
+// the collectives go through host copies (StageThroughHost, what GPU ranks sharing a GPU use).
+Outcome RunModel(int world, const ModelConfig& config, ShardingOptions options, int empty_rank = -1,
+                 bool staged = false) {
   Outcome out;
-  RunRanks(world, [&](Communicator& comm) {
+  RunRankComms(world, [&](std::unique_ptr<Communicator> gloo) {
+    std::unique_ptr<Communicator> owned = staged ? StageThroughHost(std::move(gloo), options.device) : std::move(gloo);
+    Communicator& comm = *owned;
     ShardedLlama model(config, &comm, options);
     ASSERT_TRUE(model.InitRandom(7).ok());
     model.BeginStep();
@@ -91,6 +95,24 @@ TEST(ShardedLlama, ShardedGradientsEqualUnshardedAtEveryWorldSize) {
       }
       EXPECT_LT(MaxDiff(got.logits, ref.logits), 1e-6) << "world=" << world;
     }
+  }
+}
+
+// The host-staged collectives move the same bytes as Gloo's own: identical losses, gradients and
+// logits, whatever the sharding strategy.
+TEST(ShardedLlama, CollectivesStagedThroughHostGiveGloosBits) {
+  ModelConfig config = TinyConfig("qwen2", true);
+  for (ShardingStrategy strategy : {ShardingStrategy::kFull, ShardingStrategy::kGradOp, ShardingStrategy::kNoShard}) {
+    const ShardingOptions options(strategy, true);
+    Outcome direct = RunModel(2, config, options);
+    Outcome staged = RunModel(2, config, options, /*empty_rank=*/-1, /*staged=*/true);
+    const std::string what = ShardingStrategyName(strategy);
+    EXPECT_EQ(staged.loss, direct.loss) << what;
+    ASSERT_EQ(staged.grads.size(), direct.grads.size());
+    for (size_t i = 0; i < direct.grads.size(); ++i) {
+      EXPECT_TRUE(at::equal(staged.grads[i].second, direct.grads[i].second)) << what << " " << direct.grads[i].first;
+    }
+    EXPECT_TRUE(at::equal(staged.logits, direct.logits)) << what;
   }
 }
 

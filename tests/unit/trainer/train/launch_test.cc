@@ -36,6 +36,23 @@ TEST(RankEnvTest, ASingleProcessStillReadsEftsVariables) {
   EXPECT_EQ(r->attempt, 2);
 }
 
+TEST(RankEnvTest, GpuCollectivesAreNcclUnlessGlooIsAskedFor) {
+  Env env;
+  EXPECT_EQ(RankEnvFromEnvironment(&env)->gpu_collectives, GpuCollectives::kNccl);
+  for (const auto& [value, expected] : {std::pair{"nccl", GpuCollectives::kNccl}, {"", GpuCollectives::kNccl},
+                                        {"gloo", GpuCollectives::kGlooStaged}}) {
+    env["EFT_GPU_COLLECTIVES"] = value;
+    auto r = RankEnvFromEnvironment(&env);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->gpu_collectives, expected) << value;
+  }
+  env["EFT_GPU_COLLECTIVES"] = "mpi";
+  auto bad = RankEnvFromEnvironment(&env);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "EFT_GPU_COLLECTIVES=mpi is not one of nccl, gloo");
+}
+
 TEST(RankEnvTest, WhatTheWorkerSetsIsRead) {
   Env env = {{names::kRank, "3"},          {names::kWorldSize, "4"},      {names::kLocalRank, "1"},
              {names::kLocalWorldSize, "2"}, {names::kMasterAddr, "10.1.2.3"}, {names::kMasterPort, "29611"},
