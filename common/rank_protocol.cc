@@ -89,6 +89,7 @@ ExitClass ClassifyExit(int exit_code, int signal) {
     case ToInt(ExitCode::kStoppedOnRequest): return ExitClass::kStopped;
     case ToInt(ExitCode::kRendezvousPortBusy): return ExitClass::kPortBusy;
     case ToInt(ExitCode::kStorageFull): return ExitClass::kStorageFull;
+    case ToInt(ExitCode::kOutOfMemory): return ExitClass::kOutOfMemory;
     default: return ExitClass::kFailed;
   }
 }
@@ -100,6 +101,7 @@ const char* ExitClassName(ExitClass c) {
     case ExitClass::kStopped: return "stopped";
     case ExitClass::kPortBusy: return "port_busy";
     case ExitClass::kStorageFull: return "storage_full";
+    case ExitClass::kOutOfMemory: return "out_of_memory";
     case ExitClass::kFailed: return "failed";
     case ExitClass::kSignal: return "signal";
   }
@@ -113,6 +115,7 @@ const char* ExitCodeMeaning(int exit_code) {
     case ToInt(ExitCode::kStoppedOnRequest): return "stopped after saving a checkpoint";
     case ToInt(ExitCode::kRendezvousPortBusy): return "rendezvous port busy";
     case ToInt(ExitCode::kStorageFull): return "checkpoint storage full";
+    case ToInt(ExitCode::kOutOfMemory): return "out of memory";
     default: return "failed";
   }
 }

@@ -37,20 +37,25 @@ enum class ExitCode : int {
   // freeing what retention allows: a restart would fail the same way, so the job fails with the
   // reason instead, its newest committed checkpoint kept for a resume once space is freed.
   kStorageFull = 77,
+  // A rank ran out of GPU or host memory (its error event says where, when and which settings to
+  // change). Once may be another program's passing use of the GPU: the job restarts, counted. Twice
+  // in a row at the same world size is the job's settings, which a restart would not change: the
+  // job fails with the reason (docs/gpu.md, "Out of memory").
+  kOutOfMemory = 78,
 };
 
 constexpr int ToInt(ExitCode code) { return static_cast<int>(code); }
 
 // How a rank ended, as the small fixed set metrics and the controller's policy use.
-enum class ExitClass { kSuccess, kBadInput, kStopped, kPortBusy, kStorageFull, kFailed, kSignal };
-inline constexpr ExitClass kAllExitClasses[] = {ExitClass::kSuccess,     ExitClass::kBadInput, ExitClass::kStopped,
-                                                ExitClass::kPortBusy,    ExitClass::kStorageFull,
+enum class ExitClass { kSuccess, kBadInput, kStopped, kPortBusy, kStorageFull, kOutOfMemory, kFailed, kSignal };
+inline constexpr ExitClass kAllExitClasses[] = {ExitClass::kSuccess,     ExitClass::kBadInput,    ExitClass::kStopped,
+                                                ExitClass::kPortBusy,    ExitClass::kStorageFull, ExitClass::kOutOfMemory,
                                                 ExitClass::kFailed,      ExitClass::kSignal};
 
 // `signal` != 0 means the rank was killed by that signal (its exit code is then meaningless).
 ExitClass ClassifyExit(int exit_code, int signal);
-// "success", "bad_input", "stopped", "port_busy", "storage_full", "failed", "signal": label values of the worker's
-// metrics.
+// "success", "bad_input", "stopped", "port_busy", "storage_full", "out_of_memory", "failed", "signal": label
+// values of the worker's metrics.
 const char* ExitClassName(ExitClass c);
 // For messages: "bad configuration or input", "stopped after saving a checkpoint", ...
 const char* ExitCodeMeaning(int exit_code);

@@ -27,6 +27,12 @@ std::string Seconds(std::chrono::milliseconds ms) {
   return os.str();
 }
 
+// "exited with code 78 (out of memory)": how OnRankExitLocked words an out-of-memory end.
+std::string OutOfMemoryExit() {
+  const int code = rank::ToInt(rank::ExitCode::kOutOfMemory);
+  return "exited with code " + std::to_string(code) + " (" + rank::ExitCodeMeaning(code) + ")";
+}
+
 }  // namespace
 
 std::chrono::milliseconds Controller::BackoffFor(int restarts) const {
@@ -504,6 +510,21 @@ void Controller::OnRankExitLocked(JobEntry& j, int rank, const v1::RankStatus& s
                                     "committed checkpoint is kept)" + said,
                              Outcome::kFailed);
       return;
+    case rank::ExitClass::kOutOfMemory: {
+      // Once may be another program's passing use of the GPU, or fragmentation: restart, counted.
+      // Twice in a row at the same world size is the job's own settings, which a restart would not
+      // change (at another world size each rank holds another share, so that is tried).
+      const AttemptRecord* previous = j.attempts.size() >= 2 ? &j.attempts[j.attempts.size() - 2] : nullptr;
+      const bool again = previous != nullptr && previous->world_size == j.current()->world_size &&
+                         previous->end_reason.find(OutOfMemoryExit()) != std::string::npos;
+      const std::string reason = who + " " + OutOfMemoryExit() + said;
+      (void)EndAttemptLocked(j,
+                             again ? reason + "; attempt " + std::to_string(previous->number) +
+                                         " ran out of memory at this world size too"
+                                   : reason,
+                             again ? Outcome::kFailed : Outcome::kRestartCounted);
+      return;
+    }
     case rank::ExitClass::kFailed:
       break;
   }

@@ -10,7 +10,8 @@
 //
 // Without --config the job spec comes from EFT_JOB_SPEC (set by eft-worker). Exit codes are the rank
 // protocol's (common/rank_protocol.h, docs/architecture.md): 0 done, 2 bad configuration or input,
-// 75 stopped on request after saving, 1 anything else.
+// 75 stopped on request after saving, 76 rendezvous port busy, 77 checkpoint storage full, 78 out of
+// memory, 1 anything else.
 #include <unistd.h>
 
 #include <csignal>
@@ -35,6 +36,7 @@
 #include "trainer/tokenizer/tokenize_command.h"
 #include "trainer/runtime/events.h"
 #include "trainer/train/launch.h"
+#include "trainer/train/out_of_memory.h"
 #include "trainer/train/precision.h"
 #include "trainer/train/prepare.h"
 #include "trainer/train/trainer.h"
@@ -48,6 +50,7 @@ constexpr int kExitFailure = rank::ToInt(rank::ExitCode::kFailure);
 constexpr int kExitConfig = rank::ToInt(rank::ExitCode::kBadInput);
 constexpr int kExitStopped = rank::ToInt(rank::ExitCode::kStoppedOnRequest);
 constexpr int kExitPortBusy = rank::ToInt(rank::ExitCode::kRendezvousPortBusy);
+constexpr int kExitOutOfMemory = rank::ToInt(rank::ExitCode::kOutOfMemory);
 
 // Before the first step (loading, tokenizing, rendezvous, resuming) there is nothing to save, and
 // those phases may block for minutes: a stop ends the process at once with 75. From the first step
@@ -199,13 +202,24 @@ int Train(const TrainArgs& args) {
   // killing the rank: a failed checkpoint is reported and training goes on.
   std::signal(SIGXFSZ, SIG_IGN);
   SetLogProgram("eft-train rank " + std::to_string(env->rank));
-  auto trainer = Trainer::Create(*config, *env);
-  if (!trainer.ok()) return Fail(trainer.status());
+  std::unique_ptr<Trainer> trainer;
   try {
-    Status s = (*trainer)->Run();
+    auto created = Trainer::Create(*config, *env);
+    if (!created.ok()) return Fail(created.status());
+    trainer = std::move(*created);
+    Status s = trainer->Run();
     if (s.code() == StatusCode::kAborted) return kExitStopped;
     if (!s.ok()) return Fail(s);
   } catch (const std::exception& e) {
+    if (std::optional<std::string> oom = OutOfMemoryMessage(e)) {
+      MemoryContext c{env->rank, env->world, trainer ? trainer->device().str() : "",
+                      trainer ? trainer->completed_steps() + 1 : 0, config->micro_batch_size, config->max_seq_len,
+                      config->activation_checkpointing, config->sharding};
+      const std::string message = DescribeOutOfMemory(*oom, c);
+      std::fprintf(stderr, "eft-train: %s\n", message.c_str());
+      ReportFatalError(message, kExitOutOfMemory);
+      return kExitOutOfMemory;
+    }
     // A collective failing because a peer died lands here: retryable, not a configuration error.
     std::fprintf(stderr, "eft-train: rank %d failed: %s\n", env->rank, e.what());
     ReportFatalError(e.what(), kExitFailure);

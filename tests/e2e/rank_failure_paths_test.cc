@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <random>
 
 #include "common/rank_protocol.h"
 #include "tests/e2e/trainer_fixture.h"
@@ -153,6 +154,48 @@ TEST_F(RankFailurePathsTest, ABusyRendezvousPortIsItsOwnFailure) {
   ASSERT_FALSE(evs.empty()) << out;
   EXPECT_EQ(evs.back()["event"], "error");
   EXPECT_EQ(evs.back()["exit_code"], 76);
+}
+
+// A rank that runs out of memory says so with its own exit code (the controller's policy:
+// docs/gpu.md, "Out of memory"), where, when, with which settings, and what to change. A real
+// allocation failure: the address space held to 8 GB (RLIMIT_AS), twice what loading takes, while
+// one step's attention scores alone need 8.6 GB (32 rows x 4 heads x 4096^2 fp32). (The GPU's
+// allocator throws c10::OutOfMemoryError, which takes the same path: out_of_memory_test.)
+TEST_F(RankFailurePathsTest, RunningOutOfMemoryIsItsOwnFailureAndSaysWhatToChange) {
+  {
+    std::mt19937 gen(5);
+    std::ofstream f(dir_ / "long.jsonl");
+    for (int i = 0; i < 32; ++i) {
+      json ids = json::array();
+      for (int t = 0; t < 4096; ++t) ids.push_back(1 + static_cast<int>(gen() % 127));
+      f << json{{"input_ids", ids}}.dump() << "\n";
+    }
+  }
+  const std::string spec = (dir_ / "oom.yaml").string();
+  std::ofstream(spec) << "name: oom\nmodel: " << (dir_ / "model").string() << "\ndata: {train: "
+                      << (dir_ / "long.jsonl").string() << ", max_seq_len: 4096, packing: false}\n"
+                      << "training: {global_batch_size: 32, micro_batch_size: 32, lr: 1.0e-3, precision: fp32, "
+                         "activation_checkpointing: none, device: cpu}\n";
+  const std::string events = (dir_ / "oom.events").string();
+  std::string out;
+  const int code = Shell("ulimit -v 8000000; EFT_EVENTS_FD=3 " + Train() + " train --config " + spec +
+                             " --threads 1 --max-steps 1 3>>" + events,
+                         &out);
+  EXPECT_EQ(code, rank::ToInt(rank::ExitCode::kOutOfMemory)) << out;
+  for (const char* said :
+       {"rank 0 ran out of host memory in step 1: DefaultCPUAllocator: can't allocate memory: you tried to allocate ",
+        "Each rank computes micro-batches of 32 sequences of up to 4096 tokens, activation checkpointing none, "
+        "sharding grad_op, world size 1.",
+        "To fit: lower training.micro_batch_size (gradient accumulation keeps global_batch_size), set "
+        "training.activation_checkpointing: full, set parallel.sharding: full"}) {
+    EXPECT_NE(out.find(said), std::string::npos) << said << "\n" << out;
+  }
+  EXPECT_EQ(out.find("frame #"), std::string::npos) << "the allocator's words, not its backtrace";
+  auto evs = Events(events);
+  ASSERT_FALSE(evs.empty()) << out;
+  EXPECT_EQ(evs.back()["event"], "error");
+  EXPECT_EQ(evs.back()["exit_code"], 78);
+  EXPECT_NE(evs.back()["message"].get<std::string>().find("ran out of host memory in step 1"), std::string::npos);
 }
 
 // The reason a rank gives up reaches its events, bounded, not only its log.

@@ -60,6 +60,7 @@ class Trainer {
 
   int64_t total_steps() const { return total_steps_; }
   int64_t completed_steps() const { return step_; }
+  const c10::Device& device() const { return device_; }
   ShardedLlama& model() { return *model_; }
   Communicator& comm() { return *comm_; }
   // Bytes this rank holds between steps for parameters, gradients and optimizer state.

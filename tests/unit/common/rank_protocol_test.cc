@@ -17,6 +17,9 @@ TEST(RankProtocolTest, ExitCodesAndClasses) {
   EXPECT_EQ(ToInt(ExitCode::kStorageFull), 77);
   EXPECT_STREQ(ExitClassName(ClassifyExit(77, 0)), "storage_full");
   EXPECT_STREQ(ExitCodeMeaning(77), "checkpoint storage full");
+  EXPECT_EQ(ToInt(ExitCode::kOutOfMemory), 78);
+  EXPECT_STREQ(ExitClassName(ClassifyExit(78, 0)), "out_of_memory");
+  EXPECT_STREQ(ExitCodeMeaning(78), "out of memory");
   EXPECT_STREQ(ExitClassName(ClassifyExit(0, 0)), "success");
   EXPECT_STREQ(ExitClassName(ClassifyExit(2, 0)), "bad_input");
   EXPECT_STREQ(ExitClassName(ClassifyExit(75, 0)), "stopped");

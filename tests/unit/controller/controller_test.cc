@@ -228,6 +228,58 @@ TEST_F(ControllerTest, FailedSavesAreJobEventsAndAFullStorageFailsTheJobWithoutR
   EXPECT_NE(job.reason().find("3 checkpoints in a row failed"), std::string::npos) << job.reason();
 }
 
+// Exit 78 (a rank ran out of memory): once is restarted, counted (another program's passing use of
+// the GPU); the second time in a row at the same world size the job fails with the reason, its
+// remaining restarts unspent.
+TEST_F(ControllerTest, RunningOutOfMemoryTwiceAtTheSameWorldSizeFailsTheJob) {
+  v1::JobSpec spec = Spec("oom", 1, 1);
+  spec.mutable_fault_tolerance()->set_max_restarts(5);
+  std::string id = Submit(spec);
+  Register("n1");
+  const std::string said = "rank 0 ran out of GPU memory on cuda:0 in step 1: CUDA out of memory. To fit: ...";
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    auto h = Heartbeat("n1");
+    ASSERT_EQ(h.desired_size(), 1) << "attempt " << attempt << ": " << Job(id).reason();
+    ASSERT_EQ(h.desired(0).key().attempt(), attempt);
+    Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_RUNNING)});
+    Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_EXITED, 78)},
+              {Event(h.desired(0), attempt, R"({"event":"error","message":")" + said + R"(","exit_code":78})")});  // seq: per node
+    v1::Job job = Job(id);
+    EXPECT_EQ(job.attempts(attempt - 1).end_reason().rfind("rank 0 exited with code 78 (out of memory): " + said, 0),
+              0u)
+        << job.attempts(attempt - 1).end_reason();
+    if (attempt == 2) break;
+    EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING) << job.reason();
+    EXPECT_EQ(job.restarts(), 1);
+    clock_.Advance(1100ms);  // the backoff
+    Heartbeat("n1");
+    c_->Tick();
+  }
+  v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.restarts(), 1) << "four restarts left unspent";
+  EXPECT_NE(job.reason().find("; attempt 1 ran out of memory at this world size too; not retried"), std::string::npos)
+      << job.reason();
+  EXPECT_NE(job.reason().find("To fit: ..."), std::string::npos) << "the rank's advice is in the job's reason";
+}
+
+// Out of memory after an ordinary failure is its first: restarted.
+TEST_F(ControllerTest, RunningOutOfMemoryAfterAnotherFailureIsRestarted) {
+  std::string id = Submit(Spec("oom-once", 1, 1));
+  Register("n1");
+  for (int code : {1, 78}) {
+    auto h = Heartbeat("n1");
+    ASSERT_EQ(h.desired_size(), 1) << Job(id).reason();
+    Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_RUNNING)});
+    Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_EXITED, code)});
+    EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RECOVERING) << "after exit " << code << ": " << Job(id).reason();
+    clock_.Advance(5000ms);
+    Heartbeat("n1");
+    c_->Tick();
+  }
+  EXPECT_EQ(Job(id).restarts(), 2);
+}
+
 // Exit 76 (rank 0 found MASTER_PORT taken): a new attempt at once, on another port, not counted.
 TEST_F(ControllerTest, ABusyRendezvousPortRetriesOnAnotherPortWithoutCounting) {
   std::string id = Submit(Spec("port", 1, 1));

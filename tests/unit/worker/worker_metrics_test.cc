@@ -64,6 +64,7 @@ TEST_F(WorkerMetricsTest, RanksHeartbeatsAndLogs) {
   EXPECT_EQ(SampleValue(text, "eft_worker_ranks", {{"state", "STOPPING"}}), 0.0);
   EXPECT_EQ(SampleValue(text, "eft_worker_rank_exits_total", {{"code_class", "failed"}}), 3.0);
   EXPECT_EQ(SampleValue(text, "eft_worker_rank_exits_total", {{"code_class", "signal"}}), 0.0) << "present from the start";
+  EXPECT_EQ(SampleValue(text, "eft_worker_rank_exits_total", {{"code_class", "out_of_memory"}}), 0.0);
   EXPECT_EQ(SampleValue(text, "eft_worker_rank_starts_total"), 7.0);
   EXPECT_EQ(SampleValue(text, "eft_worker_rank_restarts_total"), 4.0);
   EXPECT_EQ(SampleValue(text, "eft_worker_heartbeats_total"), 100.0);
