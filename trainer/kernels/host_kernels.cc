@@ -38,8 +38,10 @@ void ForDType(DType dtype, const Args& a) {
 template <typename T>
 struct RopeLoop {
   static void Run(const RopeArgs& a) {
-    at::parallel_for(0, a.B * a.T * a.H * (a.D / 2), 4096, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) RopeAt<T>(a, i);
+    at::parallel_for(0, a.B * a.T, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t bt = begin; bt < end; ++bt)
+        for (int64_t h = 0; h < a.H; ++h)
+          for (int64_t j = 0; j < a.D / 2; ++j) RopeAt<T>(a, bt / a.T, bt % a.T, h, j);
     });
   }
 };

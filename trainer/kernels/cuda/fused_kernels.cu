@@ -38,10 +38,15 @@ unsigned ElementwiseBlocks(int64_t n) {
 __device__ __forceinline__ int64_t FirstIndex() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
 __device__ __forceinline__ int64_t GridStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
+// RoPE: blocks take positions (x: t, y: b, grid-stride), a block's threads the pairs of every head
+// at that position (x: the pair, y: the head); no index arithmetic beyond the loops.
 template <typename T>
 __global__ void RopeKernel(RopeArgs a) {
-  const int64_t n = a.B * a.T * a.H * (a.D / 2);
-  for (int64_t i = FirstIndex(); i < n; i += GridStride()) RopeAt<T>(a, i);
+  const int64_t half = a.D / 2;
+  for (int64_t b = blockIdx.y; b < a.B; b += gridDim.y)
+    for (int64_t t = blockIdx.x; t < a.T; t += gridDim.x)
+      for (int64_t h = threadIdx.y; h < a.H; h += blockDim.y)
+        for (int64_t j = threadIdx.x; j < half; j += blockDim.x) RopeAt<T>(a, b, t, h, j);
 }
 
 // SwiGLU: blocks take rows (grid-stride), threads the features of a row: no division per element.
@@ -105,9 +110,14 @@ __global__ void AdamWKernel(AdamWArgs a) {
   }
 
 int LaunchRope(const RopeArgs& a, void* stream) {
-  const int64_t n = a.B * a.T * a.H * (a.D / 2);
-  if (n == 0) return 0;
-  EFT_DISPATCH_DTYPE(a.dtype, RopeKernel, ElementwiseBlocks(n), kThreads, static_cast<cudaStream_t>(stream), a);
+  const int64_t half = a.D / 2;
+  if (a.B * a.T * a.H * half == 0) return 0;
+  // A block holds one position's pairs: half of them across x, heads across y, 256 threads at most.
+  const unsigned pairs = static_cast<unsigned>(std::min<int64_t>(half, kThreads));
+  const unsigned heads = static_cast<unsigned>(std::clamp<int64_t>(kThreads / pairs, 1, a.H));
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(a.T, int64_t{1} << 16)),
+                  static_cast<unsigned>(std::min<int64_t>(a.B, 65535)));
+  EFT_DISPATCH_DTYPE(a.dtype, RopeKernel, grid, dim3(pairs, heads), static_cast<cudaStream_t>(stream), a);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -14,15 +14,11 @@
 
 namespace eft::trainer::kernels {
 
-// Pair i of RoPE: i = ((b T + t) H + h) (D / 2) + j, rotating (x[j], x[j + D/2]) of head h at (b, t).
+// RoPE on pair j of head h at (b, t): rotating (x[j], x[j + D/2]). Callers loop over the four
+// indices (no division per element: on a GPU a 64-bit one costs more than the pair's memory traffic).
 template <typename T>
-EFT_HOST_DEVICE void RopeAt(const RopeArgs& a, int64_t i) {
+EFT_HOST_DEVICE void RopeAt(const RopeArgs& a, int64_t b, int64_t t, int64_t h, int64_t j) {
   const int64_t half = a.D / 2;
-  const int64_t j = i % half;
-  int64_t r = i / half;
-  const int64_t h = r % a.H;
-  r /= a.H;
-  const int64_t t = r % a.T, b = r / a.T;
   const T* x = static_cast<const T*>(a.x) + b * a.x_stride_b + t * a.x_stride_t + h * a.x_stride_h;
   const T* cos = static_cast<const T*>(a.cos) + b * a.table_stride_b + t * a.table_stride_t;
   const T* sin = static_cast<const T*>(a.sin) + b * a.table_stride_b + t * a.table_stride_t;
