@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "trainer/kernels/cuda/kernel_math.h"
 
@@ -55,6 +56,23 @@ struct SwiGluBackwardArgs {
   DType dtype = DType::kFloat32;
 };
 int LaunchSwiGluBackward(const SwiGluBackwardArgs& args, void* stream);
+
+// Whether a row kernel may move 16 bytes per access (8 bf16/fp16 or 4 fp32 elements): the row width
+// and every operand's row stride a multiple of that many elements, every operand's start 16-byte
+// aligned. The SwiGLU kernels then take the packed form (same arithmetic per element, so the same
+// bits), else one element per access.
+inline bool VectorizableRows(DType dtype, int64_t width, std::initializer_list<const void*> starts,
+                             std::initializer_list<int64_t> row_strides) {
+  const int64_t lanes = dtype == DType::kFloat32 ? 4 : 8;
+  if (width % lanes != 0) return false;
+  for (const void* p : starts) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  }
+  for (int64_t stride : row_strides) {
+    if (stride % lanes != 0) return false;
+  }
+  return true;
+}
 
 // Cross-entropy over `rows` rows of logits [rows, vocab] (contiguous) with one target each (int64, in
 // [0, vocab): the caller checks): loss[r] = logsumexp(z_r) - z_r[target] in fp32, and, when

@@ -6,12 +6,14 @@
 // the op's one, in units of the magnitudes involved: a formula, not a measurement.
 #include <cmath>
 #include <functional>
+#include <utility>
 #include <limits>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include "trainer/kernels/cuda/fused_kernels.h"
 #include "trainer/kernels/kernels.h"
 #include "trainer/model/llama_internal.h"
 #include "trainer/optim/adamw.h"
@@ -97,11 +99,12 @@ TEST_P(FusedOpsTest, RopeOnAMergedProjectionsViewIsTheCompositeWithinItsRounding
 // g * silu(gate) for d up), 2 roundings against the op's 1. fp32's exp, reciprocal and the silu'
 // expression 1 + x (1 - s) (which cancels near x = -1.28) add a few fp32 ulps of the magnitudes
 // involved: 2^-21 |g up| s (1 + |x|) covers 8 of them. Both forms: merged (the gradient one buffer)
-// and separate tensors (LoRA on gate or up).
+// and separate tensors (LoRA on gate or up). Qwen2.5-0.5B's width takes the GPU's 16-byte packed
+// kernels (kernels::VectorizableRows), an odd one the one-element kernels.
 TEST_P(FusedOpsTest, SwiGluMergedAndSeparateAreTheCompositeWithinTheirRoundings) {
-  const int64_t width = 4864;
   const double slack = std::ldexp(1.0, -21);
-  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+  for (const auto& [width, dtype] : {std::pair{int64_t{4864}, at::kFloat}, {int64_t{4864}, at::kBFloat16},
+                                     {int64_t{102}, at::kBFloat16}}) {
     const double u = UnitRoundoff(dtype);
     const at::Tensor base = (at::randn({3, 257, 2 * width}, On()) * 4).to(dtype);  // 771 rows: no block multiple
     const at::Tensor g = at::randn({3, 257, width}, On()).to(dtype);
@@ -120,13 +123,28 @@ TEST_P(FusedOpsTest, SwiGluMergedAndSeparateAreTheCompositeWithinTheirRoundings)
     const at::Tensor exact_dgate = (dy * up * s * (1 + x * (1 - s))).abs();
     const at::Tensor cancel = slack * (dy * up).abs() * s * (1 + x.abs());
     for (int form : {1, 2}) {
-      EXPECT_LE(((outs[form] - outs[0]).abs() - (3 * u + slack) * exact_out).max().item<double>(), 0.0) << dtype << form;
+      EXPECT_LE(((outs[form] - outs[0]).abs() - (3 * u + slack) * exact_out).max().item<double>(), 0.0)
+          << dtype << form << " width " << width;
       EXPECT_LE(((grads[form].narrow(-1, width, width) - grads[0].narrow(-1, width, width)).abs() -
-                 (3 * u + slack) * exact_dup).max().item<double>(), 0.0) << dtype << form;
+                 (3 * u + slack) * exact_dup).max().item<double>(), 0.0) << dtype << form << " width " << width;
       EXPECT_LE(((grads[form].narrow(-1, 0, width) - grads[0].narrow(-1, 0, width)).abs() -
-                 (3 * u + slack) * exact_dgate - cancel).max().item<double>(), 0.0) << dtype << form;
+                 (3 * u + slack) * exact_dgate - cancel).max().item<double>(), 0.0) << dtype << form << " width " << width;
     }
   }
+}
+
+// When the SwiGLU kernels move 16 bytes per access: widths, row strides and starts that allow it.
+TEST(VectorizableRows, EveryOperandMustAllowSixteenByteAccesses) {
+  using kernels::DType;
+  alignas(16) static char buffer[256];
+  const void* aligned = buffer;
+  const void* off_by_two = buffer + 2;
+  EXPECT_TRUE(kernels::VectorizableRows(DType::kBFloat16, 4864, {aligned, aligned}, {9728, 4864}));
+  EXPECT_TRUE(kernels::VectorizableRows(DType::kFloat32, 12, {aligned}, {12}));
+  EXPECT_FALSE(kernels::VectorizableRows(DType::kBFloat16, 12, {aligned}, {16})) << "12 bf16: not a multiple of 8";
+  EXPECT_FALSE(kernels::VectorizableRows(DType::kBFloat16, 16, {aligned, off_by_two}, {16, 16})) << "a start";
+  EXPECT_FALSE(kernels::VectorizableRows(DType::kBFloat16, 16, {aligned, aligned}, {16, 20})) << "a row stride";
+  EXPECT_FALSE(kernels::VectorizableRows(DType::kFloat32, 6, {aligned}, {6}));
 }
 
 // The loss over Qwen's 151,936 logits per row. A row's log-sum-exp in fp32: each thread of the
