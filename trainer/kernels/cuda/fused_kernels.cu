@@ -128,7 +128,20 @@ constexpr int kRowThreads = kCrossEntropyRowThreads;
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) CrossEntropyKernel(CrossEntropyArgs a) {
   const int64_t row = blockIdx.x;
-  LogSumExpState s = CrossEntropyPartial<T>(a, row, threadIdx.x, kRowThreads);
+  constexpr int V = kVec<T>;
+  // Packed: the same groups in the same order as CrossEntropyPartial's, one 16-byte load each.
+  const bool packed = a.lanes == V;
+  LogSumExpState s;
+  if (packed) {
+    const T* z = static_cast<const T*>(a.logits) + row * a.vocab;
+    for (int64_t g = threadIdx.x; g * V < a.vocab; g += kRowThreads) {
+      const Pack<T> v = LoadPack(z + g * V);
+#pragma unroll
+      for (int l = 0; l < V; ++l) LogSumExpAdd(s, Load(&v.lane[l]));
+    }
+  } else {
+    s = CrossEntropyPartial<T>(a, row, threadIdx.x, kRowThreads);
+  }
   for (int offset = 16; offset > 0; offset >>= 1) {
     const LogSumExpState other{__shfl_xor_sync(0xffffffffu, s.max, offset), __shfl_xor_sync(0xffffffffu, s.sum, offset)};
     s = LogSumExpMerge(s, other);
@@ -150,6 +163,16 @@ __global__ void __launch_bounds__(kRowThreads) CrossEntropyKernel(CrossEntropyAr
   __syncthreads();
   const float lse = row_lse;
   const int64_t target = a.targets[row];
+  if (packed) {
+    T* z = static_cast<T*>(a.logits) + row * a.vocab;
+    for (int64_t g = threadIdx.x; g * V < a.vocab; g += kRowThreads) {
+      Pack<T> v = LoadPack(z + g * V);
+#pragma unroll
+      for (int l = 0; l < V; ++l) Store(&v.lane[l], CrossEntropyGrad(Load(&v.lane[l]), lse, g * V + l == target));
+      StorePack(z + g * V, v);
+    }
+    return;
+  }
   for (int64_t j = threadIdx.x; j < a.vocab; j += kRowThreads) CrossEntropyGradAt<T>(a, row, j, lse, target);
 }
 

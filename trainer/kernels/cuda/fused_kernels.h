@@ -60,7 +60,7 @@ int LaunchSwiGluBackward(const SwiGluBackwardArgs& args, void* stream);
 // Whether a row kernel may move 16 bytes per access (8 bf16/fp16 or 4 fp32 elements): the row width
 // and every operand's row stride a multiple of that many elements, every operand's start 16-byte
 // aligned. The SwiGLU kernels then take the packed form (same arithmetic per element, so the same
-// bits), else one element per access.
+// bits), else one element per access; the cross-entropy reads its rows in groups of that many.
 inline bool VectorizableRows(DType dtype, int64_t width, std::initializer_list<const void*> starts,
                              std::initializer_list<int64_t> row_strides) {
   const int64_t lanes = dtype == DType::kFloat32 ? 4 : 8;
@@ -78,11 +78,15 @@ inline bool VectorizableRows(DType dtype, int64_t width, std::initializer_list<c
 // [0, vocab): the caller checks): loss[r] = logsumexp(z_r) - z_r[target] in fp32, and, when
 // `write_grad`, the logits overwritten with the gradient softmax(z_r) - onehot(target), rounded once
 // to their dtype. One block per row, two passes over it (an online log-sum-exp, then the gradient).
+// A row is read in groups of `lanes` neighbours (1, or 16 bytes' worth where VectorizableRows allows:
+// one access each on the GPU); thread t of the row's 512 takes groups t, t + 512, ..., which fixes the
+// order of its sum (the host twin keeps it).
 struct CrossEntropyArgs {
   void* logits = nullptr;
   const int64_t* targets = nullptr;
   float* loss = nullptr;
   int64_t rows = 0, vocab = 0;
+  int64_t lanes = 1;
   DType dtype = DType::kFloat32;
   bool write_grad = true;
 };

@@ -52,12 +52,14 @@ EFT_HOST_DEVICE void SwiGluBackwardAt(const SwiGluBackwardArgs& a, int64_t row, 
   Store(static_cast<T*>(a.d_up) + row * a.d_up_row_stride + j, d_up);
 }
 
-// One thread's share of a row's log-sum-exp: logits first, first + stride, ...
+// One thread's share of a row's log-sum-exp: the groups of a.lanes logits first, first + stride, ...,
+// each group's in order.
 template <typename T>
 EFT_HOST_DEVICE LogSumExpState CrossEntropyPartial(const CrossEntropyArgs& a, int64_t row, int64_t first, int64_t stride) {
   const T* z = static_cast<const T*>(a.logits) + row * a.vocab;
   LogSumExpState s;
-  for (int64_t j = first; j < a.vocab; j += stride) LogSumExpAdd(s, Load(z + j));
+  for (int64_t g = first; g * a.lanes < a.vocab; g += stride)
+    for (int64_t j = g * a.lanes; j < (g + 1) * a.lanes && j < a.vocab; ++j) LogSumExpAdd(s, Load(z + j));
   return s;
 }
 // Once the row's lse is known: its loss (call before any gradient of the row is written).

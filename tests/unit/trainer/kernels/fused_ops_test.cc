@@ -148,36 +148,41 @@ TEST(VectorizableRows, EveryOperandMustAllowSixteenByteAccesses) {
 }
 
 // The loss over Qwen's 151,936 logits per row. A row's log-sum-exp in fp32: each thread of the
-// 512 adds k = 297 terms (each addition and each rescaling when the maximum moves rounds by u of
-// the partial sum, exp by about one more), 5 + 16 merges once each: relative error <= (2k + 44) u of
-// the sum, its absolute error in log space; log and the final addition add 2 u |lse|. The gradient
-// values differ by p (2 lse errors + 4 u) before both round once to the dtype (u_d each).
+// 512 adds at most k terms (groups of 8 bf16 or 4 fp32 where 16-byte accesses fit: ceil(V / 8 / 512)
+// groups of 8, k = 304 for Qwen; one at a time otherwise; each addition and each rescaling when the
+// maximum moves rounds by u of the partial sum, exp by about one more), 5 + 16 merges once each:
+// relative error <= (2k + 44) u of the sum, its absolute error in log space; log and the final
+// addition add 2 u |lse|. The gradient values differ by p (2 lse errors + 4 u) before both round
+// once to the dtype (u_d each). An odd vocabulary takes the one-logit-at-a-time kernels.
 TEST_P(FusedOpsTest, CrossEntropyOverQwensVocabularyIsTheCompositeWithinItsRoundings) {
-  const int64_t rows = GetParam() == at::kCUDA ? 300 : 24, vocab = 151936, k = (vocab + 511) / 512;
-  const at::Tensor targets = at::randint(6, vocab, {rows}, On().dtype(at::kLong));  // never the masked column 5
-  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    at::Tensor logits = (at::randn({rows, vocab}, On()) * 4).to(dtype);
-    logits.index_put_({at::arange(rows, On().dtype(at::kLong)), targets}, 20.0);  // confident rows, as after training
-    logits.narrow(1, 5, 1).fill_(-std::numeric_limits<double>::infinity());     // a masked logit adds nothing
-    const at::Tensor z = logits.to(at::kFloat);
-    const at::Tensor lse = at::logsumexp(z, -1, true);
-    const at::Tensor ref_loss = (lse - z.gather(1, targets.unsqueeze(1))).squeeze(1);
-    at::Tensor ref_grad = (z - lse).exp();
-    ref_grad.scatter_add_(1, targets.unsqueeze(1), at::full({rows, 1}, -1.0, ref_grad.options()));
-    at::Tensor grad = logits.clone();
-    const at::Tensor loss = CrossEntropyGradInPlace(grad, targets);
-    at::Tensor untouched = logits.clone();
-    const at::Tensor loss_only = CrossEntropyGradInPlace(untouched, targets, /*write_grad=*/false);
-    const double u = std::ldexp(1.0, -24);
-    const at::Tensor lse_error = (2 * k + 44) * u + 2 * u * D(lse).abs().squeeze(1);
-    EXPECT_LE(((D(loss) - D(ref_loss)).abs() - 2 * lse_error - 2 * u * D(z).abs().amax(-1)).max().item<double>(), 0.0) << dtype;
-    EXPECT_TRUE(at::equal(loss, loss_only)) << dtype;
-    EXPECT_TRUE(at::equal(untouched, logits)) << "write_grad=false must leave the logits alone";
-    const double ud = UnitRoundoff(dtype);
-    const at::Tensor p = D((z - lse).exp());
-    const at::Tensor bound = ud * (D(grad).abs() + D(ref_grad).abs()) + p * (2 * lse_error.unsqueeze(1) + 4 * u) + 1e-30;
-    EXPECT_LE(((D(grad) - D(ref_grad.to(dtype))).abs() - bound).max().item<double>(), 0.0) << dtype;
-    EXPECT_EQ(D(grad.narrow(1, 5, 1)).abs().max().item<double>(), 0.0) << "a masked logit's gradient";
+  for (const int64_t vocab : {int64_t{151936}, int64_t{1001}}) {
+    const int64_t rows = GetParam() == at::kCUDA ? 300 : 24, k = 8 * ((vocab + 8 * 512 - 1) / (8 * 512));
+    const at::Tensor targets = at::randint(6, vocab, {rows}, On().dtype(at::kLong));  // never the masked column 5
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      at::Tensor logits = (at::randn({rows, vocab}, On()) * 4).to(dtype);
+      logits.index_put_({at::arange(rows, On().dtype(at::kLong)), targets}, 20.0);  // confident rows, as after training
+      logits.narrow(1, 5, 1).fill_(-std::numeric_limits<double>::infinity());     // a masked logit adds nothing
+      const at::Tensor z = logits.to(at::kFloat);
+      const at::Tensor lse = at::logsumexp(z, -1, true);
+      const at::Tensor ref_loss = (lse - z.gather(1, targets.unsqueeze(1))).squeeze(1);
+      at::Tensor ref_grad = (z - lse).exp();
+      ref_grad.scatter_add_(1, targets.unsqueeze(1), at::full({rows, 1}, -1.0, ref_grad.options()));
+      at::Tensor grad = logits.clone();
+      const at::Tensor loss = CrossEntropyGradInPlace(grad, targets);
+      at::Tensor untouched = logits.clone();
+      const at::Tensor loss_only = CrossEntropyGradInPlace(untouched, targets, /*write_grad=*/false);
+      const double u = std::ldexp(1.0, -24);
+      const at::Tensor lse_error = (2 * k + 44) * u + 2 * u * D(lse).abs().squeeze(1);
+      EXPECT_LE(((D(loss) - D(ref_loss)).abs() - 2 * lse_error - 2 * u * D(z).abs().amax(-1)).max().item<double>(), 0.0)
+          << dtype << " vocab " << vocab;
+      EXPECT_TRUE(at::equal(loss, loss_only)) << dtype;
+      EXPECT_TRUE(at::equal(untouched, logits)) << "write_grad=false must leave the logits alone";
+      const double ud = UnitRoundoff(dtype);
+      const at::Tensor p = D((z - lse).exp());
+      const at::Tensor bound = ud * (D(grad).abs() + D(ref_grad).abs()) + p * (2 * lse_error.unsqueeze(1) + 4 * u) + 1e-30;
+      EXPECT_LE(((D(grad) - D(ref_grad.to(dtype))).abs() - bound).max().item<double>(), 0.0) << dtype << " vocab " << vocab;
+      EXPECT_EQ(D(grad.narrow(1, 5, 1)).abs().max().item<double>(), 0.0) << "a masked logit's gradient";
+    }
   }
 }
 
