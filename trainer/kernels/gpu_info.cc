@@ -15,6 +15,7 @@ GpuMemoryPeak PeakGpuMemory(const c10::Device& device) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index());
     peak.allocated = stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].peak;
     peak.reserved = stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].peak;
+    peak.total = static_cast<int64_t>(at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->totalGlobalMem);
   }
 #else
   (void)device;

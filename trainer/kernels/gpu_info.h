@@ -13,6 +13,7 @@ namespace eft::trainer {
 struct GpuMemoryPeak {
   int64_t allocated = -1;  // bytes, the most held by tensors at once (torch.cuda.max_memory_allocated)
   int64_t reserved = -1;   // bytes, the most the allocator held from the driver (max_memory_reserved)
+  int64_t total = -1;      // bytes, the device's memory (torch.cuda.get_device_properties().total_memory)
 };
 // Since the process started, on `device`; -1 each for a CPU device or a build without CUDA.
 GpuMemoryPeak PeakGpuMemory(const c10::Device& device);

@@ -472,7 +472,7 @@ void Trainer::ReportMemory() {
   if (const GpuMemoryPeak p = PeakGpuMemory(model_->options().device); p.allocated >= 0) {
     // Through the first step: every buffer a step needs has been allocated once.
     gpu = "; peak GPU memory " + std::to_string(p.allocated / 1048576) + " MiB allocated, " +
-          std::to_string(p.reserved / 1048576) + " MiB reserved";
+          std::to_string(p.reserved / 1048576) + " MiB reserved, of " + std::to_string(p.total / 1048576) + " MiB";
   }
   EFT_LOG(INFO) << "rank " << env_.rank << ": " << persistent / 1048576.0
                 << " MiB of parameters, gradients and optimizer state; peak RSS " << peak_rss / 1048576.0 << " MiB"
