@@ -23,13 +23,24 @@ GpuMemoryPeak PeakGpuMemory(const c10::Device& device) {
   return peak;
 }
 
-std::string GpuName(const c10::Device& device) {
+std::string GpuProperties::describe() const {
+  const std::string who = name.empty() ? "a GPU" : name;
+  if (capability < 0) return who + ", compute capability unknown";
+  return who + ", compute capability " + std::to_string(capability / 10) + "." + std::to_string(capability % 10);
+}
+
+GpuProperties GetGpuProperties(const c10::Device& device) {
+  GpuProperties p;
 #ifdef EFT_WITH_CUDA_KERNELS
-  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->name;
+  if (device.is_cuda()) {
+    const cudaDeviceProp* props = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index());
+    p.name = props->name;
+    p.capability = props->major * 10 + props->minor;
+  }
 #else
   (void)device;
 #endif
-  return "";
+  return p;
 }
 
 }  // namespace eft::trainer

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "trainer/kernels/cuda/fused_kernels.h"
+#include "trainer/kernels/gpu_info.h"
 
 #ifdef EFT_WITH_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
@@ -42,11 +43,13 @@ bool UseFusedKernels(const at::Device& device, at::ScalarType t) {
   if (!SupportedDType(t) || !FusedKernelsWanted()) return false;
   if (device.is_cpu()) return FusedKernelsOnTheCpu();
 #ifdef EFT_WITH_CUDA_KERNELS
-  return device.is_cuda();
+  return device.is_cuda() && FusedKernelsRunOn(GetGpuProperties(device));
 #else
   return false;
 #endif
 }
+
+bool FusedKernelsRunOn(const GpuProperties& gpu) { return gpu.capability >= 80; }
 
 bool UseFusedKernels(const at::Tensor& x) { return UseFusedKernels(x.device(), x.scalar_type()); }
 

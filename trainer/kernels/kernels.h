@@ -14,14 +14,18 @@
 
 namespace eft::trainer {
 
-// True when this build has the CUDA kernels, the device is a GPU, the dtype fp32, bf16 or fp16, and
-// EFT_FUSED_KERNELS is not "0" (read once per process): the trainer's test for taking the fused ops.
-// EFT_FUSED_KERNELS=cpu takes them on the CPU as well (their host twins), for the tests of the
-// trainer's fused paths.
+// True when this build has the CUDA kernels, the device is a GPU they run on (FusedKernelsRunOn),
+// the dtype fp32, bf16 or fp16, and EFT_FUSED_KERNELS is not "0" (read once per process): the
+// trainer's test for taking the fused ops. EFT_FUSED_KERNELS=cpu takes them on the CPU as well
+// (their host twins), for the tests of the trainer's fused paths.
 bool UseFusedKernels(const at::Tensor& x);
 bool UseFusedKernels(const at::Device& device, at::ScalarType dtype);
 // Whether this eft-train has the CUDA kernels (`eft-train version`).
 bool FusedCudaKernelsBuilt();
+// Whether the CUDA kernels run on this GPU: they are built for compute capability 8.0 and later
+// (sm_80, sm_90: A100, H100, and the 8.x cards), where bf16 is native too.
+struct GpuProperties;
+bool FusedKernelsRunOn(const GpuProperties& gpu);
 
 // RoPE on x [B, T, H, D] (any strides with the last dimension contiguous, e.g. a view of a merged
 // q/k/v projection) with the context's cos, sin [B, T, D] in x's dtype: a new contiguous [B, T, H, D].

@@ -62,7 +62,7 @@ Result<PrecisionChoice> ChoosePrecision(const std::string& requested, const c10:
     return Status::InvalidArgument("spec.training.precision (\"" + requested + "\") must be one of auto, bf16, fp32");
   }
   c.dtype = c.name == "bf16" ? at::kBFloat16 : at::kFloat;
-  c.emulated_bf16 = c.name == "bf16" && device.is_cpu() && !native_bf16;
+  c.emulated_bf16 = c.name == "bf16" && !native_bf16;
   return c;
 }
 
@@ -93,18 +93,22 @@ double MeasureCpuBf16Slowdown() {
 }
 
 Result<PrecisionChoice> AgreePrecision(const std::string& requested, const c10::Device& device,
-                                       const CpuBf16Support& cpu, Communicator* comm) {
-  const bool native_here = device.is_cuda() || cpu.native();
+                                       const CpuBf16Support& cpu, const GpuProperties& gpu, Communicator* comm) {
+  const bool native_here = device.is_cuda() ? gpu.bf16() : cpu.native();
   bool native_everywhere = native_here;
   if ((requested == "auto" || requested.empty()) && comm->world() > 1) {
     at::Tensor without = at::full({1}, native_here ? 0.0f : 1.0f);  // ranks lacking native bf16
     comm->AllReduceSum(without);
     native_everywhere = without.item<float>() == 0;
   }
-  std::string hardware = device.is_cuda() ? "the GPU" : "this CPU (" + cpu.describe() + ")";
-  if (native_here && !native_everywhere) hardware = "another rank's CPU";
+  std::string hardware = device.is_cuda() ? "the GPU (" + gpu.describe() + ")" : "this CPU (" + cpu.describe() + ")";
+  if (native_here && !native_everywhere) hardware = "another rank's hardware";
   EFT_ASSIGN_OR_RETURN(PrecisionChoice choice, ChoosePrecision(requested, device, native_everywhere, hardware));
-  if (choice.emulated_bf16 && comm->rank() == 0) {
+  if (choice.emulated_bf16 && comm->rank() == 0 && device.is_cuda()) {
+    EFT_LOG(WARNING) << "precision bf16 on a GPU without native bf16 (" << gpu.describe()
+                     << ": bf16 is native from compute capability 8.0): its products are emulated and slower "
+                     << "than fp32 there. precision: auto (the default) or fp32 computes in fp32.";
+  } else if (choice.emulated_bf16 && comm->rank() == 0) {
     char slowdown[32];
     std::snprintf(slowdown, sizeof(slowdown), "%.1f", MeasureCpuBf16Slowdown());
     EFT_LOG(WARNING) << "precision bf16 on a CPU that does not compute it natively (" << cpu.describe()

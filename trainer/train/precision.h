@@ -1,10 +1,11 @@
 // Which dtype the model computes in (training.precision).
 //
-//   auto  bf16 where the hardware computes it natively: every CUDA device eft runs on, and CPUs with
-//         AVX512-BF16 or AMX-BF16; fp32 on other CPUs, where LibTorch emulates bf16 and a step is
-//         many times slower than in fp32 (docs/benchmarks.md, "bf16 on CPUs")
-//   bf16  bf16 everywhere; on a CPU without native bf16 the trainer warns once, with the cost
-//         measured on that CPU at start-up
+//   auto  bf16 where the hardware computes it natively: GPUs of compute capability 8.0 and later
+//         (A100, H100, ...), and CPUs with AVX512-BF16 or AMX-BF16; fp32 elsewhere (older GPUs such
+//         as the V100 and T4, other CPUs), where bf16 is emulated and a step is many times slower
+//         than in fp32 (docs/benchmarks.md, "bf16 on CPUs")
+//   bf16  bf16 everywhere; on hardware without native bf16 the trainer warns once (on a CPU with
+//         the cost measured there at start-up)
 //   fp32  fp32 everywhere
 //
 // Master weights, gradients, optimizer state and checkpoints are fp32 in every case. All ranks of a
@@ -17,6 +18,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "common/status.h"
+#include "trainer/kernels/gpu_info.h"
 
 namespace eft::trainer {
 
@@ -54,10 +56,11 @@ Result<PrecisionChoice> ChoosePrecision(const std::string& requested, const c10:
 // where it is emulated. What the slow-bf16 warning quotes.
 double MeasureCpuBf16Slowdown();
 
-// The run's choice on every rank: this device's hardware (`cpu`: DetectCpuBf16()), and for `auto`
-// with several ranks every rank's (one all-reduce, which every rank must make). Rank 0 logs a
-// warning, with the measured slowdown, when bf16 is set on a CPU that emulates it.
+// The run's choice on every rank: this device's hardware (`cpu`: DetectCpuBf16(); `gpu`:
+// GetGpuProperties(device), bf16 from compute capability 8.0), and for `auto` with several ranks
+// every rank's (one all-reduce, which every rank must make). Rank 0 warns when bf16 is set on
+// hardware that emulates it, on a CPU with the slowdown measured there.
 Result<PrecisionChoice> AgreePrecision(const std::string& requested, const c10::Device& device,
-                                       const CpuBf16Support& cpu, Communicator* comm);
+                                       const CpuBf16Support& cpu, const GpuProperties& gpu, Communicator* comm);
 
 }  // namespace eft::trainer

@@ -33,7 +33,12 @@ namespace {
 // For the start-up line on a GPU: which kernels run (docs/gpu.md, "Fused kernels").
 std::string KernelsNote(const c10::Device& device) {
   if (!device.is_cuda()) return "";
-  return UseFusedKernels(device, at::kFloat) ? " with eft's fused kernels" : " with ATen's kernels (EFT_FUSED_KERNELS=0)";
+  if (UseFusedKernels(device, at::kFloat)) return " with eft's fused kernels";
+  const GpuProperties gpu = GetGpuProperties(device);
+  if (FusedCudaKernelsBuilt() && !FusedKernelsRunOn(gpu)) {
+    return " with ATen's kernels (eft's fused kernels need compute capability 8.0 or later: " + gpu.describe() + ")";
+  }
+  return FusedCudaKernelsBuilt() ? " with ATen's kernels (EFT_FUSED_KERNELS=0)" : " with ATen's kernels";
 }
 
 // For the start-up line: what MFU is measured against, or on a GPU why it is not reported.
@@ -83,9 +88,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   t->device_guard_ = std::make_unique<c10::DeviceGuard>(t->device_);
   EFT_ASSIGN_OR_RETURN(t->comm_, ConnectRanks(t->env_, t->device_));
   EFT_ASSIGN_OR_RETURN(const PrecisionChoice precision,
-                       AgreePrecision(c.precision, t->device_, DetectCpuBf16(), t->comm_.get()));
+                       AgreePrecision(c.precision, t->device_, DetectCpuBf16(), GetGpuProperties(t->device_),
+                                      t->comm_.get()));
   EFT_ASSIGN_OR_RETURN(const ShardingOptions sharding, BuildShardingOptions(c, precision, t->device_));
-  t->peak_ = ChoosePeakFlops(c.peak_tflops, t->device_, GpuName(t->device_), precision.dtype);
+  t->peak_ = ChoosePeakFlops(c.peak_tflops, t->device_, GetGpuProperties(t->device_).name, precision.dtype);
   StallIfAsked("load");
   EFT_ASSIGN_OR_RETURN(t->model_, BuildModel(model_config, *weights, c.model, t->comm_.get(), sharding,
                                              BuildLoraOptions(c)));

@@ -14,6 +14,7 @@
 #include <torch/cuda.h>
 
 #include "trainer/kernels/cuda/fused_kernels.h"
+#include "trainer/kernels/gpu_info.h"
 #include "trainer/kernels/kernels.h"
 #include "trainer/model/llama_internal.h"
 #include "trainer/optim/adamw.h"
@@ -131,6 +132,17 @@ TEST_P(FusedOpsTest, SwiGluMergedAndSeparateAreTheCompositeWithinTheirRoundings)
                  (3 * u + slack) * exact_dgate - cancel).max().item<double>(), 0.0) << dtype << form << " width " << width;
     }
   }
+}
+
+// The kernels are built for sm_80 and sm_90; 8.x cards run the sm_80 code, older GPUs none of it.
+TEST(FusedKernelsRunOn, ComputeCapabilityEightAndLater) {
+  auto gpu = [](int capability) {
+    GpuProperties g;
+    g.capability = capability;
+    return g;
+  };
+  for (int capability : {80, 86, 89, 90, 100}) EXPECT_TRUE(FusedKernelsRunOn(gpu(capability))) << capability;
+  for (int capability : {-1, 60, 70, 75}) EXPECT_FALSE(FusedKernelsRunOn(gpu(capability))) << capability;
 }
 
 // When the SwiGLU kernels move 16 bytes per access: widths, row strides and starts that allow it.

@@ -102,16 +102,49 @@ TEST(MeasureCpuBf16Slowdown, IsAPositiveRatio) {
             << DetectCpuBf16().describe() << ")\n";
 }
 
+GpuProperties Gpu(const std::string& name, int capability) {
+  GpuProperties g;
+  g.name = name;
+  g.capability = capability;
+  return g;
+}
+
 TEST(AgreePrecision, OneRankFollowsItsHardware) {
   RendezvousOptions o;
   auto comm = CreateCpuCommunicator(o);
   ASSERT_TRUE(comm.ok()) << comm.status();
   CpuBf16Support native, emulated;
   native.amx_bf16 = true;
-  EXPECT_EQ(AgreePrecision("auto", kCpu, native, comm->get())->dtype, at::kBFloat16);
-  EXPECT_EQ(AgreePrecision("auto", kCpu, emulated, comm->get())->dtype, at::kFloat);
-  EXPECT_EQ(AgreePrecision("auto", kGpu, emulated, comm->get())->dtype, at::kBFloat16);  // the GPU computes
-  EXPECT_EQ(AgreePrecision("fp32", kCpu, native, comm->get())->dtype, at::kFloat);
+  const GpuProperties h100 = Gpu("NVIDIA H100 80GB HBM3", 90), none;
+  EXPECT_EQ(AgreePrecision("auto", kCpu, native, none, comm->get())->dtype, at::kBFloat16);
+  EXPECT_EQ(AgreePrecision("auto", kCpu, emulated, none, comm->get())->dtype, at::kFloat);
+  EXPECT_EQ(AgreePrecision("auto", kGpu, emulated, h100, comm->get())->dtype, at::kBFloat16);  // the GPU computes
+  EXPECT_EQ(AgreePrecision("fp32", kCpu, native, none, comm->get())->dtype, at::kFloat);
+}
+
+// GPUs older than compute capability 8.0 (V100, T4) emulate bf16: auto is fp32 there, and an explicit
+// bf16 is flagged (rank 0 warns).
+TEST(AgreePrecision, AGpuWithoutNativeBf16GetsFp32) {
+  auto comm = CreateCpuCommunicator(RendezvousOptions{});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  const CpuBf16Support cpu;
+  for (const auto& [gpu, bf16] : {std::pair{Gpu("Tesla T4", 75), false}, {Gpu("Tesla V100-SXM2-16GB", 70), false},
+                                  {Gpu("NVIDIA A100-SXM4-80GB", 80), true}, {Gpu("NVIDIA L4", 89), true}}) {
+    auto c = AgreePrecision("auto", kGpu, cpu, gpu, comm->get());
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->dtype, bf16 ? at::kBFloat16 : at::kFloat) << gpu.describe();
+    const std::string said = "auto: the GPU (" + gpu.describe() + ")" + (bf16 ? " computes" : " does not compute");
+    EXPECT_EQ(c->reason.rfind(said, 0), 0u) << c->reason;
+    auto set = AgreePrecision("bf16", kGpu, cpu, gpu, comm->get());
+    ASSERT_TRUE(set.ok()) << set.status();
+    EXPECT_EQ(set->dtype, at::kBFloat16);
+    EXPECT_EQ(set->emulated_bf16, !bf16) << gpu.describe();
+  }
+  EXPECT_EQ(Gpu("Tesla T4", 75).describe(), "Tesla T4, compute capability 7.5");
+  // A build without the CUDA headers cannot ask: a GPU is taken to have bf16, as eft's target GPUs do.
+  const GpuProperties unknown;
+  EXPECT_EQ(AgreePrecision("auto", kGpu, cpu, unknown, comm->get())->dtype, at::kBFloat16);
+  EXPECT_EQ(unknown.describe(), "a GPU, compute capability unknown");
 }
 
 // Over real Gloo: auto is bf16 only when every rank has it natively, so all ranks compute alike.
@@ -121,11 +154,11 @@ TEST(AgreePrecision, AutoIsFp32OnEveryRankWhenOneRankLacksNativeBf16) {
     RunRanks(3, [&](Communicator& comm) {
       CpuBf16Support cpu;
       cpu.avx512_bf16 = comm.rank() != without;
-      auto c = AgreePrecision("auto", kCpu, cpu, &comm);
+      auto c = AgreePrecision("auto", kCpu, cpu, GpuProperties{}, &comm);
       ASSERT_TRUE(c.ok()) << c.status();
       chosen[comm.rank()] = c->dtype;
       if (without >= 0 && comm.rank() != without) {
-        EXPECT_NE(c->reason.find("another rank's CPU"), std::string::npos) << c->reason;
+        EXPECT_NE(c->reason.find("another rank's hardware"), std::string::npos) << c->reason;
       }
     });
     for (at::ScalarType d : chosen) EXPECT_EQ(d, without < 0 ? at::kBFloat16 : at::kFloat) << "without " << without;
