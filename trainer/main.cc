@@ -36,7 +36,7 @@
 #include "trainer/tokenizer/tokenize_command.h"
 #include "trainer/runtime/events.h"
 #include "trainer/train/launch.h"
-#include "trainer/train/out_of_memory.h"
+#include "trainer/train/memory_advice.h"
 #include "trainer/train/precision.h"
 #include "trainer/train/prepare.h"
 #include "trainer/train/trainer.h"

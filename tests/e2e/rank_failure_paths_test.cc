@@ -160,7 +160,7 @@ TEST_F(RankFailurePathsTest, ABusyRendezvousPortIsItsOwnFailure) {
 // docs/gpu.md, "Out of memory"), where, when, with which settings, and what to change. A real
 // allocation failure: the address space held to 8 GB (RLIMIT_AS), twice what loading takes, while
 // one step's attention scores alone need 8.6 GB (32 rows x 4 heads x 4096^2 fp32). (The GPU's
-// allocator throws c10::OutOfMemoryError, which takes the same path: out_of_memory_test.)
+// allocator throws c10::OutOfMemoryError, which takes the same path: memory_advice_test.)
 TEST_F(RankFailurePathsTest, RunningOutOfMemoryIsItsOwnFailureAndSaysWhatToChange) {
   {
     std::mt19937 gen(5);

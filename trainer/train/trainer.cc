@@ -22,6 +22,7 @@
 #include "trainer/kernels/kernels.h"
 #include "trainer/data/packing.h"
 #include "trainer/train/evaluation.h"
+#include "trainer/train/memory_advice.h"
 #include "trainer/train/precision.h"
 #include "trainer/train/training_data.h"
 #include "trainer/optim/clip.h"
@@ -475,7 +476,8 @@ void Trainer::ReportMemory() {
   }
   const int64_t persistent = PersistentBytes();
   std::string gpu;
-  if (const GpuMemoryPeak p = PeakGpuMemory(model_->options().device); p.allocated >= 0) {
+  const GpuMemoryPeak p = PeakGpuMemory(model_->options().device);
+  if (p.allocated >= 0) {
     // Through the first step: every buffer a step needs has been allocated once.
     gpu = "; peak GPU memory " + std::to_string(p.allocated / 1048576) + " MiB allocated, " +
           std::to_string(p.reserved / 1048576) + " MiB reserved, of " + std::to_string(p.total / 1048576) + " MiB";
@@ -483,6 +485,12 @@ void Trainer::ReportMemory() {
   EFT_LOG(INFO) << "rank " << env_.rank << ": " << persistent / 1048576.0
                 << " MiB of parameters, gradients and optimizer state; peak RSS " << peak_rss / 1048576.0 << " MiB"
                 << gpu;
+  if (env_.rank == 0) {
+    if (auto hint = LargerMicroBatchHint(persistent, p.allocated, p.total, config_.micro_batch_size,
+                                         config_.global_batch_size / comm_->world())) {
+      EFT_LOG(INFO) << "rank 0: " << *hint;
+    }
+  }
   events_.Emit(rank::MemoryEvent{env_.rank, persistent, peak_rss});
 }
 

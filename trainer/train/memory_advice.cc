@@ -1,5 +1,7 @@
-#include "trainer/train/out_of_memory.h"
+#include "trainer/train/memory_advice.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <new>
 #include <vector>
 
@@ -57,6 +59,24 @@ std::string DescribeOutOfMemory(const std::string& allocator_message, const Memo
   }
   s += ".";
   return s;
+}
+
+std::optional<std::string> LargerMicroBatchHint(int64_t persistent, int64_t peak_allocated, int64_t total,
+                                                int64_t micro_batch_size, int64_t sequences_per_step) {
+  if (total <= 0 || peak_allocated <= 0 || micro_batch_size < 1 || sequences_per_step < 2 * micro_batch_size) {
+    return std::nullopt;
+  }
+  const int64_t estimate = 2 * peak_allocated - std::min(persistent, peak_allocated);
+  if (static_cast<double>(estimate) > 0.85 * static_cast<double>(total)) return std::nullopt;
+  auto gib = [](int64_t bytes) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.1f", static_cast<double>(bytes) / (1 << 30));
+    return std::string(s);
+  };
+  return "GPU memory peaked at " + gib(peak_allocated) + " of " + gib(total) + " GiB: training.micro_batch_size " +
+         std::to_string(2 * micro_batch_size) + " (now " + std::to_string(micro_batch_size) +
+         ") would need at most about " + gib(estimate) +
+         " GiB and run fewer, larger kernels, usually faster (gradient accumulation keeps global_batch_size)";
 }
 
 }  // namespace eft::trainer
