@@ -350,6 +350,9 @@ YAML
   # Where eft's step goes, without activation checkpointing (the goal's first row).
   "$train" train --config "$work/bench-none.yaml" --nproc 1 --max-steps 6 --profile-steps 5:6 \
     --profile-dir "$work/profile" >"$out/bench-profile.log" 2>&1 || return 1
+  # What eft suggested about the micro-batch after its first step (docs/gpu.md): the 2x row above
+  # says whether it was right.
+  grep -ho "GPU memory peaked at .* would need at most about [0-9.]* GiB" "$out"/bench-eft-none.log | head -1
   # That run had no --peak-tflops: what eft takes for this GPU by itself (docs/gpu.md, "MFU").
   local own_peak
   own_peak=$(grep -o "MFU \(against\|not reported\).*" "$out/bench-profile.log" | head -1)
