@@ -101,6 +101,7 @@ configure_and_build() {
     -DProtobuf_PROTOC_EXECUTABLE="$protoc" \
     -DCUDAToolkit_ROOT="$cuda_root" -DCMAKE_CUDA_ARCHITECTURES=90 || return 1
   cmake --build "$build" -j "$jobs" || return 1
+  "$build/trainer/eft-train" version  # the GPUs it sees, their compute capability, whether the fused kernels run
   echo "built $(ls "$build"/tests/*/*_test "$build"/tests/*/*/*_test "$build"/tests/*/*/*/*_test 2>/dev/null | wc -l) test programs and $build/trainer/eft-train"
 }
 

@@ -4,6 +4,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/version.h>
 
+#include "trainer/kernels/gpu_info.h"
 #include "trainer/kernels/kernels.h"
 #include "trainer/parallel/communicator.h"
 
@@ -24,7 +25,14 @@ std::string BuildAndDevices() {
   s += CudaBuild() ? ", CUDA build: yes" : ", CUDA build: no";
   s += NcclCommunicatorBuilt() ? ", NCCL communicator: yes" : ", NCCL communicator: no";
   s += FusedCudaKernelsBuilt() ? ", fused CUDA kernels: yes" : ", fused CUDA kernels: no";
-  s += ", GPUs visible: " + std::to_string(VisibleCudaDevices());
+  const int gpus = VisibleCudaDevices();
+  s += ", GPUs visible: " + std::to_string(gpus);
+  for (int i = 0; i < gpus; ++i) {
+    const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(i));
+    const GpuProperties gpu = GetGpuProperties(device);
+    s += (i == 0 ? " (" : "; ") + std::string("cuda:") + std::to_string(i) + " " + gpu.describe() +
+         (FusedKernelsRunOn(gpu) ? "" : ", without fused kernels") + (i + 1 == gpus ? ")" : "");
+  }
   return s;
 }
 

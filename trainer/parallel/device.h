@@ -25,7 +25,9 @@ int VisibleCudaDevices();
 // Whether LibTorch's CUDA part is loaded (a CUDA build), GPUs or not.
 bool CudaBuild();
 // What this eft-train was built with and sees, for `eft-train version` and bug reports:
-// "LibTorch 2.11.0, CUDA build: yes, NCCL communicator: yes, fused CUDA kernels: yes, GPUs visible: 0".
+// "LibTorch 2.11.0, CUDA build: yes, NCCL communicator: yes, fused CUDA kernels: yes, GPUs visible: 0";
+// each visible GPU follows with its name and compute capability ("GPUs visible: 1 (cuda:0 NVIDIA H100
+// 80GB HBM3, compute capability 9.0)"), and ", without fused kernels" where they do not run on it.
 std::string BuildAndDevices();
 // True when CUDA_VISIBLE_DEVICES names exactly one device (a launcher assigned this rank its GPU).
 bool GpuAssignedByLauncher();
