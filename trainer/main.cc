@@ -212,9 +212,14 @@ int Train(const TrainArgs& args) {
     if (!s.ok()) return Fail(s);
   } catch (const std::exception& e) {
     if (std::optional<std::string> oom = OutOfMemoryMessage(e)) {
-      MemoryContext c{env->rank, env->world, trainer ? trainer->device().str() : "",
-                      trainer ? trainer->completed_steps() + 1 : 0, config->micro_batch_size, config->max_seq_len,
-                      config->activation_checkpointing, config->sharding};
+      const MemoryContext c{.rank = env->rank,
+                            .world = env->world,
+                            .device = trainer ? trainer->device().str() : "",
+                            .step = trainer ? trainer->completed_steps() + 1 : 0,
+                            .micro_batch_size = config->micro_batch_size,
+                            .max_seq_len = config->max_seq_len,
+                            .activation_checkpointing = config->activation_checkpointing,
+                            .sharding = config->sharding};
       const std::string message = DescribeOutOfMemory(*oom, c);
       std::fprintf(stderr, "eft-train: %s\n", message.c_str());
       ReportFatalError(message, kExitOutOfMemory);

@@ -148,17 +148,21 @@ with open(path, "w") as f:
         f.write(json.dumps({"input_ids": ids, "labels": [-100] * (k // 4) + ids[k // 4:]}) + "\n")
 PY
 }
-train_run() {  # name device precision packing steps -> $work/NAME.events
-  local name=$1 device=$2 precision=$3 packing=$4 steps=$5
+# train_run name device precision packing steps [nproc [yaml-line [NAME=VALUE...]]]: the tiny model on
+# $work/data.jsonl -> $work/NAME.events, its final model in $work/NAME-out.
+train_run() {
+  local name=$1 device=$2 precision=$3 packing=$4 steps=$5 nproc=${6:-1} extra=${7:-}
+  shift $(($# < 7 ? $# : 7))
   cat >"$work/$name.yaml" <<YAML
 name: $name
 model: $work/model
 data: {train: $work/data.jsonl, max_seq_len: 256, packing: $packing}
 training: {global_batch_size: 8, micro_batch_size: 2, lr: 1.0e-3, precision: $precision, device: $device,
            activation_checkpointing: full, epochs: 100, seed: 7}
+$extra
 YAML
-  EFT_EVENTS_FD=3 "$train" train --config "$work/$name.yaml" --nproc 1 --max-steps "$steps" \
-    >"$out/train-$name.log" 2>&1 3>"$work/$name.events"
+  env "$@" EFT_EVENTS_FD=3 "$train" train --config "$work/$name.yaml" --nproc "$nproc" --max-steps "$steps" \
+    --output-dir "$work/$name-out" >"$out/train-$name.log" 2>&1 3>"$work/$name.events"
 }
 compare_losses() {  # a b tolerance(relative) what
   $py - "$work/$1.events" "$work/$2.events" "$3" "$4" <<'PY'
@@ -195,20 +199,6 @@ gpu_variants() {
 # needs two GPUs. Trained against one rank (the units sharded in GPU memory, the gradients'
 # reduce-scatter); the full checkpoint's parallel write from the GPU ranks against the final model
 # the same run gathers to rank 0 (--output-dir): the same weights, so the same values exactly.
-ranks_run() {  # name nproc [NAME=VALUE...] -> $work/NAME.events, $work/NAME-ckpt/step-10, $work/NAME-out
-  local name=$1 nproc=$2
-  shift 2
-  cat >"$work/$name.yaml" <<YAML
-name: $name
-model: $work/model
-data: {train: $work/data.jsonl, max_seq_len: 256, packing: true}
-training: {global_batch_size: 8, micro_batch_size: 2, lr: 1.0e-3, precision: fp32, device: $gpu,
-           activation_checkpointing: full, epochs: 100, seed: 7}
-checkpoint: {dir: $work/$name-ckpt, every_steps: 0, full_every_steps: 10, full_write: parallel}
-YAML
-  env "$@" EFT_EVENTS_FD=3 "$train" train --config "$work/$name.yaml" --nproc "$nproc" --max-steps 10 \
-    --output-dir "$work/$name-out" >"$out/train-$name.log" 2>&1 3>"$work/$name.events"
-}
 same_weights() {  # dir-a dir-b: every tensor of b's *.safetensors equals a's, exactly
   $py - "$1" "$2" <<'PY'
 import pathlib, sys
@@ -228,7 +218,9 @@ print(f"the parallel write equals the gathered one: {len(names)} file(s), {count
 PY
 }
 gpu_ranks() {
-  ranks_run gpu-w1 1 && ranks_run gpu-w2 2 EFT_GPU_COLLECTIVES=gloo || return 1
+  train_run gpu-w1 "$gpu" fp32 true 10 && train_run gpu-w2 "$gpu" fp32 true 10 2 \
+    "checkpoint: {dir: $work/gpu-w2-ckpt, every_steps: 0, full_every_steps: 10, full_write: parallel}" \
+    EFT_GPU_COLLECTIVES=gloo || return 1
   grep -h "threads per rank" "$out/train-gpu-w2.log" | head -1
   # fp32, the gradients summed in another order at W = 2: float rounding over 10 Adam steps.
   compare_losses gpu-w2 gpu-w1 1e-3 "two GPU ranks sharing one GPU vs one rank" || return 1

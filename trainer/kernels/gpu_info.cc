@@ -1,5 +1,8 @@
 #include "trainer/kernels/gpu_info.h"
 
+#include <array>
+#include <mutex>
+
 #ifdef EFT_WITH_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -15,7 +18,6 @@ GpuMemoryPeak PeakGpuMemory(const c10::Device& device) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index());
     peak.allocated = stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].peak;
     peak.reserved = stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].peak;
-    peak.total = static_cast<int64_t>(at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->totalGlobalMem);
   }
 #else
   (void)device;
@@ -30,17 +32,26 @@ std::string GpuProperties::describe() const {
 }
 
 GpuProperties GetGpuProperties(const c10::Device& device) {
-  GpuProperties p;
 #ifdef EFT_WITH_CUDA_KERNELS
   if (device.is_cuda()) {
-    const cudaDeviceProp* props = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index());
-    p.name = props->name;
-    p.capability = props->major * 10 + props->minor;
+    constexpr int kDevices = 64;  // more than any node has
+    static std::array<std::once_flag, kDevices> once;
+    static std::array<GpuProperties, kDevices> known;
+    const int index = device.index() < 0 ? 0 : device.index();
+    TORCH_CHECK(index < kDevices, "GetGpuProperties: device index ", index, " is out of range");
+    std::call_once(once[index], [index] {
+      const cudaDeviceProp* props = at::cuda::getDeviceProperties(index);
+      GpuProperties& p = known[index];
+      p.name = props->name;
+      p.capability = props->major * 10 + props->minor;
+      p.total_memory = static_cast<int64_t>(props->totalGlobalMem);
+    });
+    return known[index];
   }
 #else
   (void)device;
 #endif
-  return p;
+  return {};
 }
 
 }  // namespace eft::trainer

@@ -14,7 +14,6 @@ namespace eft::trainer {
 struct GpuMemoryPeak {
   int64_t allocated = -1;  // bytes, the most held by tensors at once (torch.cuda.max_memory_allocated)
   int64_t reserved = -1;   // bytes, the most the allocator held from the driver (max_memory_reserved)
-  int64_t total = -1;      // bytes, the device's memory (torch.cuda.get_device_properties().total_memory)
 };
 // Since the process started, on `device`; -1 each for a CPU device or a build without CUDA.
 GpuMemoryPeak PeakGpuMemory(const c10::Device& device);
@@ -24,6 +23,7 @@ GpuMemoryPeak PeakGpuMemory(const c10::Device& device);
 struct GpuProperties {
   std::string name;     // as the driver names it ("NVIDIA H100 80GB HBM3", torch.cuda.get_device_name)
   int capability = -1;  // compute capability, major * 10 + minor (90: H100); -1: unknown
+  int64_t total_memory = -1;  // bytes; -1: unknown
   // bf16 in hardware (tensor cores, conversions) from compute capability 8.0 (A100) on; older GPUs
   // (V100 7.0, T4 7.5) emulate it. Unknown (a build without the CUDA headers): assumed, as every
   // GPU eft is meant for has it.
@@ -32,7 +32,7 @@ struct GpuProperties {
   std::string describe() const;
 };
 // A CPU device, or a build without the CUDA headers (no fused kernels either): name empty,
-// capability -1.
+// capability -1. Read from the driver once per device and kept (the fused kernels ask per layer).
 GpuProperties GetGpuProperties(const c10::Device& device);
 
 }  // namespace eft::trainer

@@ -210,6 +210,12 @@ Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const RendezvousOpt
 }
 #endif
 
+Result<GpuCollectives> ParseGpuCollectives(const std::string& value) {
+  if (value.empty() || value == "nccl") return GpuCollectives::kNccl;
+  if (value == "gloo") return GpuCollectives::kGlooStaged;
+  return Status::InvalidArgument("EFT_GPU_COLLECTIVES=" + value + " is not one of nccl, gloo");
+}
+
 Result<std::unique_ptr<Communicator>> CreateCommunicator(const RendezvousOptions& o, c10::Device device,
                                                          GpuCollectives gpu) {
   if (o.world > 1 && o.rank == 0) {

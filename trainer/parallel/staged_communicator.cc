@@ -92,10 +92,4 @@ std::unique_ptr<Communicator> StageThroughHost(std::unique_ptr<Communicator> hos
   return std::make_unique<HostStagedCommunicator>(std::move(host), device);
 }
 
-Result<GpuCollectives> ParseGpuCollectives(const std::string& value) {
-  if (value.empty() || value == "nccl") return GpuCollectives::kNccl;
-  if (value == "gloo") return GpuCollectives::kGlooStaged;
-  return Status::InvalidArgument("EFT_GPU_COLLECTIVES=" + value + " is not one of nccl, gloo");
-}
-
 }  // namespace eft::trainer

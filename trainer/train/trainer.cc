@@ -477,16 +477,17 @@ void Trainer::ReportMemory() {
   const int64_t persistent = PersistentBytes();
   std::string gpu;
   const GpuMemoryPeak p = PeakGpuMemory(model_->options().device);
+  const int64_t total = GetGpuProperties(model_->options().device).total_memory;
   if (p.allocated >= 0) {
     // Through the first step: every buffer a step needs has been allocated once.
     gpu = "; peak GPU memory " + std::to_string(p.allocated / 1048576) + " MiB allocated, " +
-          std::to_string(p.reserved / 1048576) + " MiB reserved, of " + std::to_string(p.total / 1048576) + " MiB";
+          std::to_string(p.reserved / 1048576) + " MiB reserved, of " + std::to_string(total / 1048576) + " MiB";
   }
   EFT_LOG(INFO) << "rank " << env_.rank << ": " << persistent / 1048576.0
                 << " MiB of parameters, gradients and optimizer state; peak RSS " << peak_rss / 1048576.0 << " MiB"
                 << gpu;
   if (env_.rank == 0) {
-    if (auto hint = LargerMicroBatchHint(persistent, p.allocated, p.total, config_.micro_batch_size,
+    if (auto hint = LargerMicroBatchHint(persistent, p.allocated, total, config_.micro_batch_size,
                                          config_.global_batch_size / comm_->world())) {
       EFT_LOG(INFO) << "rank 0: " << *hint;
     }
