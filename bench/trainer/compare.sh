@@ -16,6 +16,7 @@
 #     the backward); e.g. "eager compile fsdp2+compile" (default: "eager"; empty: no PyTorch runs)
 #   BASELINE_TRAIN: another eft-train binary (e.g. a copy of an earlier commit's), run as well for every
 #     eft variant, interleaved, in rows marked "baseline": an A/B of a change in one run
+#   CLEANUP=1: remove the run's directory when the table is printed (kept when anything failed)
 #   EFT_ARGS: extra `eft-train train` flags; EFT_ENV, TORCH_ENV: extra environment (VAR=value ...)
 #     for eft's and PyTorch's processes, e.g. EFT_ENV=OPENBLAS_NUM_THREADS=2
 # Prints the markdown table, a row per eft and PyTorch variant and case, each PyTorch row with the ratio
@@ -119,4 +120,4 @@ for c in cases:
             print(f"| {c} | {label} | {median_range(tps)} | {ratio} | {line} | {rss(paths[0]):.0f} |")
 PY
 echo
-echo "logs: $DIR"
+if [[ ${CLEANUP:-0} == 1 ]]; then rm -rf "$DIR"; else echo "logs: $DIR"; fi
