@@ -154,14 +154,17 @@ class HostileInput : public TrainerTest {
   }
 
   // The refusal every case expects: exit 2, no signal, in time, stderr naming `file` and `problem`.
-  void ExpectRefused(const Outcome& o, const std::string& file, const std::string& problem) {
-    EXPECT_FALSE(o.timed_out) << Describe(o);
-    EXPECT_EQ(o.signal, 0) << Describe(o);
-    EXPECT_EQ(o.exit_code, 2) << Describe(o);
-    EXPECT_NE(o.output.find(file), std::string::npos) << "the message should name " << file << "\n" << Describe(o);
-    EXPECT_NE(o.output.find(problem), std::string::npos) << "the message should say '" << problem << "'\n"
-                                                         << Describe(o);
-    EXPECT_EQ(o.output.find("terminate called"), std::string::npos) << Describe(o);
+  // A predicate, so each case's assertion stands in its own body: EXPECT_TRUE(Refused(...)).
+  ::testing::AssertionResult Refused(const Outcome& o, const std::string& file, const std::string& problem) {
+    std::string wrong;
+    if (o.timed_out) wrong += "timed out; ";
+    if (o.signal != 0) wrong += "killed by signal " + std::to_string(o.signal) + "; ";
+    if (o.exit_code != 2) wrong += "exit code " + std::to_string(o.exit_code) + ", not 2; ";
+    if (o.output.find(file) == std::string::npos) wrong += "the message does not name " + file + "; ";
+    if (o.output.find(problem) == std::string::npos) wrong += "the message does not say '" + problem + "'; ";
+    if (o.output.find("terminate called") != std::string::npos) wrong += "std::terminate was called; ";
+    if (wrong.empty()) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << wrong << "\n" << Describe(o);
   }
 
   void WriteFile(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
@@ -219,48 +222,48 @@ TEST_F(HostileInput, BaselineRuns) {
 TEST_F(HostileInput, TokenizerJsonTruncated) {
   const std::string text = ReadFile(in_model("tokenizer.json"));
   WriteFile(in_model("tokenizer.json"), text.substr(0, text.size() / 2));
-  ExpectRefused(TokenizeRun(), "model/tokenizer.json", "not valid JSON");
-  ExpectRefused(TrainRun(), "model/tokenizer.json", "not valid JSON");
+  EXPECT_TRUE(Refused(TokenizeRun(), "model/tokenizer.json", "not valid JSON"));
+  EXPECT_TRUE(Refused(TrainRun(), "model/tokenizer.json", "not valid JSON"));
 }
 
 TEST_F(HostileInput, TokenizerJsonNotJson) {
   WriteFile(in_model("tokenizer.json"), std::string("\x89PNG\r\n\x1a\n\0\0\0garbage", 20));
-  ExpectRefused(TokenizeRun(), "model/tokenizer.json", "not valid JSON");
+  EXPECT_TRUE(Refused(TokenizeRun(), "model/tokenizer.json", "not valid JSON"));
 }
 
 TEST_F(HostileInput, TokenizerVocabIsAList) {
   EditJson(in_model("tokenizer.json"), [](json& j) { j["model"]["vocab"] = json::array({"a", "b"}); });
-  ExpectRefused(TokenizeRun(), "model/tokenizer.json", "model.vocab: expected a mapping of token -> id");
+  EXPECT_TRUE(Refused(TokenizeRun(), "model/tokenizer.json", "model.vocab: expected a mapping of token -> id"));
 }
 
 TEST_F(HostileInput, TokenizerMergesGarbage) {
   EditJson(in_model("tokenizer.json"), [](json& j) { j["model"]["merges"] = json::array({42, {{"x", 1}}}); });
-  ExpectRefused(TokenizeRun(), "model/tokenizer.json", "model.merges[0]");
+  EXPECT_TRUE(Refused(TokenizeRun(), "model/tokenizer.json", "model.merges[0]"));
 }
 
 TEST_F(HostileInput, TokenizerWrongTypesDeepInside) {
   // Types nlohmann would throw on (value() of a number as a string, an added token that is a
   // number): each is a message, never an escaped exception.
   EditJson(in_model("tokenizer.json"), [](json& j) { j["added_tokens"][0]["content"] = 5; });
-  ExpectRefused(TokenizeRun(), "model/tokenizer.json", "added_tokens[0]");
+  EXPECT_TRUE(Refused(TokenizeRun(), "model/tokenizer.json", "added_tokens[0]"));
   EditJson(in_model("tokenizer.json"), [](json& j) {
     j["added_tokens"][0]["content"] = "<|im_start|>";
     j["decoder"] = {{"type", "Strip"}, {"content", 7}};
   });
-  ExpectRefused(TokenizeRun(), "model/tokenizer.json", "decoder");
+  EXPECT_TRUE(Refused(TokenizeRun(), "model/tokenizer.json", "decoder"));
 }
 
 TEST_F(HostileInput, TokenizerIdOutOfRange) {
   // An id far past the vocabulary would size the id -> token table by it.
   EditJson(in_model("tokenizer.json"), [](json& j) { j["model"]["vocab"]["he"] = 2000000000; });
-  ExpectRefused(TokenizeRun(), "model/tokenizer.json", "model.vocab: id 2000000000");
+  EXPECT_TRUE(Refused(TokenizeRun(), "model/tokenizer.json", "model.vocab: id 2000000000"));
 }
 
 TEST_F(HostileInput, TokenizerRegexDoesNotCompile) {
   EditJson(in_model("tokenizer.json"), [](json& j) {
     j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed[a-"}}}, {"behavior", "Isolated"}};
   });
-  ExpectRefused(TokenizeRun(), "model/tokenizer.json", "does not compile");
+  EXPECT_TRUE(Refused(TokenizeRun(), "model/tokenizer.json", "does not compile"));
 }
 
 TEST_F(HostileInput, TokenizerDeeplyNested) {
@@ -269,7 +272,7 @@ TEST_F(HostileInput, TokenizerDeeplyNested) {
   std::string text = ReadFile(in_model("tokenizer.json"));
   text.insert(1, "\"normalizer_extra\": " + deep + ", \"normalizer\": " + deep + ",");
   WriteFile(in_model("tokenizer.json"), text);
-  ExpectRefused(TokenizeRun(), "model/tokenizer.json", "nested");
+  EXPECT_TRUE(Refused(TokenizeRun(), "model/tokenizer.json", "nested"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -283,47 +286,47 @@ void SetTemplate(const fs::path& config, const std::string& source) {
 
 TEST_F(HostileInput, TemplateUnsupportedTags) {
   SetTemplate(in_model("tokenizer_config.json"), "{% include 'other.jinja' %}");
-  ExpectRefused(ChatTemplateRun(), "model/tokenizer_config.json", "unsupported tag 'include'");
+  EXPECT_TRUE(Refused(ChatTemplateRun(), "model/tokenizer_config.json", "unsupported tag 'include'"));
   SetTemplate(in_model("tokenizer_config.json"), "{% call f() %}x{% endcall %}");
-  ExpectRefused(ChatTemplateRun(), "model/tokenizer_config.json", "unsupported tag 'call'");
+  EXPECT_TRUE(Refused(ChatTemplateRun(), "model/tokenizer_config.json", "unsupported tag 'call'"));
   // At load, before any data is read.
-  ExpectRefused(TrainRun(), "model/tokenizer_config.json", "unsupported tag 'call'");
+  EXPECT_TRUE(Refused(TrainRun(), "model/tokenizer_config.json", "unsupported tag 'call'"));
 }
 
 TEST_F(HostileInput, TemplateEndlessMacroRecursion) {
   // Macros are supported; one calling itself recursed on the C++ stack until it overflowed.
   SetTemplate(in_model("tokenizer_config.json"), "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}");
-  ExpectRefused(ChatTemplateRun(), "model/tokenizer_config.json", "macro 'f' calls nested more than");
+  EXPECT_TRUE(Refused(ChatTemplateRun(), "model/tokenizer_config.json", "macro 'f' calls nested more than"));
   // In training the template runs per conversation: the line and the template file are named.
   WriteFile(dir_ / "data.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
                                  "{\"role\": \"assistant\", \"content\": \"yo\"}]}\n");
-  ExpectRefused(TrainRun(), "data.jsonl:1: " + in_model("tokenizer_config.json").string(), "macro 'f'");
+  EXPECT_TRUE(Refused(TrainRun(), "data.jsonl:1: " + in_model("tokenizer_config.json").string(), "macro 'f'"));
 }
 
 TEST_F(HostileInput, TemplateUnclosedBlock) {
   SetTemplate(in_model("tokenizer_config.json"), "{% for m in messages %}{% if m %}{{ m.content }}{% endfor %}");
-  ExpectRefused(ChatTemplateRun(), "model/tokenizer_config.json", "line 1");
+  EXPECT_TRUE(Refused(ChatTemplateRun(), "model/tokenizer_config.json", "line 1"));
   SetTemplate(in_model("tokenizer_config.json"), "{% for m in messages %}{{ m.content }}");
-  ExpectRefused(ChatTemplateRun(), "model/tokenizer_config.json", "line 1");
+  EXPECT_TRUE(Refused(ChatTemplateRun(), "model/tokenizer_config.json", "line 1"));
   SetTemplate(in_model("tokenizer_config.json"), "{{ messages[0].content ");
-  ExpectRefused(ChatTemplateRun(), "model/tokenizer_config.json", "line 1");
+  EXPECT_TRUE(Refused(ChatTemplateRun(), "model/tokenizer_config.json", "line 1"));
 }
 
 TEST_F(HostileInput, TemplateDeeplyNestedExpression) {
   SetTemplate(in_model("tokenizer_config.json"), "{{ " + std::string(150, '(') + "1" + std::string(150, ')') + " }}");
-  ExpectRefused(ChatTemplateRun(), "model/tokenizer_config.json", "nested more than 100 levels");
+  EXPECT_TRUE(Refused(ChatTemplateRun(), "model/tokenizer_config.json", "nested more than 100 levels"));
   SetTemplate(in_model("tokenizer_config.json"), std::string(150 * 10, ' ').replace(0, 0, [] {
     std::string s;
     for (int i = 0; i < 150; ++i) s += "{% if 1 %}";
     return s;
   }()));
-  ExpectRefused(ChatTemplateRun(), "model/tokenizer_config.json", "nested more than 100 levels");
+  EXPECT_TRUE(Refused(ChatTemplateRun(), "model/tokenizer_config.json", "nested more than 100 levels"));
   // A long chain builds a tree as deep as it is long: refused by length (and lexed in linear time).
   std::string chain = "{{ 1";
   for (int i = 0; i < 200000; ++i) chain += "+1";
   SetTemplate(in_model("tokenizer_config.json"), chain + " }}");
   Outcome o = ChatTemplateRun();
-  ExpectRefused(o, "model/tokenizer_config.json", "a tag of 400002 tokens");
+  EXPECT_TRUE(Refused(o, "model/tokenizer_config.json", "a tag of 400002 tokens"));
   EXPECT_LT(o.seconds, 10) << Describe(o);
 }
 
@@ -332,7 +335,7 @@ TEST_F(HostileInput, TemplateRunsForever) {
   SetTemplate(in_model("tokenizer_config.json"),
               "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}"
               "{% endfor %}{% endfor %}{% endfor %}");
-  ExpectRefused(ChatTemplateRun(), "model/tokenizer_config.json", "steps");
+  EXPECT_TRUE(Refused(ChatTemplateRun(), "model/tokenizer_config.json", "steps"));
   // Integer power by repeated multiplication: 10^12 multiplications.
   SetTemplate(in_model("tokenizer_config.json"), "{{ 3 ** 1000000000000 }}");
   Outcome o = ChatTemplateRun();
@@ -342,12 +345,12 @@ TEST_F(HostileInput, TemplateRunsForever) {
 
 TEST_F(HostileInput, TemplateHugeOutput) {
   SetTemplate(in_model("tokenizer_config.json"), "{{ 'x' * 1000000000000 }}");
-  ExpectRefused(ChatTemplateRun(), "model/tokenizer_config.json", "too long");
+  EXPECT_TRUE(Refused(ChatTemplateRun(), "model/tokenizer_config.json", "too long"));
   // Doubling a string 60 times: few steps, 2^60 bytes.
   SetTemplate(in_model("tokenizer_config.json"),
               "{% set ns = namespace(s='xx') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
               "{{ ns.s }}");
-  ExpectRefused(ChatTemplateRun(), "model/tokenizer_config.json", "too long");
+  EXPECT_TRUE(Refused(ChatTemplateRun(), "model/tokenizer_config.json", "too long"));
 }
 
 TEST_F(HostileInput, TemplateIntegerOverflowTrap) {
@@ -360,7 +363,7 @@ TEST_F(HostileInput, TemplateIntegerOverflowTrap) {
 
 TEST_F(HostileInput, TemplateListEntryMalformed) {
   EditJson(in_model("tokenizer_config.json"), [](json& j) { j["chat_template"] = json::array({1, {{"name", 2}}}); });
-  ExpectRefused(ChatTemplateRun(), "model/tokenizer_config.json", "chat_template");
+  EXPECT_TRUE(Refused(ChatTemplateRun(), "model/tokenizer_config.json", "chat_template"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -384,7 +387,7 @@ TEST_F(HostileInput, ConfigAbsurdSizes) {
     j[field] = value;
     WriteFile(in_model("config.json"), j.dump());
     Outcome o = TrainRun();
-    ExpectRefused(o, "model/config.json", problem);
+    EXPECT_TRUE(Refused(o, "model/config.json", problem));
     EXPECT_LT(o.max_rss_mb, 2048) << field << " = " << value.dump();
   }
   // head_dim not given and not dividing: hidden_size 33 over 2 heads.
@@ -392,7 +395,7 @@ TEST_F(HostileInput, ConfigAbsurdSizes) {
   j.erase("head_dim");
   j["hidden_size"] = 33;
   WriteFile(in_model("config.json"), j.dump());
-  ExpectRefused(TrainRun(), "model/config.json", "must be divisible by num_attention_heads");
+  EXPECT_TRUE(Refused(TrainRun(), "model/config.json", "must be divisible by num_attention_heads"));
   // Plausible fields whose product is not: 24 layers of 2^20 x 2^20 matrices.
   j = original;
   j["hidden_size"] = 1 << 20;
@@ -402,9 +405,9 @@ TEST_F(HostileInput, ConfigAbsurdSizes) {
   j["head_dim"] = 1 << 10;
   j["num_hidden_layers"] = 1000;
   WriteFile(in_model("config.json"), j.dump());
-  ExpectRefused(TrainRun(), "model/config.json", "parameters");
+  EXPECT_TRUE(Refused(TrainRun(), "model/config.json", "parameters"));
   WriteFile(in_model("config.json"), "{\"model_type\": \"llama\", ");
-  ExpectRefused(TrainRun(), "model/config.json", "not valid JSON");
+  EXPECT_TRUE(Refused(TrainRun(), "model/config.json", "not valid JSON"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -415,13 +418,13 @@ TEST_F(HostileInput, SafetensorsHeaderLengthBeyondFile) {
   const uint64_t huge = bytes.size() + 1000;
   std::memcpy(bytes.data(), &huge, 8);
   WriteFile(in_model("model.safetensors"), bytes);
-  ExpectRefused(TrainRun(), "model/model.safetensors", "header");
+  EXPECT_TRUE(Refused(TrainRun(), "model/model.safetensors", "header"));
   const uint64_t absurd = ~uint64_t{0};
   std::memcpy(bytes.data(), &absurd, 8);
   WriteFile(in_model("model.safetensors"), bytes);
-  ExpectRefused(TrainRun(), "model/model.safetensors", "header");
+  EXPECT_TRUE(Refused(TrainRun(), "model/model.safetensors", "header"));
   WriteFile(in_model("model.safetensors"), bytes.substr(0, 5));
-  ExpectRefused(TrainRun(), "model/model.safetensors", "too short");
+  EXPECT_TRUE(Refused(TrainRun(), "model/model.safetensors", "too short"));
 }
 
 TEST_F(HostileInput, SafetensorsHeaderNotJson) {
@@ -429,7 +432,7 @@ TEST_F(HostileInput, SafetensorsHeaderNotJson) {
   bytes[8] = '[';
   bytes[9] = '!';
   WriteFile(in_model("model.safetensors"), bytes);
-  ExpectRefused(TrainRun(), "model/model.safetensors", "header is not valid JSON");
+  EXPECT_TRUE(Refused(TrainRun(), "model/model.safetensors", "header is not valid JSON"));
 }
 
 TEST_F(HostileInput, SafetensorsOverlappingOffsets) {
@@ -438,7 +441,7 @@ TEST_F(HostileInput, SafetensorsOverlappingOffsets) {
     auto off = h["model.norm.weight"]["data_offsets"];
     h["model.norm.weight"]["data_offsets"] = {off[0].get<uint64_t>() - 4, off[1].get<uint64_t>() - 4};
   });
-  ExpectRefused(TrainRun(), "model/model.safetensors", "overlap");
+  EXPECT_TRUE(Refused(TrainRun(), "model/model.safetensors", "overlap"));
 }
 
 TEST_F(HostileInput, SafetensorsOffsetsPastTheEnd) {
@@ -447,21 +450,21 @@ TEST_F(HostileInput, SafetensorsOffsetsPastTheEnd) {
     h["model.norm.weight"]["data_offsets"] = {size + 1000, size + 1128};
     h["model.norm.weight"]["shape"] = {32};
   });
-  ExpectRefused(TrainRun(), "model/model.safetensors", "exceed the data section");
+  EXPECT_TRUE(Refused(TrainRun(), "model/model.safetensors", "exceed the data section"));
   EditSafetensorsHeader([&](json& h) { h["model.norm.weight"]["data_offsets"] = {~uint64_t{0} - 64, ~uint64_t{0}}; });
-  ExpectRefused(TrainRun(), "model/model.safetensors", "exceed the data section");
+  EXPECT_TRUE(Refused(TrainRun(), "model/model.safetensors", "exceed the data section"));
 }
 
 TEST_F(HostileInput, SafetensorsUnknownDtype) {
   EditSafetensorsHeader([](json& h) { h["model.norm.weight"]["dtype"] = "Q7"; });
-  ExpectRefused(TrainRun(), "model/model.safetensors", "unknown dtype 'Q7'");
+  EXPECT_TRUE(Refused(TrainRun(), "model/model.safetensors", "unknown dtype 'Q7'"));
 }
 
 TEST_F(HostileInput, SafetensorsShapeDoesNotMatchBytes) {
   EditSafetensorsHeader([](json& h) { h["model.norm.weight"]["shape"] = {33}; });
-  ExpectRefused(TrainRun(), "model/model.safetensors", "but data_offsets");
+  EXPECT_TRUE(Refused(TrainRun(), "model/model.safetensors", "but data_offsets"));
   EditSafetensorsHeader([](json& h) { h["model.norm.weight"]["shape"] = {1LL << 40, 1LL << 40}; });
-  ExpectRefused(TrainRun(), "model/model.safetensors", "too large");
+  EXPECT_TRUE(Refused(TrainRun(), "model/model.safetensors", "too large"));
 }
 
 TEST_F(HostileInput, SafetensorsMissingTensor) {
@@ -473,7 +476,7 @@ TEST_F(HostileInput, SafetensorsMissingTensor) {
   }
   dir->reset();
   ASSERT_TRUE(trainer::WriteSafetensors(in_model("model.safetensors").string(), kept, {{"format", "pt"}}).ok());
-  ExpectRefused(TrainRun(), "model", "no tensor 'model.norm.weight'");
+  EXPECT_TRUE(Refused(TrainRun(), "model", "no tensor 'model.norm.weight'"));
 }
 
 // A config.json with plausible sizes that are not the weights' (a 2-layer 64-wide model described
@@ -487,13 +490,13 @@ TEST_F(HostileInput, ConfigPlausibleButNotTheWeights) {
   j["head_dim"] = 1024;
   WriteFile(in_model("config.json"), j.dump());
   Outcome o = TrainRun();
-  ExpectRefused(o, "model", "in the safetensors files, but config.json gives");
+  EXPECT_TRUE(Refused(o, "model", "in the safetensors files, but config.json gives"));
   EXPECT_LT(o.max_rss_mb, 1024) << Describe(o);
 }
 
 TEST_F(HostileInput, SafetensorsTensorShapeNotTheConfigs) {
   EditSafetensorsHeader([](json& h) { h["model.norm.weight"]["shape"] = {2, 16}; });
-  ExpectRefused(TrainRun(), "model", "model.norm.weight: shape");
+  EXPECT_TRUE(Refused(TrainRun(), "model", "model.norm.weight: shape"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -510,7 +513,7 @@ TEST_F(HostileInput, JsonlHundredMegabyteLine) {
     f << json{{"text", "world"}}.dump() << "\n";
   }
   Outcome o = PrepareRun("error");
-  ExpectRefused(o, "data.jsonl:2", "longer than");
+  EXPECT_TRUE(Refused(o, "data.jsonl:2", "longer than"));
   EXPECT_LT(o.seconds, 20) << Describe(o);
   EXPECT_LT(o.max_rss_mb, 1024) << Describe(o);
   o = PrepareRun("skip");
@@ -524,14 +527,14 @@ TEST_F(HostileInput, JsonlHundredMegabyteLine) {
 
 TEST_F(HostileInput, JsonlInvalidUtf8) {
   WriteFile(dir_ / "data.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"caf\xC3\x28 \xFF\"}\n");
-  ExpectRefused(PrepareRun(), "data.jsonl:2", "invalid UTF-8");
+  EXPECT_TRUE(Refused(PrepareRun(), "data.jsonl:2", "invalid UTF-8"));
 }
 
 TEST_F(HostileInput, JsonlLineIsAnArray) {
   WriteFile(dir_ / "data.jsonl", "{\"text\": \"ok\"}\n[1, 2, 3]\n");
-  ExpectRefused(PrepareRun(), "data.jsonl:2", "expected a JSON object, got array");
+  EXPECT_TRUE(Refused(PrepareRun(), "data.jsonl:2", "expected a JSON object, got array"));
   WriteFile(dir_ / "data.jsonl", "[{\"text\": \"ok\"}]\n");
-  ExpectRefused(PrepareRun(), "data.jsonl:1", "expected a JSON object, got array");
+  EXPECT_TRUE(Refused(PrepareRun(), "data.jsonl:1", "expected a JSON object, got array"));
 }
 
 TEST_F(HostileInput, JsonlDeeplyNested) {
@@ -540,9 +543,9 @@ TEST_F(HostileInput, JsonlDeeplyNested) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   WriteFile(dir_ / "data.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"x\": " + deep +
                                      "}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n");
-  ExpectRefused(PrepareRun(), "data.jsonl:1", "nested");
+  EXPECT_TRUE(Refused(PrepareRun(), "data.jsonl:1", "nested"));
   WriteFile(dir_ / "data.jsonl", "{\"input_ids\": " + deep + "}\n");
-  ExpectRefused(PrepareRun(), "data.jsonl:1", "nested");
+  EXPECT_TRUE(Refused(PrepareRun(), "data.jsonl:1", "nested"));
 }
 
 }  // namespace
