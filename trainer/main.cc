@@ -133,7 +133,7 @@ int InitModel(const InitModelArgs& a) {
     specs.insert(specs.end(), layer.begin(), layer.end());
   }
   for (const auto& spec : specs) tensors.emplace_back(spec.name, InitParameter(*config, spec, a.seed));
-  auto written = WriteHfModel(a.out, tensors, *config, dtype, a.tokenizer);
+  auto written = WriteHfModel(a.out, tensors, *config, dtype, {{a.tokenizer}, ""});
   if (!written.ok()) return Fail(written.status());
   std::printf("wrote a random %s model (%.2fM parameters, %s) to %s\n", a.arch.c_str(), config->NumParameters() / 1e6,
               a.dtype.c_str(), a.out.c_str());

@@ -9,15 +9,7 @@ set -uo pipefail
 train=$1 py=$2 work=$3 device=${4:-cpu}
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
-passed=0 failed=0
-check() {  # name command...
-  local name=$1; shift
-  if "$@" >"$work/$name.log" 2>&1; then
-    passed=$((passed + 1)); echo "PASS $name: $(tail -n 1 "$work/$name.log")"
-  else
-    failed=$((failed + 1)); echo "FAIL $name:"; tail -n 30 "$work/$name.log"
-  fi
-}
+source "$here/check_lib.sh"
 
 "$train" init-model --arch llama --hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 160 \
   --vocab-size 512 --dtype bfloat16 --seed 9 --out "$work/base" >"$work/init.log" 2>&1 ||

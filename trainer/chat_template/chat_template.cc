@@ -62,9 +62,21 @@ Result<ModelChatTemplate> ModelChatTemplate::Load(const std::string& model_dir, 
     m.special_tokens_["additional_special_tokens"] = extra;
   }
 
+  // As transformers (>= 4.43) reads a directory: template files, when there are any, replace
+  // tokenizer_config.json's chat_template entirely.
+  const fs::path file = fs::path(model_dir) / "chat_template.jinja";
+  const fs::path tool_use_file = fs::path(model_dir) / "additional_chat_templates" / "tool_use.jinja";
   if (!override_file.empty()) {
     EFT_ASSIGN_OR_RETURN(m.default_source_, ReadFileToString(override_file));
     m.source_path_ = override_file;
+  } else if (fs::exists(file) || fs::exists(tool_use_file)) {
+    m.source_path_ = (fs::exists(file) ? file : tool_use_file).string();
+    if (fs::exists(file)) {
+      EFT_ASSIGN_OR_RETURN(m.default_source_, ReadFileToString(file.string()));
+    }
+    if (fs::exists(tool_use_file)) {
+      EFT_ASSIGN_OR_RETURN(m.tool_use_source_, ReadFileToString(tool_use_file.string()));
+    }
   } else if (config.contains("chat_template") && config["chat_template"].is_string()) {
     m.default_source_ = config["chat_template"].get<std::string>();
     m.source_path_ = config_path;
@@ -84,9 +96,6 @@ Result<ModelChatTemplate> ModelChatTemplate::Load(const std::string& model_dir, 
     }
     if (m.default_source_.empty() && m.tool_use_source_.empty())
       return Status::InvalidArgument(config_path + ": chat_template list has neither 'default' nor 'tool_use'");
-  } else if (fs::exists(fs::path(model_dir) / "chat_template.jinja")) {
-    m.source_path_ = (fs::path(model_dir) / "chat_template.jinja").string();
-    EFT_ASSIGN_OR_RETURN(m.default_source_, ReadFileToString(m.source_path_));
   } else {
     return Status::NotFound(model_dir + " has no chat template (tokenizer_config.json chat_template or "
                                         "chat_template.jinja); set data.chat_template to a Jinja file");

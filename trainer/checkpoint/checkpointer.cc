@@ -271,7 +271,7 @@ Status Checkpointer::WriteFull(const TrainerState& state) {
   Status s;
   std::vector<ManifestFile> files;
   FullSaveTimes times;
-  auto written = WriteFullState(*model_, Units(), tmp, policy_.tokenizer_dir, writer, /*with_optimizer=*/true, &times,
+  auto written = WriteFullState(*model_, Units(), tmp, policy_.hf_files, writer, /*with_optimizer=*/true, &times,
                                 policy_.full_write);
   // bench/checkpoint/full_save.sh parses rank 0's line up to "writing W s"; what follows is new.
   const bool parallel = policy_.full_write == FullWriteMode::kParallel && !model_->lora().enabled;

@@ -48,7 +48,7 @@ struct CheckpointPolicy {
   int64_t every_steps;         // sharded; 0: never
   int64_t full_every_steps;    // full; 0: only at the end
   int keep_last;
-  std::string tokenizer_dir;   // copied into full checkpoints
+  HfFileSources hf_files;      // copied into full checkpoints (the model's tokenizer, templates...)
   bool require_resume;         // checkpoint.require_resume: all found checkpoints unusable -> fail
   bool keep_best;              // checkpoint.keep_best: retention spares BestEvaluatedCheckpoint (manifest.h)
   FullWriteMode full_write;    // checkpoint.full_write (full_state.h)

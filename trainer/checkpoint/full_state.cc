@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "common/crc32c.h"
 #include "common/file_util.h"
@@ -17,11 +19,41 @@ namespace eft::trainer {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string>& TokenizerFiles() {
-  static const std::vector<std::string> kFiles = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                                  "generation_config.json", "vocab.json", "merges.txt",
-                                                  "tokenizer.model", "added_tokens.json"};
-  return kFiles;
+namespace {
+
+// What save_pretrained writes for a tokenizer and a causal LM besides weights and config.json
+// (transformers 4.x and 5), and what a model's repository ships with them.
+bool IsHfModelFile(const std::string& name) {
+  static const std::set<std::string> kNames = {
+      "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+      "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model",
+      "chat_template.jinja", "chat_template.json", "generation_config.json"};
+  if (kNames.count(name) != 0) return true;
+  if (name.size() > 9 && name.compare(name.size() - 9, 9, ".tiktoken") == 0) return true;
+  // The licence travels with a model derived from it (Apache-2.0 section 4; Llama's and Gemma's
+  // terms too); the base's README does not: it describes another model.
+  for (const char* prefix : {"LICENSE", "LICENCE", "NOTICE", "USE_POLICY"}) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> HfModelFiles(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file(ec) && IsHfModelFile(name)) files.push_back(name);
+  }
+  // transformers >= 4.52 keeps named templates (e.g. tool_use) there, one Jinja file each.
+  for (const auto& e : fs::directory_iterator(fs::path(dir) / "additional_chat_templates", ec)) {
+    if (e.is_regular_file(ec) && e.path().extension() == ".jinja")
+      files.push_back("additional_chat_templates/" + e.path().filename().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 std::optional<FullWriteMode> FullWriteModeFromName(const std::string& name) {
@@ -37,20 +69,26 @@ at::ScalarType HfDtype(const ModelConfig& config) {
 }
 
 Result<std::vector<std::string>> WriteHfSidecarFiles(const std::string& dir, const ModelConfig& config,
-                                                     const std::string& tokenizer_dir) {
+                                                     const HfFileSources& sources) {
   std::vector<std::string> files;
   EFT_RETURN_IF_ERROR(WriteStringToFile(dir + "/config.json", config.ToHfJson().dump(2) + "\n"));
   files.push_back("config.json");
-  if (!tokenizer_dir.empty()) {
+  auto copy = [&](const fs::path& src, const std::string& name) -> Status {
     std::error_code ec;
-    for (const auto& f : TokenizerFiles()) {
-      fs::path src = fs::path(tokenizer_dir) / f;
-      if (!fs::exists(src)) continue;
-      fs::copy_file(src, fs::path(dir) / f, fs::copy_options::overwrite_existing, ec);
-      if (ec) return Status::IoError("copying " + src.string() + ": " + ec.message());
-      files.push_back(f);
+    const fs::path dst = fs::path(dir) / name;
+    fs::create_directories(dst.parent_path(), ec);
+    fs::copy_file(src, dst, fs::copy_options::overwrite_existing, ec);
+    if (ec) return Status::IoError("copying " + src.string() + " to " + dst.string() + ": " + ec.message());
+    if (std::find(files.begin(), files.end(), name) == files.end()) files.push_back(name);
+    return Status::Ok();
+  };
+  for (const std::string& model_dir : sources.model_dirs) {
+    if (model_dir.empty()) continue;
+    for (const std::string& name : HfModelFiles(model_dir)) {
+      EFT_RETURN_IF_ERROR(copy(fs::path(model_dir) / name, name));
     }
   }
+  if (!sources.chat_template.empty()) EFT_RETURN_IF_ERROR(copy(sources.chat_template, "chat_template.jinja"));
   return files;
 }
 
@@ -150,7 +188,7 @@ void SetMaxModelShardBytesForTesting(uint64_t bytes) { max_model_shard_bytes = b
 Result<std::vector<std::string>> WriteHfModel(const std::string& dir,
                                               const std::vector<std::pair<std::string, at::Tensor>>& params,
                                               const ModelConfig& config, at::ScalarType dtype,
-                                              const std::string& tokenizer_dir) {
+                                              const HfFileSources& sources) {
   std::vector<TensorDecl> decls;
   for (const auto& [name, t] : params) decls.push_back({name, dtype, t.sizes().vec()});
   EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDirWriter::Create(dir, std::move(decls), max_model_shard_bytes.load()));
@@ -158,13 +196,13 @@ Result<std::vector<std::string>> WriteHfModel(const std::string& dir,
   EFT_ASSIGN_OR_RETURN(std::vector<WrittenFile> written, weights->Finish());
   std::vector<std::string> files;
   for (const WrittenFile& f : written) files.push_back(Relative(dir, f.path));
-  EFT_ASSIGN_OR_RETURN(std::vector<std::string> sidecar, WriteHfSidecarFiles(dir, config, tokenizer_dir));
+  EFT_ASSIGN_OR_RETURN(std::vector<std::string> sidecar, WriteHfSidecarFiles(dir, config, sources));
   files.insert(files.end(), sidecar.begin(), sidecar.end());
   return files;
 }
 
 Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std::vector<UnitState>& units,
-                                                 const std::string& dir, const std::string& tokenizer_dir,
+                                                 const std::string& dir, const HfFileSources& sources,
                                                  bool writer, bool with_optimizer, FullSaveTimes* times,
                                                  FullWriteMode mode) {
   TORCH_CHECK(units.empty() || units.front().unit->is_rank(0) == writer, "WriteFullState: the writer is rank 0");
@@ -176,7 +214,7 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
     if (times != nullptr) *times = t;
     EFT_ASSIGN_OR_RETURN(std::vector<ManifestFile> files, std::move(written));
     if (!writer) return files;
-    EFT_ASSIGN_OR_RETURN(std::vector<std::string> sidecar, WriteHfSidecarFiles(dir, model.config(), tokenizer_dir));
+    EFT_ASSIGN_OR_RETURN(std::vector<std::string> sidecar, WriteHfSidecarFiles(dir, model.config(), sources));
     for (const std::string& name : sidecar) {
       EFT_ASSIGN_OR_RETURN(ManifestFile f, SealFile(dir, name));
       files.push_back(std::move(f));
@@ -277,14 +315,16 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
   if (lora) {
     // No config.json: PEFT reads the base model's; the tokenizer files travel with the adapter.
     const LoraOptions& l = model.lora();
-    EFT_RETURN_IF_ERROR(WriteAdapterConfig(dir, {l.r, l.scale * static_cast<double>(l.r), l.dropout, l.modules, tokenizer_dir}));
-    EFT_ASSIGN_OR_RETURN(sidecar, WriteHfSidecarFiles(dir, model.config(), tokenizer_dir));
+    // The base model is the directory training started from: the first the files come from.
+    const std::string base = sources.model_dirs.empty() ? "" : sources.model_dirs.front();
+    EFT_RETURN_IF_ERROR(WriteAdapterConfig(dir, {l.r, l.scale * static_cast<double>(l.r), l.dropout, l.modules, base}));
+    EFT_ASSIGN_OR_RETURN(sidecar, WriteHfSidecarFiles(dir, model.config(), sources));
     std::error_code ec;
     fs::remove(dir + "/config.json", ec);
     sidecar.erase(sidecar.begin());  // config.json is always first
     sidecar.insert(sidecar.begin(), kAdapterConfigFile);
   } else {
-    EFT_ASSIGN_OR_RETURN(sidecar, WriteHfSidecarFiles(dir, model.config(), tokenizer_dir));
+    EFT_ASSIGN_OR_RETURN(sidecar, WriteHfSidecarFiles(dir, model.config(), sources));
   }
   for (const std::string& name : sidecar) {
     EFT_ASSIGN_OR_RETURN(ManifestFile f, SealFile(dir, name));

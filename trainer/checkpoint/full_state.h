@@ -18,23 +18,33 @@
 
 namespace eft::trainer {
 
-// The files a Hugging Face directory carries besides weights and config.json.
-const std::vector<std::string>& TokenizerFiles();
+// The files of Hugging Face model directory `dir` other than its weights and config.json: the
+// tokenizer's, the chat templates (chat_template.jinja, chat_template.json, additional_chat_templates/),
+// generation_config.json and the licence. Relative paths of those present, sorted.
+std::vector<std::string> HfModelFiles(const std::string& dir);
+
+// Where an output directory's files besides weights and config.json come from: every HfModelFiles of
+// `model_dirs` in order (a later directory's file replacing an earlier one's), then `chat_template`,
+// the Jinja file training rendered conversations with (data.chat_template), as chat_template.jinja,
+// which transformers and eft read before tokenizer_config.json's. All may be empty.
+struct HfFileSources {
+  std::vector<std::string> model_dirs;
+  std::string chat_template;
+};
 
 // Writes an HF model directory: weights converted to `dtype` (sharded above 5 GB, with an index),
-// config.json from `config`, and the tokenizer files found in `tokenizer_dir` (may be empty).
-// Returns the files written, relative to `dir`.
+// config.json from `config`, and the files of `sources`. Returns the files written, relative to `dir`.
 Result<std::vector<std::string>> WriteHfModel(const std::string& dir,
                                               const std::vector<std::pair<std::string, at::Tensor>>& params,
                                               const ModelConfig& config, at::ScalarType dtype,
-                                              const std::string& tokenizer_dir);
+                                              const HfFileSources& sources);
 
 // The dtype HF saves a model of this config in ("bfloat16" -> kBFloat16, ...).
 at::ScalarType HfDtype(const ModelConfig& config);
 
-// config.json and the tokenizer files found in `tokenizer_dir` (may be empty); their names.
+// config.json and the files of `sources`; their names, relative to `dir`, config.json first.
 Result<std::vector<std::string>> WriteHfSidecarFiles(const std::string& dir, const ModelConfig& config,
-                                                     const std::string& tokenizer_dir);
+                                                     const HfFileSources& sources);
 
 // How a full save reaches the files (checkpoint.full_write, docs/checkpoints.md, "Write path").
 enum class FullWriteMode {
@@ -72,7 +82,7 @@ struct FullSaveTimes {
 // Returns the files written, sealed (size and CRC-32C, relative to `dir`), on the writer; an empty
 // list elsewhere. Sealing the weights costs no read: their checksums are taken as they are written.
 Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std::vector<UnitState>& units,
-                                                 const std::string& dir, const std::string& tokenizer_dir,
+                                                 const std::string& dir, const HfFileSources& sources,
                                                  bool writer, bool with_optimizer = true,
                                                  FullSaveTimes* times = nullptr,
                                                  FullWriteMode mode = FullWriteMode::kRank0);

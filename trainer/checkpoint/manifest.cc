@@ -115,6 +115,22 @@ json Manifest::ToJson() const {
   return {{"format", 1}, {"step", step}, {"kind", kind}, {"world_size", world_size}, {"files", list}};
 }
 
+namespace {
+
+bool IsPathInsideDir(const std::string& path) {
+  if (path.empty() || path.front() == '/') return false;
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    const std::string part = path.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<Manifest> Manifest::FromJson(const json& j) {
   Manifest m;
   try {
@@ -124,8 +140,9 @@ Result<Manifest> Manifest::FromJson(const json& j) {
     m.world_size = j.at("world_size").get<int>();
     for (const auto& f : j.at("files")) {
       ManifestFile mf{f.at("path").get<std::string>(), f.at("bytes").get<int64_t>(), f.at("crc32c").get<uint32_t>()};
-      // A manifest only ever names files inside its own directory.
-      if (mf.path.empty() || mf.path.find('/') != std::string::npos || mf.path == "." || mf.path == "..") {
+      // A manifest only ever names files inside its own directory (or a folder of it, as a model's
+      // additional_chat_templates/): relative, with no empty, "." or ".." component.
+      if (!IsPathInsideDir(mf.path)) {
         return Status::DataLoss("manifest names a file outside the checkpoint: " + mf.path);
       }
       m.files.push_back(std::move(mf));

@@ -70,7 +70,9 @@ Status MergeLoraAdapter(const std::string& base_dir, const std::string& adapter_
     EFT_RETURN_IF_ERROR(writer->Append(w));
   }
   EFT_RETURN_IF_ERROR(writer->Finish().status());
-  return WriteHfSidecarFiles(out_dir, config, base_dir).status();
+  // The adapter's own tokenizer and template files (eft writes them beside every adapter) win over
+  // the base's: they are what training rendered its data with.
+  return WriteHfSidecarFiles(out_dir, config, {{base_dir, adapter_dir}, ""}).status();
 }
 
 }  // namespace eft::trainer

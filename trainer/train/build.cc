@@ -133,6 +133,13 @@ std::unique_ptr<AdamW> BuildOptimizer(const TrainConfig& config, ShardedLlama& m
   return optimizer;
 }
 
+HfFileSources OutputFileSources(const TrainConfig& config) {
+  HfFileSources sources;
+  sources.model_dirs = {config.model};
+  if (config.chat_template != "auto") sources.chat_template = config.chat_template;
+  return sources;
+}
+
 Result<CheckpointPolicy> BuildCheckpointPolicy(const TrainConfig& config) {
   const std::optional<FullWriteMode> full_write = FullWriteModeFromName(config.full_write);
   if (!full_write) {
@@ -144,7 +151,7 @@ Result<CheckpointPolicy> BuildCheckpointPolicy(const TrainConfig& config) {
   policy.every_steps = config.checkpoint_every_steps;
   policy.full_every_steps = config.checkpoint_full_every_steps;
   policy.keep_last = config.keep_last;
-  policy.tokenizer_dir = config.model;
+  policy.hf_files = OutputFileSources(config);
   policy.require_resume = config.require_resume;
   policy.keep_best = config.keep_best;
   policy.full_write = *full_write;

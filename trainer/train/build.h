@@ -58,4 +58,9 @@ std::unique_ptr<AdamW> BuildOptimizer(const TrainConfig& config, ShardedLlama& m
 // spec.checkpoint: where, how often, retention, the full save's write path.
 Result<CheckpointPolicy> BuildCheckpointPolicy(const TrainConfig& config);
 
+// What every output directory (full checkpoint, final model or adapter, merged model) carries
+// besides weights and config.json: the model directory's tokenizer, templates, generation config and
+// licence, and the chat template training rendered its data with when data.chat_template names one.
+HfFileSources OutputFileSources(const TrainConfig& config);
+
 }  // namespace eft::trainer

@@ -437,7 +437,7 @@ Status Trainer::SaveFinalModel() {
   // Collective, streamed a unit at a time; the optimizer state is not part of a model.
   std::vector<UnitState> units;
   for (FlatParamUnit* u : model_->trainable_units()) units.push_back(UnitState{u, at::Tensor(), at::Tensor()});
-  EFT_RETURN_IF_ERROR(WriteFullState(*model_, units, config_.output_dir, config_.model, env_.rank == 0,
+  EFT_RETURN_IF_ERROR(WriteFullState(*model_, units, config_.output_dir, OutputFileSources(config_), env_.rank == 0,
                                      /*with_optimizer=*/false)
                           .status());
   if (env_.rank == 0) EFT_LOG(INFO) << "final model written to " << config_.output_dir;

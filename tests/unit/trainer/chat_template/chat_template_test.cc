@@ -257,6 +257,35 @@ TEST(ChatTemplateModels, Qwen3AndLlama3FromNpmMatchJinja2) {
   EXPECT_EQ(CompareWithJinja(cases), 0u);
 }
 
+// Which template a directory holds, as transformers >= 4.43 reads it (tokenization_utils_base:
+// "independent chat template file(s) ... take priority over template entries in the tokenizer
+// config"): chat_template.jinja and additional_chat_templates/<name>.jinja, when there are any,
+// replace tokenizer_config.json's chat_template; a data.chat_template file replaces both.
+TEST(ChatTemplateModels, TemplateFilesTakePriorityOverTokenizerConfig) {
+  const std::string dir = (fs::temp_directory_path() / ("eft-ct-priority-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/additional_chat_templates");
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"chat_template": "config {{ messages[0].content }}"})";
+  const ordered_json messages = ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  const ordered_json tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  auto render = [&](const std::string& override_file, const ordered_json& with_tools) {
+    auto loaded = ModelChatTemplate::Load(dir, override_file);
+    EXPECT_TRUE(loaded.ok()) << loaded.status().message();
+    if (!loaded.ok()) return std::string();
+    auto text = loaded->Render(messages, with_tools, false);
+    return text.ok() ? *text : text.status().message();
+  };
+  EXPECT_EQ(render("", nullptr), "config hi");
+  std::ofstream(dir + "/additional_chat_templates/tool_use.jinja") << "tools {{ tools | length }}";
+  EXPECT_EQ(render("", tools), "tools 1");  // a file's template set replaces the config's
+  std::ofstream(dir + "/chat_template.jinja") << "file {{ messages[0].content }}";
+  EXPECT_EQ(render("", nullptr), "file hi");
+  EXPECT_EQ(render("", tools), "tools 1");
+  std::ofstream(dir + "/override.jinja") << "override {{ messages[0].content }}";
+  EXPECT_EQ(render(dir + "/override.jinja", nullptr), "override hi");
+  fs::remove_all(dir);
+}
+
 TEST(ChatTemplateErrors, UnsupportedSyntaxNamesLineAndColumn) {
   struct Bad {
     const char* tmpl;

@@ -74,7 +74,7 @@ class FullStateTest : public ::testing::TestWithParam<FullWriteMode> {
         ASSERT_TRUE(u->FillSlice(s.exp_avg_sq, [](const ParamSpec& p) { return Moment(p, 0.5); }).ok());
         units.push_back(s);
       }
-      auto written = WriteFullState(model, units, out, "", comm.rank() == 0, true, nullptr, mode.value_or(GetParam()));
+      auto written = WriteFullState(model, units, out, {}, comm.rank() == 0, true, nullptr, mode.value_or(GetParam()));
       statuses[comm.rank()] = written.status();
       if (written.ok() && comm.rank() == 0 && files != nullptr) *files = *written;
       // Every rank comes back from the save; a collective after it proves none is still inside one.
@@ -207,7 +207,7 @@ TEST(FullStateParallelTest, OneRanksWriteErrorFailsTheOthers) {
       for (FlatParamUnit* u : model.trainable_units()) {
         units.push_back(UnitState{u, at::zeros_like(u->shard()), at::zeros_like(u->shard())});
       }
-      auto written = WriteFullState(model, units, out.string(), "", comm.rank() == 0, true, nullptr, mode);
+      auto written = WriteFullState(model, units, out.string(), {}, comm.rank() == 0, true, nullptr, mode);
       (*statuses)[comm.rank()] = written.status();
       if (written.ok() && comm.rank() == 0) *optimizer_bytes = (*written)[1].bytes;
     });
@@ -316,7 +316,7 @@ TEST(FullStateSidecars, AFullDiskFailsTheSmallFilesWithTheSystemsReason) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   fs::create_symlink("/dev/full", dir / "config.json");
-  auto files = WriteHfSidecarFiles(dir.string(), TinyBf16Config(), "");
+  auto files = WriteHfSidecarFiles(dir.string(), TinyBf16Config(), {});
   ASSERT_FALSE(files.ok());
   EXPECT_NE(files.status().message().find(std::strerror(ENOSPC)), std::string::npos) << files.status();
   fs::create_symlink("/dev/full", dir / "trainer_state.json.tmp");

@@ -119,6 +119,25 @@ TEST_F(ManifestTest, ACommittedCheckpointVerifies) {
   EXPECT_EQ(m->total_bytes(), 10000);
 }
 
+// A model directory may keep files in a folder (transformers' additional_chat_templates/): the
+// manifest names them by relative path, and they are checked like any other file.
+TEST_F(ManifestTest, AFileInAFolderOfTheCheckpointIsSealedAndChecked) {
+  const std::string tmp = (root_ / "step-3.tmp").string(), final_dir = (root_ / "step-3").string();
+  fs::create_directories(tmp + "/additional_chat_templates");
+  Write(tmp + "/additional_chat_templates/tool_use.jinja", "{{ messages }}");
+  auto m = WriteManifest(tmp, 3, "full", 1, {"additional_chat_templates/tool_use.jinja"});
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(CommitCheckpointDir(tmp, final_dir).ok());
+  auto verified = VerifyCheckpoint(final_dir);
+  ASSERT_TRUE(verified.ok()) << verified.status();
+  EXPECT_EQ(verified->files.at(0).path, "additional_chat_templates/tool_use.jinja");
+  Write(final_dir + "/additional_chat_templates/tool_use.jinja", "{{ messages }}!");
+  verified = VerifyCheckpoint(final_dir);
+  ASSERT_FALSE(verified.ok());
+  EXPECT_NE(verified.status().message().find("additional_chat_templates/tool_use.jinja"), std::string::npos)
+      << verified.status();
+}
+
 TEST_F(ManifestTest, EveryKindOfDamageIsDetectedAndNamed) {
   struct Case {
     const char* what;
@@ -138,6 +157,24 @@ TEST_F(ManifestTest, EveryKindOfDamageIsDetectedAndNamed) {
        [&](const std::string& d) {
          Write(d + "/COMMITTED",
                R"({"format":1,"step":1,"kind":"sharded","world_size":1,"files":[{"path":"../x","bytes":1,"crc32c":0}]})");
+       },
+       "outside the checkpoint"},
+      {"file escaping through a folder",
+       [&](const std::string& d) {
+         Write(d + "/COMMITTED",
+               R"({"format":1,"step":1,"kind":"sharded","world_size":1,"files":[{"path":"a/../../x","bytes":1,"crc32c":0}]})");
+       },
+       "outside the checkpoint"},
+      {"absolute path",
+       [&](const std::string& d) {
+         Write(d + "/COMMITTED",
+               R"({"format":1,"step":1,"kind":"sharded","world_size":1,"files":[{"path":"/etc/x","bytes":1,"crc32c":0}]})");
+       },
+       "outside the checkpoint"},
+      {"empty path component",
+       [&](const std::string& d) {
+         Write(d + "/COMMITTED",
+               R"({"format":1,"step":1,"kind":"sharded","world_size":1,"files":[{"path":"a//x","bytes":1,"crc32c":0}]})");
        },
        "outside the checkpoint"},
       {"manifest without files key",

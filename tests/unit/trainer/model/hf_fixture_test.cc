@@ -39,21 +39,6 @@ std::vector<std::string> Cases() {
   return cases;
 }
 
-// transformers' labels are unshifted (the model shifts them); eft's batch holds the target of
-// each position: labels[t] = hf_labels[t + 1], and the last position has none.
-Batch BatchFromHf(const at::Tensor& input_ids, const at::Tensor& hf_labels) {
-  Batch b;
-  const int64_t B = input_ids.size(0), T = input_ids.size(1);
-  b.input_ids = input_ids.to(at::kLong);
-  b.labels = at::full({B, T}, -100, at::kLong);
-  b.labels.narrow(1, 0, T - 1).copy_(hf_labels.to(at::kLong).narrow(1, 1, T - 1));
-  b.position_ids = at::arange(T, at::kLong).unsqueeze(0).repeat({B, 1});
-  b.segment_ids = at::ones({B, T}, at::kLong);
-  b.trained_tokens = b.labels.ne(-100).sum().item<int64_t>();
-  b.tokens = B * T;
-  return b;
-}
-
 TEST(HfFixtureTest, LogitsAndLossMatchTransformers) {
   const std::vector<std::string> cases = Cases();
   const std::vector<std::string> expected = {"llama", "llama3-rope", "mistral", "qwen2", "qwen3"};
@@ -72,7 +57,7 @@ TEST(HfFixtureTest, LogitsAndLossMatchTransformers) {
     };
     const at::Tensor input_ids = get("input_ids"), hf_labels = get("labels"), hf_logits = get("logits");
     const double hf_loss = get("loss").item<double>();
-    const Batch batch = BatchFromHf(input_ids, hf_labels);
+    const Batch batch = testing::BatchFromHf(input_ids, hf_labels);
     testing::Output out = testing::RunModel(*model, batch);
     ASSERT_EQ(out.logits.sizes(), hf_logits.sizes());
     const double logits_diff = testing::MaxAbsDiff(out.logits, hf_logits);

@@ -296,6 +296,19 @@ Result<TinyModel> LoadModelDir(const std::string& dir) {
   return m;
 }
 
+Batch BatchFromHf(const at::Tensor& input_ids, const at::Tensor& hf_labels) {
+  Batch b;
+  const int64_t B = input_ids.size(0), T = input_ids.size(1);
+  b.input_ids = input_ids.to(at::kLong);
+  b.labels = at::full({B, T}, -100, at::kLong);
+  b.labels.narrow(1, 0, T - 1).copy_(hf_labels.to(at::kLong).narrow(1, 1, T - 1));
+  b.position_ids = at::arange(T, at::kLong).unsqueeze(0).repeat({B, 1});
+  b.segment_ids = at::ones({B, T}, at::kLong);
+  b.trained_tokens = b.labels.ne(-100).sum().item<int64_t>();
+  b.tokens = B * T;
+  return b;
+}
+
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
   return (a.detach().to(at::kDouble) - b.detach().to(at::kDouble)).abs().max().item<double>();
 }

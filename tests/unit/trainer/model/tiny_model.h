@@ -82,4 +82,8 @@ Result<TinyModel> LoadModelDir(const std::string& dir);
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
 
+// A batch of transformers' inputs: `hf_labels` unshifted as transformers takes them (the model
+// shifts), -100 untrained; eft's batch holds each position's target, the last position none.
+Batch BatchFromHf(const at::Tensor& input_ids, const at::Tensor& hf_labels);
+
 }  // namespace eft::trainer::testing
