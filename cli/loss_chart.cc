@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
@@ -85,10 +86,18 @@ std::string Sparkline(const std::vector<long long>& steps, const std::vector<dou
   return out;
 }
 
+std::vector<EvalCurve> EvalCurves(const v1::LossHistory& h) {
+  std::vector<EvalCurve> out;
+  for (const v1::EvalLossCurve& c : h.eval_sets()) out.push_back({c.set(), &c.points()});
+  if (out.empty() && !h.eval().empty()) out.push_back({"eval", &h.eval()});
+  return out;
+}
+
 std::string LossSummary(const v1::LossHistory& h, int sparkline_width) {
   std::ostringstream out;
   bool first_line = true;
-  auto curve = [&](const char* name, const google::protobuf::RepeatedPtrField<v1::LossPoint>& points, const char* unit) {
+  auto curve = [&](const std::string& name, const google::protobuf::RepeatedPtrField<v1::LossPoint>& points,
+                   const char* unit) {
     if (points.empty()) return;
     std::vector<long long> steps;
     std::vector<double> values;
@@ -99,7 +108,12 @@ std::string LossSummary(const v1::LossHistory& h, int sparkline_width) {
     first_line = false;
   };
   curve("train", h.train(), h.train_size() == 1 ? "point" : "points");
-  curve("eval ", h.eval(), h.eval_size() == 1 ? "eval" : "evals");
+  const std::vector<EvalCurve> evals = EvalCurves(h);
+  for (const EvalCurve& e : evals) {
+    // One set keeps the line it always had; several are named ("eval[known]").
+    const std::string name = evals.size() == 1 ? "eval " : "eval[" + e.set + "]";
+    curve(name, *e.points, e.points->size() == 1 ? "eval" : "evals");
+  }
   return out.str();
 }
 
@@ -114,7 +128,9 @@ double PlotFrame::Y(double loss) const {
 PlotFrame FrameFor(const v1::LossHistory& h) {
   PlotFrame f;
   double smax = 1, lmin = std::numeric_limits<double>::infinity(), lmax = -lmin;
-  for (const auto* points : {&h.train(), &h.eval()}) {
+  std::vector<const google::protobuf::RepeatedPtrField<v1::LossPoint>*> curves = {&h.train()};
+  for (const EvalCurve& e : EvalCurves(h)) curves.push_back(e.points);
+  for (const auto* points : curves) {
     for (const auto& p : *points) {
       smax = std::max(smax, static_cast<double>(p.step()));
       lmin = std::min(lmin, p.loss());
@@ -167,7 +183,7 @@ std::string LossSvg(const v1::Job& job) {
     << "<text x=\"18\" y=\"" << f.top + f.height / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 18 "
     << f.top + f.height / 2 << ")\">loss</text>\n";
 
-  auto polyline = [&](const char* cls, const char* color,
+  auto polyline = [&](const std::string& cls, const char* color,
                       const google::protobuf::RepeatedPtrField<v1::LossPoint>& points) {
     if (points.empty()) return;
     s << "<polyline class=\"" << cls << "\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"";
@@ -177,28 +193,38 @@ std::string LossSvg(const v1::Job& job) {
     }
     s << "\"/>\n";
   };
+  // Each eval set its colour (matplotlib's cycle after the train loss's blue); the first set's
+  // curve is class "eval", the next ones "eval-1", "eval-2", ...
+  static const char* const kEvalColors[] = {"#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"};
+  const std::vector<EvalCurve> evals = EvalCurves(h);
   polyline("train", "#1f77b4", h.train());
-  polyline("eval", "#ff7f0e", h.eval());
-  if (!h.eval().empty()) {
-    s << "<g class=\"eval-points\" fill=\"#ff7f0e\">\n";
-    for (const auto& p : h.eval()) {
+  for (size_t i = 0; i < evals.size(); ++i) {
+    const char* color = kEvalColors[i % std::size(kEvalColors)];
+    polyline(i == 0 ? std::string("eval") : "eval-" + std::to_string(i), color, *evals[i].points);
+    if (evals[i].points->empty()) continue;
+    s << "<g class=\"eval-points\" fill=\"" << color << "\">\n";
+    for (const auto& p : *evals[i].points) {
       s << "<circle cx=\"" << Num(f.X(static_cast<double>(p.step())), "%.3f") << "\" cy=\""
         << Num(f.Y(p.loss()), "%.3f") << "\" r=\"3\"/>\n";
     }
     s << "</g>\n";
   }
-  // The legend, top right inside the plot.
-  s << "<g class=\"legend\">\n"
-    << "<line x1=\"" << right - 130 << "\" y1=\"" << f.top + 14 << "\" x2=\"" << right - 110 << "\" y2=\""
-    << f.top + 14 << "\" stroke=\"#1f77b4\" stroke-width=\"2\"/>\n"
-    << "<text x=\"" << right - 104 << "\" y=\"" << f.top + 18 << "\">train loss</text>\n";
-  if (!h.eval().empty()) {
-    s << "<line x1=\"" << right - 130 << "\" y1=\"" << f.top + 32 << "\" x2=\"" << right - 110 << "\" y2=\""
-      << f.top + 32 << "\" stroke=\"#ff7f0e\" stroke-width=\"2\"/>\n"
-      << "<text x=\"" << right - 104 << "\" y=\"" << f.top + 36 << "\">eval loss</text>\n";
+  // The legend, top right inside the plot: a line per curve.
+  std::vector<std::pair<std::string, const char*>> legend = {{"train loss", "#1f77b4"}};
+  for (size_t i = 0; i < evals.size(); ++i) {
+    if (evals[i].points->empty()) continue;
+    legend.emplace_back(evals.size() == 1 ? std::string("eval loss") : "eval loss: " + evals[i].set,
+                        kEvalColors[i % std::size(kEvalColors)]);
+  }
+  s << "<g class=\"legend\">\n";
+  for (size_t i = 0; i < legend.size(); ++i) {
+    const double y = f.top + 14 + 18 * static_cast<double>(i);
+    s << "<line x1=\"" << right - 170 << "\" y1=\"" << y << "\" x2=\"" << right - 150 << "\" y2=\"" << y
+      << "\" stroke=\"" << legend[i].second << "\" stroke-width=\"2\"/>\n"
+      << "<text x=\"" << right - 144 << "\" y=\"" << y + 4 << "\">" << Xml(legend[i].first) << "</text>\n";
   }
   s << "</g>\n";
-  if (h.train().empty() && h.eval().empty()) {
+  if (h.train().empty() && evals.empty()) {
     s << "<text x=\"" << f.left + f.width / 2 << "\" y=\"" << f.top + f.height / 2
       << "\" text-anchor=\"middle\" fill=\"#777\">no loss reported yet</text>\n";
   }

@@ -16,7 +16,15 @@ namespace eft::cli {
 // point. "" for no points.
 std::string Sparkline(const std::vector<long long>& steps, const std::vector<double>& values, int width);
 
-// The "Loss:" lines of `job describe`: per curve, first -> last value, the steps covered and a
+// The eval curves of a history: every named eval set's (LossHistory.eval_sets, spec.data.eval's
+// order), or the one `eval` curve a controller from before named sets sends, named "eval".
+struct EvalCurve {
+  std::string set;
+  const google::protobuf::RepeatedPtrField<v1::LossPoint>* points;
+};
+std::vector<EvalCurve> EvalCurves(const v1::LossHistory& history);
+
+// The "Loss:" lines of `job describe`: per curve (several eval sets each named, "eval[known]"), first -> last value, the steps covered and a
 // sparkline; "" when the job has no history yet.
 std::string LossSummary(const v1::LossHistory& history, int sparkline_width = 40);
 
@@ -30,12 +38,13 @@ struct PlotFrame {
   double Y(double loss) const;
 };
 
-// The frame `LossSvg` uses for `history`: the steps and losses of both curves, padded to round
+// The frame `LossSvg` uses for `history`: the steps and losses of every curve, padded to round
 // tick values.
 PlotFrame FrameFor(const v1::LossHistory& history);
 
 // A standalone SVG (800 x 420) with axes, ticks, a title and a legend: the train loss as a
-// polyline (class "train"), the eval loss as a polyline with a circle per point (class "eval").
+// polyline (class "train"), each eval set's loss as a polyline with a circle per point, in its own
+// colour (class "eval" for the first set, "eval-1", "eval-2", ... for the next ones).
 std::string LossSvg(const v1::Job& job);
 
 }  // namespace eft::cli

@@ -171,7 +171,14 @@ std::string DescribeJob(const v1::Job& j) {
     }
     out << "\n";
   }
-  if (j.has_progress() && j.progress().has_eval_loss()) {
+  if (j.has_progress() && j.progress().evals_size() > 1) {
+    // Named eval sets (spec.data.eval): one line each, in the spec's order.
+    out << "Eval:\n";
+    for (const v1::EvalLoss& e : j.progress().evals()) {
+      out << "  " << e.set() << ": loss " << Num(e.loss()) << " at step " << e.step() << " (" << e.tokens()
+          << " tokens)\n";
+    }
+  } else if (j.has_progress() && j.progress().has_eval_loss()) {
     const auto& p = j.progress();
     out << "Eval:        loss " << Num(p.eval_loss()) << " at step " << p.eval_step() << " ("
         << p.eval_tokens() << " tokens)\n";
@@ -209,7 +216,10 @@ std::string ProgressLine(const v1::Job& j) {
   if (j.world_size()) out << " world " << j.world_size();
   // Before the first step the progress holds only the eval loss of the untrained model.
   if (j.has_progress() && j.progress().step() > 0) out << " step " << StepText(j) << " loss " << Num(j.progress().loss());
-  if (j.has_progress() && j.progress().has_eval_loss()) {
+  if (j.has_progress() && j.progress().evals_size() > 1) {
+    for (const v1::EvalLoss& e : j.progress().evals()) out << " eval_loss[" << e.set() << "] " << Num(e.loss());
+    out << " (step " << j.progress().eval_step() << ")";
+  } else if (j.has_progress() && j.progress().has_eval_loss()) {
     out << " eval_loss " << Num(j.progress().eval_loss()) << " (step " << j.progress().eval_step() << ")";
   }
   if (!j.reason().empty() && j.state() != v1::JOB_STATE_RUNNING) out << " (" << j.reason() << ")";

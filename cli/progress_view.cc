@@ -44,7 +44,15 @@ std::string StateText(const v1::Job& j, const char* sep) {
 // knows its device's peak (docs/gpu.md, "MFU").
 std::string MetricsText(const v1::Job& j, const char* sep) {
   std::string s = "loss " + (HasStep(j) ? Num(j.progress().loss()) : std::string("-"));
-  if (j.has_progress() && j.progress().has_eval_loss()) {
+  if (j.has_progress() && j.progress().evals_size() > 1) {
+    // "eval loss new 0.41, known 1.20 (step 40)"
+    s += sep + std::string("eval loss ");
+    for (int i = 0; i < j.progress().evals_size(); ++i) {
+      const v1::EvalLoss& e = j.progress().evals(i);
+      s += (i > 0 ? ", " : "") + e.set() + " " + Num(e.loss());
+    }
+    s += " (step " + std::to_string(j.progress().eval_step()) + ")";
+  } else if (j.has_progress() && j.progress().has_eval_loss()) {
     s += sep + std::string("eval loss ") + Num(j.progress().eval_loss()) + " (step " +
          std::to_string(j.progress().eval_step()) + ")";
   }

@@ -203,7 +203,8 @@ std::string EncodeEvent(const Event& event) {
                  [&](const NoValidCheckpointEvent& e) { doc.update({{"dir", e.dir}, {"skipped", e.skipped}}); },
                  [&](const UnknownEvent&) {},
                  [&](const EvalEvent& e) {
-                   doc.update({{"step", e.step}, {"loss", e.loss}, {"tokens", e.tokens}});
+                   doc.update({{"step", e.step}, {"loss", e.loss}, {"tokens", e.tokens}, {"set", e.set},
+                               {"index", e.index}});
                    if (e.seconds >= 0) doc["seconds"] = e.seconds;
                  },
              },
@@ -298,6 +299,8 @@ Result<Event> DecodeEvent(std::string_view line) {
     r.Number("loss", &e.loss, /*required=*/true);
     r.Number("tokens", &e.tokens);
     r.Number("seconds", &e.seconds);
+    r.String("set", &e.set);
+    r.Number("index", &e.index);
     out = e;
   } else {
     out = UnknownEvent{type};

@@ -183,13 +183,15 @@ struct UnknownEvent {
   std::string type;
 };
 
-// The model was evaluated on the held-out set after `step` optimizer steps (rank 0): the
-// token-weighted mean loss over all `tokens` trained targets of the eval set.
+// The model was evaluated on a held-out set after `step` optimizer steps (rank 0): the
+// token-weighted mean loss over all `tokens` trained targets of that eval set.
 struct EvalEvent {
   int64_t step = 0;
   double loss = 0;
   int64_t tokens = 0;
   double seconds = -1;  // the evaluation's wall time; < 0: not reported
+  std::string set = "eval";  // the set's name (data.eval); older ranks had one set and say none
+  int index = 0;             // its place in data.eval; 0, the first, is the one keep_best ranks by
 };
 
 using Event = std::variant<StepEvent, CheckpointEvent, CheckpointDeletedEvent, ResumedEvent, FinishedEvent,

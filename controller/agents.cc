@@ -28,12 +28,28 @@ std::vector<std::tuple<std::string, int, int, int>> LiveSlots(const Ranks& ranks
   return out;
 }
 
-// A step event carries no eval fields: the newest evaluation stays until the next one.
+// A step event carries no eval fields: the newest evaluations stay until the next ones.
 void KeepEval(const v1::TrainingProgress& before, v1::TrainingProgress* now) {
+  *now->mutable_evals() = before.evals();
   if (!before.has_eval_loss()) return;
   now->set_eval_loss(before.eval_loss());
   now->set_eval_step(before.eval_step());
   now->set_eval_tokens(before.eval_tokens());
+}
+
+// Eval set `index`'s newest evaluation into `progress->evals`, kept in the sets' order.
+void SetEvalLoss(const std::vector<std::string>& names, size_t index, const v1::TrainingProgress& eval,
+                 v1::TrainingProgress* progress) {
+  auto* evals = progress->mutable_evals();
+  auto it = std::find_if(evals->begin(), evals->end(), [&](const v1::EvalLoss& e) { return e.set() == names[index]; });
+  v1::EvalLoss* entry = it != evals->end() ? &*it : evals->Add();
+  entry->set_set(names[index]);
+  entry->set_loss(eval.eval_loss());
+  entry->set_step(eval.eval_step());
+  entry->set_tokens(eval.eval_tokens());
+  auto position = [&](const v1::EvalLoss& e) { return std::find(names.begin(), names.end(), e.set()) - names.begin(); };
+  std::sort(evals->begin(), evals->end(),
+            [&](const v1::EvalLoss& a, const v1::EvalLoss& b) { return position(a) < position(b); });
 }
 
 // How many incarnations that lost a node name each node remembers, to tell them to stop.
@@ -271,14 +287,26 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
         Bump(*j);
         break;
       }
-      case Kind::kEval:
-        j->progress.set_eval_loss(effect.progress.eval_loss());
-        j->progress.set_eval_step(effect.progress.eval_step());
-        j->progress.set_eval_tokens(effect.progress.eval_tokens());
-        j->eval_loss.Add(effect.progress.eval_step(), effect.progress.eval_loss());
+      case Kind::kEval: {
+        if (!IsJobEvalSet(j->rec.spec, effect.eval_index, effect.eval_set)) {
+          EFT_LOG(WARNING) << "job " << j->rec.id << ": eval event of set '" << effect.eval_set << "' (index "
+                           << effect.eval_index << ") is not one of the job's eval sets; ignored";
+          break;
+        }
+        const std::vector<std::string> names = EvalCurveNames(j->rec.spec);
+        const size_t index = static_cast<size_t>(effect.eval_index);
+        if (index == 0) {
+          j->progress.set_eval_loss(effect.progress.eval_loss());
+          j->progress.set_eval_step(effect.progress.eval_step());
+          j->progress.set_eval_tokens(effect.progress.eval_tokens());
+        }
+        SetEvalLoss(names, index, effect.progress, &j->progress);
+        if (j->eval_loss.size() <= index) j->eval_loss.resize(index + 1);
+        j->eval_loss[index].Add(effect.progress.eval_step(), effect.progress.eval_loss());
         loss_dirty_.insert(j->rec.id);
         Bump(*j);
         break;
+      }
       case Kind::kRankError:
         // Arrives before the exit it explains (the worker reads a rank's events to EOF before
         // reporting its exit), and goes into the attempt's end reason.
@@ -360,7 +388,9 @@ void Controller::StoreLossHistoryLocked() {
   }
   Status s = store_->RunInTransaction([&]() REQUIRES(mu_) -> Status {
     for (JobEntry* j : due) {
-      for (auto [curve, series] : {std::pair{LossCurve::kTrain, &j->train_loss}, std::pair{LossCurve::kEval, &j->eval_loss}}) {
+      std::vector<std::pair<LossCurve, LossSeries*>> curves = {{LossCurve::kTrain, &j->train_loss}};
+      for (size_t i = 0; i < j->eval_loss.size(); ++i) curves.emplace_back(EvalCurve(i), &j->eval_loss[i]);
+      for (auto [curve, series] : curves) {
         if (!series->dirty()) continue;
         EFT_RETURN_IF_ERROR(store_->SaveLossPoints(j->rec.id, curve, series->dirty_from(), series->points()));
       }
@@ -374,7 +404,7 @@ void Controller::StoreLossHistoryLocked() {
   }
   for (JobEntry* j : due) {
     j->train_loss.MarkSaved();
-    j->eval_loss.MarkSaved();
+    for (LossSeries& series : j->eval_loss) series.MarkSaved();
   }
   loss_dirty_.clear();
 }

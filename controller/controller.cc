@@ -435,9 +435,12 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
 
 v1::Job Controller::ToProto(const JobEntry& j, bool full) const {
   const int32_t world = j.active() && j.current() ? j.current()->world_size : 0;
-  return JobToProto(JobView{j.rec, j.attempts, j.checkpoints, j.events, j.progress, world, &j.train_loss.points(),
-                            &j.eval_loss.points()},
-                    full);
+  JobView view{j.rec, j.attempts, j.checkpoints, j.events, j.progress, world, &j.train_loss.points(), {}};
+  const std::vector<std::string> names = EvalCurveNames(j.rec.spec);
+  for (size_t i = 0; i < j.eval_loss.size() && i < names.size(); ++i) {
+    view.eval_loss.emplace_back(names[i], &j.eval_loss[i].points());
+  }
+  return JobToProto(view, full);
 }
 
 v1::Node Controller::ToProto(const NodeEntry& n) const {

@@ -163,7 +163,7 @@ class Controller {
     v1::TrainingProgress progress;
     // The loss curves (loss_history.h), written to the store with the reached steps (loss_dirty_).
     LossSeries train_loss;
-    LossSeries eval_loss;
+    std::vector<LossSeries> eval_loss;  // one per eval set (spec::EvalSetNames), as far as reported
     std::vector<RankView> ranks;  // of the newest attempt while the job is STARTING/RUNNING
     SteadyTime stop_deadline{};   // RECOVERING: stop waiting for old ranks to be reported gone
     // When the last attempt ended, and whether that end counted against max_restarts: a node found

@@ -78,6 +78,16 @@ double Seconds(const google::protobuf::Timestamp& t) {
   return static_cast<double>(google::protobuf::util::TimeUtil::TimestampToMilliseconds(t)) / 1000.0;
 }
 
+// One sample per eval set (data.eval's names); an eval loss reported before named sets, "eval".
+Samples JobEvalLosses(const ControllerSnapshot& s) {
+  Samples out;
+  for (const Job& j : s.jobs) {
+    for (const v1::EvalLoss& e : j.progress.evals()) out.push_back({{j.id, e.set()}, e.loss()});
+    if (j.progress.evals_size() == 0 && j.progress.has_eval_loss()) out.push_back({{j.id, "eval"}, j.progress.eval_loss()});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string CheckpointKindLabel(const std::string& kind) {
@@ -173,12 +183,9 @@ Status ControllerMetrics::RegisterAll() {
                                 }));
   EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_loss", "Training loss of the job's newest step event.",
                                 [](const Job& j) { return IfTraining(j, j.progress.loss()); }));
-  EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_eval_loss",
-                                "Eval loss of the job's newest eval event (token-weighted mean over the eval set).",
-                                [](const Job& j) {
-                                  return j.progress.has_eval_loss() ? std::optional<double>(j.progress.eval_loss())
-                                                                    : std::nullopt;
-                                }));
+  EFT_RETURN_IF_ERROR(Add(kGauge, "eft_job_eval_loss",
+                          "Eval loss of the job's newest eval event of each eval set (token-weighted mean over the set).",
+                          {"job", "eval_set"}, JobEvalLosses));
   EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_learning_rate", "Learning rate of the job's newest step event.",
                                 [](const Job& j) { return IfTraining(j, j.progress.lr()); }));
   EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_grad_norm",

@@ -19,9 +19,12 @@ Result<Controller::JobEntry> Controller::LoadJobEntryLocked(JobRecord rec) {
   EFT_ASSIGN_OR_RETURN(j.checkpoints, store_->LoadCheckpoints(j.rec.id));
   EFT_ASSIGN_OR_RETURN(j.events, store_->LoadEvents(j.rec.id));
   EFT_ASSIGN_OR_RETURN(auto train, store_->LoadLossPoints(j.rec.id, LossCurve::kTrain));
-  EFT_ASSIGN_OR_RETURN(auto eval, store_->LoadLossPoints(j.rec.id, LossCurve::kEval));
   j.train_loss = LossSeries::FromPoints(std::move(train));
-  j.eval_loss = LossSeries::FromPoints(std::move(eval));
+  const size_t eval_sets = EvalCurveNames(j.rec.spec).size();
+  for (size_t i = 0; i < eval_sets; ++i) {
+    EFT_ASSIGN_OR_RETURN(auto eval, store_->LoadLossPoints(j.rec.id, EvalCurve(i)));
+    j.eval_loss.push_back(LossSeries::FromPoints(std::move(eval)));
+  }
   for (const auto& e : j.events) {
     if (auto r = ResizeReasonOf(e)) ++j.resizes[static_cast<size_t>(*r)];
     if (e.type == kPreemptedEvent) ++j.preemptions;

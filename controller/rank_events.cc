@@ -6,6 +6,7 @@
 #include <google/protobuf/util/time_util.h>
 
 #include "common/rank_protocol.h"
+#include "spec/job_spec.h"
 
 namespace eft::controller {
 
@@ -75,6 +76,8 @@ RankEventEffect InterpretRankEvent(const v1::RankEvent& ev, int current_attempt)
           out.progress.set_eval_loss(e.loss);
           out.progress.set_eval_step(e.step);
           out.progress.set_eval_tokens(e.tokens);
+          out.eval_set = e.set;
+          out.eval_index = e.index;
         } else if constexpr (std::is_same_v<T, rank::FinishedEvent>) {
           // checkpoint.merge_lora: where the merged model is, so the user finds it among the job's events.
           if (e.merged_model.empty()) return;
@@ -87,6 +90,18 @@ RankEventEffect InterpretRankEvent(const v1::RankEvent& ev, int current_attempt)
       },
       *decoded);
   return out;
+}
+
+std::vector<std::string> EvalCurveNames(const v1::JobSpec& spec) {
+  std::vector<std::string> names = eft::spec::EvalSetNames(spec);
+  if (names.empty()) names.push_back("eval");
+  return names;
+}
+
+bool IsJobEvalSet(const v1::JobSpec& spec, int index, const std::string& set) {
+  const std::vector<std::string> named = eft::spec::EvalSetNames(spec);
+  if (named.empty()) return index == 0;
+  return index >= 0 && static_cast<size_t>(index) < named.size() && named[static_cast<size_t>(index)] == set;
 }
 
 }  // namespace eft::controller

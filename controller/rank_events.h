@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "controller/records.h"
 #include "eft/v1/agent.pb.h"
@@ -24,7 +25,8 @@ struct RankEventEffect {
     kForgetCheckpoint,  // retention deleted `checkpoint.path`
     kRankError,         // the current attempt's rank `rank` is failing because of `message`
     kJobEvent,          // a job event row: `event_type`, `message`
-    kEval,              // an evaluation of the current attempt: `progress`'s eval_* fields only
+    kEval,              // an evaluation of the current attempt: `progress`'s eval_* fields, of eval
+                        // set `eval_set` (spec::EvalSetNames()[eval_index])
   };
   Kind kind = Kind::kIgnore;
   std::string problem;  // kIgnore: why the event could not be used ("" for a type the controller skips)
@@ -33,6 +35,8 @@ struct RankEventEffect {
   double seconds = -1;        // writing the checkpoint; < 0: not reported
   double stall_seconds = -1;  // the step loop waiting for it; < 0: not reported
   int rank = -1;
+  std::string eval_set;
+  int eval_index = 0;
   std::string event_type;
   std::string message;
 };
@@ -41,5 +45,13 @@ struct RankEventEffect {
 // (their ranks are being stopped); checkpoints of any attempt are kept, since every one is a valid
 // place to resume from.
 RankEventEffect InterpretRankEvent(const v1::RankEvent& event, int current_attempt);
+
+// The names of a job's eval curves, in the index order of its eval events: spec::EvalSetNames, or
+// one "eval" for a spec that names no eval data (a program of its own, spec.command, may still
+// report evaluations).
+std::vector<std::string> EvalCurveNames(const v1::JobSpec& spec);
+// Whether a kEval effect belongs to the job: the spec's set at that index (any name at index 0 when
+// the spec names none), so a rank cannot make the controller keep curves the job does not have.
+bool IsJobEvalSet(const v1::JobSpec& spec, int index, const std::string& set);
 
 }  // namespace eft::controller

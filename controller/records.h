@@ -86,7 +86,11 @@ struct LossPointRecord {
   double value = 0;
   int64_t samples = 1;
 };
-// The curves a job keeps: the train loss of its step events and the eval loss of its eval events.
+// The curves a job keeps: the train loss of its step events and the eval loss of its eval events,
+// kEval + i for its eval set i (spec::EvalSetNames' order; EvalCurve(i)).
 enum class LossCurve { kTrain = 0, kEval = 1 };
+inline LossCurve EvalCurve(size_t set_index) {
+  return static_cast<LossCurve>(static_cast<int>(LossCurve::kEval) + static_cast<int>(set_index));
+}
 
 }  // namespace eft::controller

@@ -82,6 +82,15 @@ CREATE TABLE loss_points (
   step INTEGER NOT NULL, value REAL NOT NULL, samples INTEGER NOT NULL DEFAULT 1,
   PRIMARY KEY (job_id, curve, idx)) WITHOUT ROWID;
 )sql",
+    // 5: data.eval became a list of named sets (proto/eft/v1/spec.proto, EvalSet): a stored spec's
+    // one path becomes a set named "eval", its "" (no eval file) an empty list, so every stored spec
+    // still parses as an eft.v1.JobSpec.
+    R"sql(
+UPDATE jobs SET spec = json_set(spec, '$.data.eval',
+  CASE WHEN json_extract(spec, '$.data.eval') = '' THEN json('[]')
+       ELSE json_array(json_object('name', 'eval', 'path', json_extract(spec, '$.data.eval'))) END)
+WHERE json_type(spec, '$.data.eval') = 'text';
+)sql",
 };
 
 }  // namespace

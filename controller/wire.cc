@@ -71,7 +71,12 @@ v1::Job JobToProto(const JobView& j, bool full) {
     }
   };
   add(j.train_loss, out.mutable_loss_history()->mutable_train());
-  add(j.eval_loss, out.mutable_loss_history()->mutable_eval());
+  for (size_t i = 0; i < j.eval_loss.size(); ++i) {
+    if (i == 0) add(j.eval_loss[i].second, out.mutable_loss_history()->mutable_eval());
+    v1::EvalLossCurve* curve = out.mutable_loss_history()->add_eval_sets();
+    curve->set_set(j.eval_loss[i].first);
+    add(j.eval_loss[i].second, curve->mutable_points());
+  }
   return out;
 }
 

@@ -60,6 +60,14 @@ using nlohmann::json;
 // ---------------------------------------------------------------------------------------------
 // Validation helpers for NormalizeJobSpec. Each names the field, the bad value and the rule.
 
+// An eval set's name becomes a metric label value and a legend entry: short, plain characters.
+bool IsEvalSetName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+  });
+}
+
 // `!(v >= lo)` rather than `v < lo` so that NaN fails too.
 Status CheckAtLeast(const std::string& field, double v, double lo) {
   if (!std::isfinite(v) || !(v >= lo)) {
@@ -155,7 +163,18 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
     return Invalid("spec.data.eval_fraction (" + FormatDouble(data->eval_fraction()) +
                    ") must be >= 0 and < 1 (the fraction of data.train held out for evaluation, e.g. 0.02)");
   }
-  if (!data->eval().empty() && data->eval_fraction() > 0) {
+  std::set<std::string> eval_names;
+  for (int i = 0; i < data->eval_size(); ++i) {
+    const v1::EvalSet& set = data->eval(i);
+    const std::string path = "spec.data.eval[" + std::to_string(i) + "]";
+    if (!IsEvalSetName(set.name())) {
+      return Invalid(path + ".name (\"" + set.name() + "\") must be 1-64 of A-Z a-z 0-9 _ . - (it names the set in "
+                     "logs, the loss plot and the metrics)");
+    }
+    if (!eval_names.insert(set.name()).second) return Invalid(path + ".name: \"" + set.name() + "\" is used twice");
+    if (set.path().empty()) return Invalid(path + ".path is empty: a JSONL file of held-out examples");
+  }
+  if (data->eval_size() > 0 && data->eval_fraction() > 0) {
     return Invalid("spec.data.eval and spec.data.eval_fraction are both set: evaluate on a file or on a held-out "
                    "part of data.train, not both");
   }
@@ -263,6 +282,13 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
     return Invalid("spec.command[0] is empty: it must name the program every rank runs (e.g. [python, train.py])");
   }
   return CheckEnv(*spec);
+}
+
+std::vector<std::string> EvalSetNames(const v1::JobSpec& spec) {
+  std::vector<std::string> names;
+  if (spec.data().eval_fraction() > 0) names.push_back("eval");
+  for (const v1::EvalSet& set : spec.data().eval()) names.push_back(set.name());
+  return names;
 }
 
 }  // namespace eft::spec

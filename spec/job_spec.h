@@ -39,6 +39,10 @@ Status NormalizeJobSpec(v1::JobSpec* spec);
 // The spec as JSON with snake_case field names (as YAML files write them).
 nlohmann::json JobSpecToJson(const v1::JobSpec& spec);
 
+// The names of the job's eval sets in the order the trainer evaluates and indexes them (its eval
+// events' `index`): data.eval's, or one "eval" for data.eval_fraction's held-out part; empty: none.
+std::vector<std::string> EvalSetNames(const v1::JobSpec& spec);
+
 // The HF module names training.lora.target_modules may list (besides all-linear), in layer order.
 const std::vector<std::string>& LoraModuleNames();
 // Defaults and checks of training.lora (part of NormalizeJobSpec).

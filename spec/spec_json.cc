@@ -203,6 +203,22 @@ std::string Suggest(const pb::Descriptor* d, const std::string& key) {
 
 Status CheckMessage(const pb::Descriptor* d, const json& in, const std::string& path, json* out);
 
+// data.eval's short forms as the list of {name, path} the schema holds: one path is a set named
+// "eval" ("" none: how specs printed before named sets said so), a map {NAME: PATH} one set per
+// entry in name order (TRL's eval_dataset dict), one {name, path} that set. Anything else is
+// returned as it is.
+json EvalSetsAsList(const json& value) {
+  if (value.is_string()) {
+    if (value.get<std::string>().empty()) return json::array();
+    return json::array({{{"name", "eval"}, {"path", value}}});
+  }
+  if (!value.is_object()) return value;
+  if (value.contains("path")) return json::array({value});  // one {name, path}, not a set named "path"
+  json list = json::array();
+  for (const auto& [name, path] : value.items()) list.push_back({{"name", name}, {"path", path}});
+  return list;
+}
+
 // For scalars written without quotes where a string belongs, e.g. `env: {DEBUG: 1}`.
 std::string QuoteHint(const json& v) {
   if (!v.is_number() && !v.is_boolean()) return "";
@@ -353,11 +369,18 @@ Status CheckMessage(const pb::Descriptor* d, const json& in, const std::string& 
         (*out)[f->name()] = json::array({value});
         continue;
       }
-      if (!value.is_array()) return TypeError(field_path, ExpectedContainer(f), value);
+      const json list = f->full_name() == "eft.v1.DataSpec.eval" ? EvalSetsAsList(value) : value;
+      if (!list.is_array()) {
+        if (f->full_name() == "eft.v1.DataSpec.eval") {
+          return Status::InvalidArgument(field_path + ": expected a path, a map {NAME: PATH} or a list of {name, path}, "
+                                         "got " + json(value).dump());
+        }
+        return TypeError(field_path, ExpectedContainer(f), value);
+      }
       converted = json::array();
-      for (size_t i = 0; i < value.size(); ++i) {
+      for (size_t i = 0; i < list.size(); ++i) {
         json element;
-        EFT_RETURN_IF_ERROR(CheckValue(f, value[i], field_path + "[" + std::to_string(i) + "]", &element));
+        EFT_RETURN_IF_ERROR(CheckValue(f, list[i], field_path + "[" + std::to_string(i) + "]", &element));
         converted.push_back(std::move(element));
       }
     } else {

@@ -65,6 +65,43 @@ TEST_F(EvalTest, HeldOutLossIsReportedOnScheduleAndIsWorldSizeIndependent) {
   }
 }
 
+// Named eval sets (data.eval as a list): every set evaluated at the same steps, in the list's order,
+// each event and progress line named; a set's losses are those of a run that evaluates it alone
+// (the same forward passes on the same weights: evaluating another set in between changes no
+// state, so 1e-6 relative only allows for a different summation order, which there should not be).
+TEST_F(EvalTest, NamedSetsAreEachEvaluatedAsIfAlone) {
+  InitModel();
+  WriteData(8, 6, 20, /*seed=*/5);
+  std::filesystem::rename(dir_ / "data.jsonl", dir_ / "unseen.jsonl");
+  WriteData(8);
+  const std::string spec = WriteSpec(8, 2, 1e-2);
+  const std::string seen = (dir_ / "data.jsonl").string(), unseen = (dir_ / "unseen.jsonl").string();
+  Run both = TrainRun("named", 2, spec, 6,
+                      " --set 'data.eval=[{name: seen, path: " + seen + "}, {name: unseen, path: " + unseen +
+                          "}]' --set training.eval_every_steps=3");
+  Run alone = TrainRun("alone", 2, spec, 6, " --set data.eval=" + unseen + " --set training.eval_every_steps=3");
+  ASSERT_EQ(both.exit_code, 0) << both.output;
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  std::vector<json> named, single;
+  for (const auto& e : both.events) if (e["event"] == "eval") named.push_back(e);
+  for (const auto& e : alone.events) if (e["event"] == "eval") single.push_back(e);
+  ASSERT_EQ(named.size(), 6u) << both.output;
+  ASSERT_EQ(single.size(), 3u) << alone.output;
+  for (size_t i = 0; i < named.size(); ++i) {
+    EXPECT_EQ(named[i]["step"], std::vector<int>({0, 0, 3, 3, 6, 6})[i]);
+    EXPECT_EQ(named[i]["set"], i % 2 == 0 ? "seen" : "unseen");
+    EXPECT_EQ(named[i]["index"], i % 2);
+  }
+  for (size_t k = 0; k < single.size(); ++k) {
+    EXPECT_EQ(single[k]["set"], "eval") << "one unnamed file is a set named eval";
+    const double want = single[k]["loss"].get<double>();
+    EXPECT_NEAR(named[2 * k + 1]["loss"].get<double>(), want, 1e-6 * want) << "at step " << single[k]["step"];
+  }
+  EXPECT_LT(named[4]["loss"].get<double>(), named[0]["loss"].get<double>()) << "the trained-on set's loss falls";
+  EXPECT_NE(both.output.find("| seen eval_loss "), std::string::npos) << both.output;
+  EXPECT_NE(both.output.find("| unseen eval_loss "), std::string::npos) << both.output;
+}
+
 // data.eval: a file of its own; by default evaluated before training, at every full checkpoint
 // and at the end. On the training file itself the eval loss must track the training loss: after
 // memorising it for a while both are small.

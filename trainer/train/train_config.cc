@@ -98,7 +98,7 @@ Result<TrainConfig> TrainConfigFromJobSpec(const v1::JobSpec& s) {
   c.checkpoint_full_every_steps = k.full_every_steps();
   c.keep_last = k.keep_last();
   c.require_resume = k.require_resume();
-  c.eval_data = d.eval();
+  for (const v1::EvalSet& set : d.eval()) c.eval_sets.push_back({set.name(), set.path()});
   c.eval_fraction = d.eval_fraction();
   c.eval_every_steps = t.eval_every_steps();
   c.keep_best = k.keep_best();

@@ -30,6 +30,13 @@ struct LoraConfig {
   bool operator==(const LoraConfig&) const = default;
 };
 
+// One named held-out set of data.eval (proto/eft/v1/spec.proto, EvalSet).
+struct EvalSetConfig {
+  std::string name;
+  std::string path;  // JSONL, read as data.train is
+  bool operator==(const EvalSetConfig&) const = default;
+};
+
 struct TrainConfig {
   std::string name = "train";
   std::string model;       // HF model directory
@@ -67,7 +74,7 @@ struct TrainConfig {
   std::string full_write = "parallel";  // parallel | rank0 (docs/checkpoints.md, "Write path")
 
   // Evaluation (trainer/train/evaluation.h).
-  std::string eval_data;         // JSONL held-out set; empty: none
+  std::vector<EvalSetConfig> eval_sets;  // data.eval, in its order; empty: none
   double eval_fraction = 0;      // > 0: hold out this part of train_data instead
   int64_t eval_every_steps = 0;  // 0: at every full checkpoint and at the end
   bool keep_best = false;        // the lowest-eval-loss checkpoint outlives keep_last's rotation

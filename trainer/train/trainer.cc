@@ -178,54 +178,67 @@ void Trainer::LogStart(const ModelConfig& model, const PackingStats& packing, co
 
 Status Trainer::PrepareEval(int64_t vocab_size, const TextPipeline& text) {
   const TrainConfig& c = config_;
+  std::vector<std::string> sources;
   if (c.eval_fraction > 0) {
     EFT_ASSIGN_OR_RETURN(HeldOutSplit split, SplitHeldOut(dataset_, c.eval_fraction));
     dataset_ = std::move(split.train);
-    eval_set_ = std::move(split.eval);
-  } else if (!c.eval_data.empty()) {
-    EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareEvalData(c, vocab_size, text));
-    eval_set_ = std::move(data.documents);
-  } else if (c.keep_best) {
+    eval_sets_.push_back({"eval", std::move(split.eval)});
+    sources.push_back("a held-out " + std::to_string(c.eval_fraction) + " of " + c.train_data);
+  }
+  for (const EvalSetConfig& set : c.eval_sets) {
+    EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareEvalData(c, set, vocab_size, text));
+    eval_sets_.push_back({set.name, std::move(data.documents)});
+    sources.push_back(set.path);
+  }
+  if (eval_sets_.empty() && c.keep_best) {
     return Status::InvalidArgument("spec.checkpoint.keep_best needs eval data: set spec.data.eval or "
                                    "spec.data.eval_fraction");
-  } else {
-    return Status::Ok();
   }
-  if (eval_set_.stats().trained_tokens == 0) {
-    return Status::InvalidArgument(std::string(c.eval_fraction > 0 ? "spec.data.eval_fraction" : "spec.data.eval") +
-                                   ": the eval set (" + std::to_string(eval_set_.size()) +
-                                   " examples) has no trained tokens to compute a loss on");
+  for (size_t i = 0; i < eval_sets_.size(); ++i) {
+    EvalSet& set = eval_sets_[i];
+    if (set.data.stats().trained_tokens == 0) {
+      return Status::InvalidArgument(std::string(c.eval_fraction > 0 ? "spec.data.eval_fraction" : "spec.data.eval") +
+                                     (c.eval_fraction > 0 ? "" : " " + set.name) + ": the eval set (" +
+                                     std::to_string(set.data.size()) +
+                                     " examples) has no trained tokens to compute a loss on");
+    }
+    if (env_.rank == 0) {
+      EFT_LOG(INFO) << "eval set " << set.name << ": " << set.data.size() << " examples, "
+                    << set.data.stats().trained_tokens << " trained tokens, from " << sources[i];
+    }
+    if (c.packing) set.data = PackDataset(set.data, c.max_seq_len);
   }
-  if (env_.rank == 0) {
-    EFT_LOG(INFO) << "eval set: " << eval_set_.size() << " examples, " << eval_set_.stats().trained_tokens
-                  << " trained tokens, from "
-                  << (c.eval_fraction > 0 ? "a held-out " + std::to_string(c.eval_fraction) + " of " + c.train_data
-                                          : c.eval_data);
-  }
-  if (c.packing) eval_set_ = PackDataset(eval_set_, c.max_seq_len);
-  has_eval_ = true;
   return Status::Ok();
 }
 
 bool Trainer::EvalDue(bool last) const {
-  if (!has_eval_) return false;
+  if (eval_sets_.empty()) return false;
   if (last) return true;
   if (config_.eval_every_steps > 0) return step_ % config_.eval_every_steps == 0;
   const int64_t full = config_.checkpoint_full_every_steps;
   return checkpointer_->enabled() && full > 0 && step_ % full == 0;
 }
 
-EvalResult Trainer::RunEval() {
-  EvalResult r = Evaluate(*model_, *comm_, eval_set_, config_.micro_batch_size, pad_token_id_);
-  last_eval_step_ = step_;
-  last_eval_loss_ = r.loss;
-  if (env_.rank == 0) {
-    std::printf("eval  %lld/%lld | eval_loss %.4f | %lld tokens | %.1fs\n", static_cast<long long>(step_),
-                static_cast<long long>(total_steps_), r.loss, static_cast<long long>(r.tokens), r.seconds);
+void Trainer::RunEval() {
+  for (size_t i = 0; i < eval_sets_.size(); ++i) {
+    const EvalSet& set = eval_sets_[i];
+    EvalResult r = Evaluate(*model_, *comm_, set.data, config_.micro_batch_size, pad_token_id_);
+    if (i == 0) {
+      last_eval_step_ = step_;
+      last_eval_loss_ = r.loss;
+    }
+    if (env_.rank != 0) continue;
+    // One set keeps the line it always had; several name theirs.
+    const std::string label = eval_sets_.size() == 1 ? "" : " " + set.name;
+    std::printf("eval  %lld/%lld |%s eval_loss %.4f | %lld tokens | %.1fs\n", static_cast<long long>(step_),
+                static_cast<long long>(total_steps_), label.c_str(), r.loss, static_cast<long long>(r.tokens),
+                r.seconds);
     std::fflush(stdout);
-    events_.Emit(rank::EvalEvent{step_, r.loss, r.tokens, r.seconds});
+    rank::EvalEvent event{step_, r.loss, r.tokens, r.seconds};
+    event.set = set.name;
+    event.index = static_cast<int>(i);
+    events_.Emit(event);
   }
-  return r;
 }
 
 Result<StepResult> Trainer::Step() {
@@ -356,7 +369,7 @@ Status Trainer::Run() {
   const int64_t first_step = step_;
   const CheckpointPolicy& policy = checkpointer_->policy();
   // The loss before fine-tuning, for comparison (a resumed run has its earlier evaluations).
-  if (has_eval_ && step_ == 0 && total_steps_ > 0) RunEval();
+  if (!eval_sets_.empty() && step_ == 0 && total_steps_ > 0) RunEval();
   while (step_ < total_steps_) {
     profiler_->BeforeStep(step_ + 1);
     EFT_ASSIGN_OR_RETURN(StepResult r, Step());

@@ -80,12 +80,12 @@ class Trainer {
   Status SaveFinalModel();
   // checkpoint.merge_lora, rank 0, after the final adapter directory: the merged model's directory.
   Result<std::string> MergeFinalAdapter();
-  // Evaluation (trainer/train/evaluation.h): the eval set from data.eval or data.eval_fraction
-  // (which also takes it out of dataset_); whether this step is evaluated; the evaluation itself,
-  // reported on the progress line and as an EvalEvent. RunEval is collective.
+  // Evaluation (trainer/train/evaluation.h): the eval sets of data.eval, or the one of
+  // data.eval_fraction (which also takes it out of dataset_); whether this step is evaluated; the
+  // evaluation of every set, each reported on a progress line and as an EvalEvent. Collective.
   Status PrepareEval(int64_t vocab_size, const TextPipeline& text);
   bool EvalDue(bool last) const;
-  EvalResult RunEval();
+  void RunEval();
   // LoRA: PEFT's initialisation (seeded), or training.lora.init_from's adapter.
   Status InitAdapters();
 
@@ -109,10 +109,13 @@ class Trainer {
   std::unique_ptr<StepProfiler> profiler_;
   std::vector<double> loss_tail_;
   nlohmann::json compat_;
-  bool has_eval_ = false;
-  TokenDataset eval_set_;  // packed like dataset_
-  int64_t last_eval_step_ = -1;  // the newest evaluation, for the checkpoint saved at that step
-  double last_eval_loss_ = 0;
+  struct EvalSet {
+    std::string name;
+    TokenDataset data;  // packed like dataset_
+  };
+  std::vector<EvalSet> eval_sets_;  // data.eval's order; the first is the one keep_best ranks by
+  int64_t last_eval_step_ = -1;     // the newest evaluation, for the checkpoint saved at that step
+  double last_eval_loss_ = 0;       // of the first set
 };
 
 }  // namespace eft::trainer

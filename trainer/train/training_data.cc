@@ -169,10 +169,12 @@ Result<PreparedData> PrepareTrainingData(const TrainConfig& c, int64_t vocab_siz
   return out;
 }
 
-Result<PreparedData> PrepareEvalData(const TrainConfig& config, int64_t vocab_size, const TextPipeline& text) {
+Result<PreparedData> PrepareEvalData(const TrainConfig& config, const EvalSetConfig& set, int64_t vocab_size,
+                                     const TextPipeline& text) {
   TrainConfig c = config;
-  c.train_data = config.eval_data;
-  return PrepareTrainingData(c, vocab_size, text, {}, "spec.data.eval");
+  c.train_data = set.path;
+  const std::string field = "spec.data.eval " + set.name;
+  return PrepareTrainingData(c, vocab_size, text, {}, field.c_str());
 }
 
 }  // namespace eft::trainer

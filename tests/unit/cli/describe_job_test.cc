@@ -34,5 +34,30 @@ TEST(DescribeJob, ProgressCarriesTheMfuWhenReported) {
       << "a CPU job, or a GPU whose peak eft does not know: no MFU rather than 0%";
 }
 
+// Named eval sets (spec.data.eval): a line each under "Eval:", in the spec's order; one set keeps
+// the single line; the progress line and the follow view name each set too.
+TEST(DescribeJob, EachNamedEvalSetHasItsLine) {
+  v1::Job j = Training(0);
+  auto* p = j.mutable_progress();
+  p->set_eval_loss(0.5);
+  p->set_eval_step(40);
+  p->set_eval_tokens(300);
+  const std::string one = DescribeJob(j);
+  EXPECT_NE(one.find("\nEval:        loss 0.5 at step 40 (300 tokens)\n"), std::string::npos) << one;
+  for (const auto& [name, loss] : {std::pair{"new", 0.5}, std::pair{"known", 1.75}}) {
+    v1::EvalLoss* e = p->add_evals();
+    e->set_set(name);
+    e->set_loss(loss);
+    e->set_step(40);
+    e->set_tokens(300);
+  }
+  const std::string two = DescribeJob(j);
+  EXPECT_NE(two.find("\nEval:\n  new: loss 0.5 at step 40 (300 tokens)\n  known: loss 1.75 at step 40 (300 tokens)\n"),
+            std::string::npos)
+      << two;
+  EXPECT_NE(ProgressLine(j).find(" eval_loss[new] 0.5 eval_loss[known] 1.75 (step 40)"), std::string::npos)
+      << ProgressLine(j);
+}
+
 }  // namespace
 }  // namespace eft::cli

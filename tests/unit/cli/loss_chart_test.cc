@@ -73,6 +73,31 @@ TEST(LossSummary, TrainAndEvalLines) {
       << text;
 }
 
+// Named eval sets (spec.data.eval): a line and a curve each, named, in their own colours.
+TEST(LossSummary, NamedEvalSetsEachHaveALineAndACurve) {
+  v1::Job job = JobWithHistory(10, 0);
+  v1::LossHistory* h = job.mutable_loss_history();
+  for (const auto& [name, first] : {std::pair{"new", 3.0}, std::pair{"known", 1.0}}) {
+    v1::EvalLossCurve* c = h->add_eval_sets();
+    c->set_set(name);
+    for (int i = 0; i < 3; ++i) {
+      v1::LossPoint* p = c->add_points();
+      p->set_step(i * 10);
+      p->set_loss(first - 0.25 * i);
+    }
+  }
+  *h->mutable_eval() = h->eval_sets(0).points();
+  const std::string text = LossSummary(*h, 10);
+  EXPECT_NE(text.find("\n             eval[new] 3 -> 2.5 (steps 0..20, 3 evals)"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n             eval[known] 1 -> 0.5 (steps 0..20, 3 evals)"), std::string::npos) << text;
+  const std::string svg = LossSvg(job);
+  EXPECT_NE(svg.find("class=\"eval\" fill=\"none\" stroke=\"#ff7f0e\""), std::string::npos) << svg;
+  EXPECT_NE(svg.find("class=\"eval-1\" fill=\"none\" stroke=\"#2ca02c\""), std::string::npos) << svg;
+  EXPECT_NE(svg.find(">eval loss: new</text>"), std::string::npos) << svg;
+  EXPECT_NE(svg.find(">eval loss: known</text>"), std::string::npos) << svg;
+  EXPECT_LE(FrameFor(*h).loss_min, 0.5) << "the frame holds every curve";
+}
+
 // The SVG parsed by python3's xml.etree: the polylines' and circles' coordinates as JSON.
 nlohmann::json ParseSvg(const std::string& svg) {
   const std::string dir = std::filesystem::temp_directory_path() / ("eft-svg-" + std::to_string(::getpid()));

@@ -175,6 +175,16 @@ TEST(ProgressViewTerminal, DrawsOnceThenRedrawsInPlace) {
             "\r\x1b[2Kloss 0.509  eval loss 0.6013 (step 40)  1234 tokens/s\n"
             "\r\x1b[2Klast event: running: all 2 ranks of attempt 1 started\n");
   EXPECT_EQ(view.Update(j, 1, 100), "") << "the same frame is not drawn again";
+  v1::Job named = j;  // named eval sets (spec.data.eval): each with its loss
+  for (const auto& [name, loss] : {std::pair{"new", 0.6013}, std::pair{"known", 1.2}}) {
+    v1::EvalLoss* e = named.mutable_progress()->add_evals();
+    e->set_set(name);
+    e->set_loss(loss);
+    e->set_step(40);
+  }
+  EXPECT_NE(ProgressView(ProgressView::Mode::kTerminal).Update(named, 0, 100)
+                .find("loss 0.509  eval loss new 0.6013, known 1.2 (step 40)  1234 tokens/s\n"),
+            std::string::npos);
   v1::Job later = j;
   later.mutable_progress()->set_step(57);
   *later.mutable_progress()->mutable_time() = TimeUtil::MillisecondsToTimestamp(17000);  // 1 s per step

@@ -191,9 +191,17 @@ TEST(RankProtocolTest, DecodingIsLenientAboutExtrasAndStrictAboutWhatMatters) {
 namespace eft::rank {
 namespace {
 
-// Evaluation (issue 19): {"event":"eval","step":S,"loss":L,"tokens":N}; step and loss are required.
+// Evaluation (issue 19): {"event":"eval","step":S,"loss":L,"tokens":N,"set":NAME,"index":I}; step
+// and loss are required; a rank from before named eval sets sends no set and index: its one set,
+// "eval", index 0.
 TEST(RankProtocolTest, EvalEventsRoundTripAndNeedStepAndLoss) {
-  EXPECT_EQ(EncodeEvent(EvalEvent{40, 1.5, 1200}), R"({"event":"eval","loss":1.5,"step":40,"tokens":1200})");
+  EXPECT_EQ(EncodeEvent(EvalEvent{40, 1.5, 1200}),
+            R"({"event":"eval","index":0,"loss":1.5,"set":"eval","step":40,"tokens":1200})");
+  auto old = DecodeEvent(R"({"event":"eval","loss":1.5,"step":40,"tokens":1200})");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(std::get<EvalEvent>(*old).set, "eval");
+  EXPECT_EQ(std::get<EvalEvent>(*old).index, 0);
+  EXPECT_FALSE(DecodeEvent(R"({"event":"eval","step":3,"loss":1.0,"set":7})").ok());
   auto back = DecodeEvent(EncodeEvent(EvalEvent{40, 1.25, 1200, 3.5}));
   ASSERT_TRUE(back.ok()) << back.status();
   const EvalEvent& e = std::get<EvalEvent>(*back);

@@ -19,6 +19,7 @@ namespace {
 using namespace std::chrono_literals;
 using eft::testing::Labels;
 using eft::testing::SampleValue;
+using eft::testing::Samples;
 namespace fs = std::filesystem;
 
 class ControllerMetricsTest : public ::testing::Test {
@@ -165,10 +166,11 @@ TEST_F(ControllerMetricsTest, ValuesFollowJobNodeAndTrainingState) {
   EXPECT_EQ(SampleValue(text, "eft_job_tokens_per_second", job), 8192.5);
   EXPECT_EQ(SampleValue(text, "eft_job_mfu", job), 0.375);
   EXPECT_EQ(SampleValue(text, "eft_job_last_step_timestamp_seconds", job), 1'700'000'123.0);
-  EXPECT_FALSE(SampleValue(text, "eft_job_eval_loss", job)) << "no eval series before the first eval event";
+  EXPECT_TRUE(Samples(text, "eft_job_eval_loss").empty()) << "no eval series before the first eval event";
+  // A rank from before named eval sets (no set, no index): its one set is "eval".
   Heartbeat("n1", {Rank(r0, v1::RANK_STATE_RUNNING)}, {R"({"event":"eval","step":40,"loss":1.5,"tokens":900})"});
   text = metrics_->Scrape();
-  EXPECT_EQ(SampleValue(text, "eft_job_eval_loss", job), 1.5);
+  EXPECT_EQ(SampleValue(text, "eft_job_eval_loss", {{"job", id}, {"eval_set", "eval"}}), 1.5);
   EXPECT_EQ(SampleValue(text, "eft_job_checkpoints_total", job), 1.0);
   EXPECT_EQ(SampleValue(text, "eft_job_checkpoint_bytes", job), 123456.0);
   EXPECT_EQ(SampleValue(text, "eft_job_last_checkpoint_step", job), 40.0);

@@ -184,5 +184,51 @@ TEST_F(ControllerRestartTest, LossHistoryIsBoundedAndSurvivesARestart) {
   EXPECT_EQ(Job(id).loss_history().eval_size(), 7);
 }
 
+// Named eval sets (spec.data.eval): each set's newest loss in the progress (the first also as
+// eval_loss), each set's curve in the loss history, named, after a restart too; an eval event of a
+// set the job does not have changes nothing.
+TEST_F(ControllerRestartTest, EachNamedEvalSetHasItsLossAndCurve) {
+  Register("n1");
+  v1::JobSpec spec = Spec("named", 1, 1);
+  for (const char* name : {"new", "known"}) {
+    v1::EvalSet* set = spec.mutable_data()->add_eval();
+    set->set_name(name);
+    set->set_path(std::string("/data/") + name + ".jsonl");
+  }
+  std::string id = Submit(spec);
+  auto ranks = StartRanks({"n1"});
+  const v1::RankAssignment& a = ranks["n1"];
+  auto eval = [&](int step, const char* set, int index, double loss) {
+    return Event(a, ++seq_, R"({"event":"eval","step":)" + std::to_string(step) + R"(,"loss":)" + std::to_string(loss) +
+                                R"(,"tokens":50,"set":")" + set + R"(","index":)" + std::to_string(index) + "}");
+  };
+  Heartbeat("n1", {Rank(a, v1::RANK_STATE_RUNNING)},
+            {eval(0, "known", 1, 1.0), eval(0, "new", 0, 3.0), eval(5, "new", 0, 1.5), eval(5, "known", 1, 1.25),
+             eval(5, "other", 2, 9.0), eval(5, "known", 0, 9.0)});
+  clock_.Advance(config_.progress_flush_interval);
+  c_->Tick();
+  const v1::Job before = Job(id);
+  EXPECT_DOUBLE_EQ(before.progress().eval_loss(), 1.5) << "the first set's";
+  ASSERT_EQ(before.progress().evals_size(), 2);
+  EXPECT_EQ(before.progress().evals(0).set(), "new");
+  EXPECT_DOUBLE_EQ(before.progress().evals(0).loss(), 1.5);
+  EXPECT_EQ(before.progress().evals(1).set(), "known");
+  EXPECT_DOUBLE_EQ(before.progress().evals(1).loss(), 1.25);
+  EXPECT_EQ(before.progress().evals(1).step(), 5);
+  const v1::LossHistory& h = before.loss_history();
+  ASSERT_EQ(h.eval_sets_size(), 2);
+  EXPECT_EQ(h.eval_sets(0).set(), "new");
+  EXPECT_EQ(h.eval_sets(1).set(), "known");
+  ASSERT_EQ(h.eval_sets(1).points_size(), 2);
+  EXPECT_DOUBLE_EQ(h.eval_sets(1).points(0).loss(), 1.0);
+  EXPECT_DOUBLE_EQ(h.eval_sets(1).points(1).loss(), 1.25);
+  ASSERT_EQ(h.eval_size(), 2) << "eval: the first set's curve";
+  EXPECT_DOUBLE_EQ(h.eval(1).loss(), 1.5);
+  EXPECT_EQ(RawQueryForTest("SELECT COUNT(*) FROM loss_points WHERE job_id = " + id + " AND curve = 2"), "2");
+
+  Restart();
+  EXPECT_EQ(Job(id).loss_history().SerializeAsString(), h.SerializeAsString());
+}
+
 }  // namespace
 }  // namespace eft::controller

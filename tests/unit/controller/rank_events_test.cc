@@ -109,6 +109,44 @@ TEST(RankEventsTest, EvaluationsOfTheCurrentAttemptAreProgress) {
   EXPECT_EQ(InterpretRankEvent(Event(1, rank::EncodeEvent(rank::EvalEvent{40, 1.75, 900})), 2).kind, Kind::kIgnore);
   EXPECT_EQ(InterpretRankEvent(Event(2, R"({"event":"eval","step":4})"), 2).problem,
             "eval event: \"loss\" is missing");
+  // Named sets (data.eval): the effect names the set; an older rank's event (no set, no index) is
+  // the one set "eval", index 0.
+  rank::EvalEvent second{40, 2.5, 700, 1.0};
+  second.set = "known";
+  second.index = 1;
+  RankEventEffect named = InterpretRankEvent(Event(2, rank::EncodeEvent(second)), 2);
+  EXPECT_EQ(named.kind, Kind::kEval);
+  EXPECT_EQ(named.eval_set, "known");
+  EXPECT_EQ(named.eval_index, 1);
+  RankEventEffect old = InterpretRankEvent(Event(2, R"({"event":"eval","step":4,"loss":1.5})"), 2);
+  EXPECT_EQ(old.kind, Kind::kEval);
+  EXPECT_EQ(old.eval_set, "eval");
+  EXPECT_EQ(old.eval_index, 0);
+  auto decoded = rank::DecodeEvent(rank::EncodeEvent(second));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(std::get<rank::EvalEvent>(*decoded).set, "known");
+  EXPECT_EQ(std::get<rank::EvalEvent>(*decoded).index, 1);
+}
+
+// Which eval events belong to a job: the spec's set at that index; with no eval data in the spec (a
+// program of its own reporting evaluations), index 0 under any name, shown as "eval".
+TEST(RankEventsTest, AJobsEvalSetsAreTheSpecs) {
+  v1::JobSpec none;
+  EXPECT_EQ(EvalCurveNames(none), std::vector<std::string>{"eval"});
+  EXPECT_TRUE(IsJobEvalSet(none, 0, "eval"));
+  EXPECT_TRUE(IsJobEvalSet(none, 0, "whatever"));
+  EXPECT_FALSE(IsJobEvalSet(none, 1, "eval"));
+  v1::JobSpec named;
+  for (const char* name : {"new", "known"}) named.mutable_data()->add_eval()->set_name(name);
+  EXPECT_EQ(EvalCurveNames(named), (std::vector<std::string>{"new", "known"}));
+  EXPECT_TRUE(IsJobEvalSet(named, 1, "known"));
+  EXPECT_FALSE(IsJobEvalSet(named, 0, "known")) << "a set at another set's index";
+  EXPECT_FALSE(IsJobEvalSet(named, 2, "other"));
+  EXPECT_FALSE(IsJobEvalSet(named, -1, "new"));
+  v1::JobSpec held_out;
+  held_out.mutable_data()->set_eval_fraction(0.1);
+  EXPECT_EQ(EvalCurveNames(held_out), std::vector<std::string>{"eval"});
+  EXPECT_FALSE(IsJobEvalSet(held_out, 0, "other"));
 }
 
 TEST(RankEventsTest, MalformedLinesSayWhy) {

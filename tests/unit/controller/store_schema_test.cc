@@ -87,6 +87,35 @@ TEST_F(StoreTest, Version2AttemptsLoadWithAnUnknownReachedStep) {
   EXPECT_EQ(store->LoadReservations()->size(), 1u);
 }
 
+// Migration 5 (data.eval: one path -> named sets) on specs a version-4 controller stored, as its
+// printer wrote them (every field shown, so "eval": "" when there was none): they load, the one
+// file as a set named "eval", the others with no set; a spec already in the new form is untouched.
+TEST_F(StoreTest, Version4EvalFilesBecomeASetNamedEval) {
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(store);
+  }
+  RawQuery(path_, "INSERT INTO jobs (spec, state) VALUES "
+                  "('{\"name\": \"with\", \"data\": {\"train\": \"/t.jsonl\", \"eval\": \"/e.jsonl\"}}', 'JOB_STATE_SUCCEEDED'), "
+                  "('{\"name\": \"without\", \"data\": {\"train\": \"/t.jsonl\", \"eval\": \"\"}}', 'JOB_STATE_SUCCEEDED'), "
+                  "('{\"name\": \"new\", \"data\": {\"eval\": [{\"name\": \"a\", \"path\": \"/a\"}]}}', 'JOB_STATE_SUCCEEDED')");
+  RawQuery(path_, "PRAGMA user_version = 4");
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->schema_version(), Store::kSchemaVersion);
+  auto jobs = store->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 3u);
+  const v1::DataSpec& with = (*jobs)[0].spec.data();
+  ASSERT_EQ(with.eval_size(), 1);
+  EXPECT_EQ(with.eval(0).name(), "eval");
+  EXPECT_EQ(with.eval(0).path(), "/e.jsonl");
+  EXPECT_EQ(with.train(), "/t.jsonl");
+  EXPECT_EQ((*jobs)[1].spec.data().eval_size(), 0);
+  ASSERT_EQ((*jobs)[2].spec.data().eval_size(), 1);
+  EXPECT_EQ((*jobs)[2].spec.data().eval(0).name(), "a");
+}
+
 TEST_F(StoreTest, NewerSchemaIsRefused) {
   fs::create_directories(fs::path(path_).parent_path());
   RawQuery(path_, "PRAGMA user_version = 99");

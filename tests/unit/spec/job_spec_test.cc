@@ -337,6 +337,10 @@ TEST(JobSpecTest, EvalFieldsAreValidated) {
       {"data: {eval_fraction: -0.1}", "spec.data.eval_fraction (-0.1) must be >= 0 and < 1"},
       {"data: {eval: /e.jsonl, eval_fraction: 0.1}", "spec.data.eval and spec.data.eval_fraction are both set"},
       {"training: {eval_every_steps: -1}", "spec.training.eval_every_steps (-1) must be >= 0"},
+      {"data: {eval: [{name: a, path: /a}, {name: a, path: /b}]}", "spec.data.eval[1].name: \"a\" is used twice"},
+      {"data: {eval: [{name: 'a b', path: /a}]}", "spec.data.eval[0].name (\"a b\") must be 1-64 of"},
+      {"data: {eval: [{path: /a}]}", "spec.data.eval[0].name (\"\") must be 1-64 of"},
+      {"data: {eval: {known: ''}}", "spec.data.eval[0].path is empty"},
   };
   for (const auto& [yaml, message] : cases) {
     auto spec = ParseJobSpec("name: a\ncommand: [x]\n" + yaml + "\n");
@@ -352,6 +356,36 @@ TEST(JobSpecTest, EvalFieldsAreValidated) {
   EXPECT_DOUBLE_EQ(ok->data().eval_fraction(), 0.02);
   EXPECT_EQ(ok->training().eval_every_steps(), 50);
   EXPECT_TRUE(ok->checkpoint().keep_best());
+}
+
+// data.eval's forms (docs/data.md, "Evaluation"): one path (a set named "eval"), a map {NAME: PATH}
+// (TRL's eval_dataset dict; sets in name order), one {name, path}, or a list of them (in its order).
+TEST(JobSpecTest, EvalSetsCanBeWrittenInFourForms) {
+  auto sets = [](const std::string& yaml) {
+    std::vector<std::pair<std::string, std::string>> out;
+    auto spec = ParseJobSpec("name: a\ncommand: [x]\ndata: {eval: " + yaml + "}\n");
+    EXPECT_TRUE(spec.ok()) << yaml << ": " << spec.status();
+    if (!spec.ok()) return out;
+    EXPECT_TRUE(NormalizeJobSpec(&*spec).ok()) << yaml;
+    for (const auto& s : spec->data().eval()) out.emplace_back(s.name(), s.path());
+    return out;
+  };
+  using Sets = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(sets("/e.jsonl"), (Sets{{"eval", "/e.jsonl"}}));
+  EXPECT_EQ(sets("{new: /n.jsonl, known: /k.jsonl}"), (Sets{{"known", "/k.jsonl"}, {"new", "/n.jsonl"}}));
+  EXPECT_EQ(sets("{name: held-out, path: /h.jsonl}"), (Sets{{"held-out", "/h.jsonl"}}));
+  EXPECT_EQ(sets("[{name: new, path: /n.jsonl}, {name: known, path: /k.jsonl}]"),
+            (Sets{{"new", "/n.jsonl"}, {"known", "/k.jsonl"}}));
+  // The printer writes the list, which reads back as the same sets.
+  auto spec = ParseJobSpec("name: a\ncommand: [x]\ndata: {eval: {new: /n.jsonl, known: /k.jsonl}}\n");
+  ASSERT_TRUE(spec.ok());
+  auto again = JobSpecFromJson(JobSpecToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->data().eval_size(), 2);
+  EXPECT_EQ(again->data().eval(1).name(), "new");
+  auto bad = ParseJobSpec("name: a\ncommand: [x]\ndata: {eval: 3}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_CONTAINS(bad.status().message(), "spec.data.eval: expected a path, a map {NAME: PATH} or a list of {name, path}");
 }
 
 
