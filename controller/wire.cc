@@ -73,6 +73,9 @@ v1::Job JobToProto(const JobView& j, bool full) {
   add(j.train_loss, out.mutable_loss_history()->mutable_train());
   for (size_t i = 0; i < j.eval_loss.size(); ++i) {
     if (i == 0) add(j.eval_loss[i].second, out.mutable_loss_history()->mutable_eval());
+    // A set not evaluated yet has no curve (as in memory, so a job read back from the store shows
+    // the same).
+    if (j.eval_loss[i].second == nullptr || j.eval_loss[i].second->empty()) continue;
     v1::EvalLossCurve* curve = out.mutable_loss_history()->add_eval_sets();
     curve->set_set(j.eval_loss[i].first);
     add(j.eval_loss[i].second, curve->mutable_points());

@@ -23,7 +23,8 @@ struct JobView {
   int32_t running_world_size = 0;        // of the running attempt; 0 when none runs
   // The loss curves (loss_history.h); null: none.
   const std::vector<LossPointRecord>* train_loss = nullptr;
-  // Each eval set's (name, curve), in the spec's order (spec::EvalSetNames).
+  // Each eval set's (name, curve), in the spec's order (spec::EvalSetNames); the first is
+  // LossHistory.eval, those with points LossHistory.eval_sets.
   std::vector<std::pair<std::string, const std::vector<LossPointRecord>*>> eval_loss;
 };
 

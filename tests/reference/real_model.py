@@ -6,8 +6,9 @@ each part; every part prints one summary line and exits non-zero on a mismatch.
   logits MODEL OUT.safetensors
       transformers' logits for two rendered conversations, in fp32 and fp64, with the input ids and
       labels, for tests/unit/trainer/model/real_model_test.cc to compare eft's against.
-  generate MODEL EFT_TRAIN
-      greedy generation: eft-train generate --format ids must give exactly transformers' tokens.
+  generate MODEL EFT_TRAIN [N]
+      greedy generation: eft-train generate --format ids must give exactly transformers' tokens
+      (the first N prompts; default all 6).
   outputs BASE OUT [TEMPLATE]
       OUT, a directory eft wrote from BASE, carries every Hugging Face file of BASE (TEMPLATE, the
       data.chat_template training used, as chat_template.jinja), transformers' tokenizer renders
@@ -76,11 +77,11 @@ def logits(model_dir, out):
     return 0
 
 
-def generate(model_dir, eft_train):
+def generate(model_dir, eft_train, count=len(PROMPTS)):
     tokenizer = tokenizer_of(model_dir)
     model = load_model(model_dir)
-    new_tokens, mismatches = 32, []
-    for prompt in PROMPTS:
+    new_tokens, mismatches, prompts = 32, [], PROMPTS[:int(count)]
+    for prompt in prompts:
         messages = [{"role": "user", "content": prompt}]
         ids = torch.tensor([render_ids(tokenizer, messages, add_generation_prompt=True)])
         with torch.no_grad():
@@ -100,8 +101,8 @@ def generate(model_dir, eft_train):
         if got != want:
             mismatches.append(prompt)
             print(f"  transformers {want}\n  eft          {got}\n  eft says     {tokenizer.decode(got)!r}")
-    print(f"greedy generation, {len(PROMPTS)} prompts of up to {new_tokens} tokens: "
-          f"{len(PROMPTS) - len(mismatches)} identical to transformers {transformers.__version__}")
+    print(f"greedy generation, {len(prompts)} prompts of up to {new_tokens} tokens: "
+          f"{len(prompts) - len(mismatches)} identical to transformers {transformers.__version__}")
     return 1 if mismatches else 0
 
 

@@ -44,7 +44,7 @@ YAML
   check losses-match-transformers-adamw-loop reference loop "$model" "$work/data.jsonl" "$work/full.events" $lr $steps
   check final-model-complete reference outputs "$model" "$work/full-out"
   check full-checkpoint-complete reference outputs "$model" "$work/full-checkpoints/step-2"
-  check fine-tuned-generation-matches-transformers reference generate "$work/full-out" "$train"
+  check fine-tuned-generation-matches-transformers reference generate "$work/full-out" "$train" 3
 
   # LoRA with a chat template of the run's own (ChatML without SmolLM2's default system prompt), on
   # conversations; the adapter and the merged model carry that template.
