@@ -288,12 +288,12 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
         break;
       }
       case Kind::kEval: {
+        const std::vector<std::string> names = EvalCurveNames(j->rec.spec);
         if (!IsJobEvalSet(j->rec.spec, effect.eval_index, effect.eval_set)) {
           EFT_LOG(WARNING) << "job " << j->rec.id << ": eval event of set '" << effect.eval_set << "' (index "
                            << effect.eval_index << ") is not one of the job's eval sets; ignored";
           break;
         }
-        const std::vector<std::string> names = EvalCurveNames(j->rec.spec);
         const size_t index = static_cast<size_t>(effect.eval_index);
         if (index == 0) {
           j->progress.set_eval_loss(effect.progress.eval_loss());

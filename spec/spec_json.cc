@@ -369,9 +369,10 @@ Status CheckMessage(const pb::Descriptor* d, const json& in, const std::string& 
         (*out)[f->name()] = json::array({value});
         continue;
       }
-      const json list = f->full_name() == "eft.v1.DataSpec.eval" ? EvalSetsAsList(value) : value;
+      const bool eval_sets = f->full_name() == "eft.v1.DataSpec.eval";
+      const json list = eval_sets ? EvalSetsAsList(value) : value;
       if (!list.is_array()) {
-        if (f->full_name() == "eft.v1.DataSpec.eval") {
+        if (eval_sets) {
           return Status::InvalidArgument(field_path + ": expected a path, a map {NAME: PATH} or a list of {name, path}, "
                                          "got " + json(value).dump());
         }

@@ -133,13 +133,6 @@ std::unique_ptr<AdamW> BuildOptimizer(const TrainConfig& config, ShardedLlama& m
   return optimizer;
 }
 
-HfFileSources OutputFileSources(const TrainConfig& config) {
-  HfFileSources sources;
-  sources.model_dirs = {config.model};
-  if (config.chat_template != "auto") sources.chat_template = config.chat_template;
-  return sources;
-}
-
 Result<CheckpointPolicy> BuildCheckpointPolicy(const TrainConfig& config) {
   const std::optional<FullWriteMode> full_write = FullWriteModeFromName(config.full_write);
   if (!full_write) {
@@ -151,7 +144,8 @@ Result<CheckpointPolicy> BuildCheckpointPolicy(const TrainConfig& config) {
   policy.every_steps = config.checkpoint_every_steps;
   policy.full_every_steps = config.checkpoint_full_every_steps;
   policy.keep_last = config.keep_last;
-  policy.hf_files = OutputFileSources(config);
+  policy.hf_files.model_dirs = {config.model};
+  if (config.chat_template != "auto") policy.hf_files.chat_template = config.chat_template;
   policy.require_resume = config.require_resume;
   policy.keep_best = config.keep_best;
   policy.full_write = *full_write;

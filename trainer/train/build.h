@@ -56,11 +56,9 @@ Result<std::unique_ptr<ShardedLlama>> BuildModel(const ModelConfig& model, const
 std::unique_ptr<AdamW> BuildOptimizer(const TrainConfig& config, ShardedLlama& model);
 
 // spec.checkpoint: where, how often, retention, the full save's write path.
+// hf_files: what every output directory (full checkpoint, final model or adapter) carries besides
+// weights and config.json: the model directory's tokenizer, templates, generation config and licence,
+// and the chat template training rendered its data with when data.chat_template names one.
 Result<CheckpointPolicy> BuildCheckpointPolicy(const TrainConfig& config);
-
-// What every output directory (full checkpoint, final model or adapter, merged model) carries
-// besides weights and config.json: the model directory's tokenizer, templates, generation config and
-// licence, and the chat template training rendered its data with when data.chat_template names one.
-HfFileSources OutputFileSources(const TrainConfig& config);
 
 }  // namespace eft::trainer

@@ -178,24 +178,20 @@ void Trainer::LogStart(const ModelConfig& model, const PackingStats& packing, co
 
 Status Trainer::PrepareEval(int64_t vocab_size, const TextPipeline& text) {
   const TrainConfig& c = config_;
-  std::vector<std::string> sources;
   if (c.eval_fraction > 0) {
     EFT_ASSIGN_OR_RETURN(HeldOutSplit split, SplitHeldOut(dataset_, c.eval_fraction));
     dataset_ = std::move(split.train);
-    eval_sets_.push_back({"eval", std::move(split.eval)});
-    sources.push_back("a held-out " + std::to_string(c.eval_fraction) + " of " + c.train_data);
+    eval_sets_.push_back({"eval", std::move(split.eval), "a held-out " + std::to_string(c.eval_fraction) + " of " + c.train_data});
   }
   for (const EvalSetConfig& set : c.eval_sets) {
     EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareEvalData(c, set, vocab_size, text));
-    eval_sets_.push_back({set.name, std::move(data.documents)});
-    sources.push_back(set.path);
+    eval_sets_.push_back({set.name, std::move(data.documents), set.path});
   }
   if (eval_sets_.empty() && c.keep_best) {
     return Status::InvalidArgument("spec.checkpoint.keep_best needs eval data: set spec.data.eval or "
                                    "spec.data.eval_fraction");
   }
-  for (size_t i = 0; i < eval_sets_.size(); ++i) {
-    EvalSet& set = eval_sets_[i];
+  for (EvalSet& set : eval_sets_) {
     if (set.data.stats().trained_tokens == 0) {
       return Status::InvalidArgument(std::string(c.eval_fraction > 0 ? "spec.data.eval_fraction" : "spec.data.eval") +
                                      (c.eval_fraction > 0 ? "" : " " + set.name) + ": the eval set (" +
@@ -204,7 +200,7 @@ Status Trainer::PrepareEval(int64_t vocab_size, const TextPipeline& text) {
     }
     if (env_.rank == 0) {
       EFT_LOG(INFO) << "eval set " << set.name << ": " << set.data.size() << " examples, "
-                    << set.data.stats().trained_tokens << " trained tokens, from " << sources[i];
+                    << set.data.stats().trained_tokens << " trained tokens, from " << set.source;
     }
     if (c.packing) set.data = PackDataset(set.data, c.max_seq_len);
   }
@@ -450,7 +446,7 @@ Status Trainer::SaveFinalModel() {
   // Collective, streamed a unit at a time; the optimizer state is not part of a model.
   std::vector<UnitState> units;
   for (FlatParamUnit* u : model_->trainable_units()) units.push_back(UnitState{u, at::Tensor(), at::Tensor()});
-  EFT_RETURN_IF_ERROR(WriteFullState(*model_, units, config_.output_dir, OutputFileSources(config_), env_.rank == 0,
+  EFT_RETURN_IF_ERROR(WriteFullState(*model_, units, config_.output_dir, checkpointer_->policy().hf_files, env_.rank == 0,
                                      /*with_optimizer=*/false)
                           .status());
   if (env_.rank == 0) EFT_LOG(INFO) << "final model written to " << config_.output_dir;

@@ -111,7 +111,8 @@ class Trainer {
   nlohmann::json compat_;
   struct EvalSet {
     std::string name;
-    TokenDataset data;  // packed like dataset_
+    TokenDataset data;   // packed like dataset_
+    std::string source;  // where it came from, for the log
   };
   std::vector<EvalSet> eval_sets_;  // data.eval's order; the first is the one keep_best ranks by
   int64_t last_eval_step_ = -1;     // the newest evaluation, for the checkpoint saved at that step
