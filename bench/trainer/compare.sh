@@ -13,9 +13,13 @@
 #   TORCH_VARIANTS: space-separated PyTorch variants, each "+"-joined words of: eager (nothing
 #     added), compile (torch.compile), matmul (attention as explicit product and softmax instead of
 #     SDPA), fsdp2 (FSDP2 instead of DDP at world size 2), zero2 (FSDP2 keeping gathered layers to
-#     the backward); e.g. "eager compile fsdp2+compile" (default: "eager"; empty: no PyTorch runs)
+#     the backward), hf (transformers' own model of the directory instead of the loop's Llama);
+#     e.g. "eager compile fsdp2+compile hf+compile" (default: "eager"; empty: no PyTorch runs)
 #   BASELINE_TRAIN: another eft-train binary (e.g. a copy of an earlier commit's), run as well for every
 #     eft variant, interleaved, in rows marked "baseline": an A/B of a change in one run
+#   MODEL: a Hugging Face model directory to train instead of the ~20M bench model (bench_model.sh),
+#     e.g. MODEL=$(scripts/real-model.sh) for SmolLM2-135M-Instruct; the data are random rows of its
+#     vocabulary. SEQ, GLOBAL_BATCH: tokens per row and rows per step (default 512, 8; micro-batch 1)
 #   CLEANUP=1: remove the run's directory when the table is printed (kept when anything failed)
 #   EFT_ARGS: extra `eft-train train` flags; EFT_ENV, TORCH_ENV: extra environment (VAR=value ...)
 #     for eft's and PyTorch's processes, e.g. EFT_ENV=OPENBLAS_NUM_THREADS=2
@@ -36,7 +40,15 @@ PY=${PY:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python}  # the project's
 PORT=$((29700 + RANDOM % 200))
 
 . "$(dirname "$0")/bench_model.sh"
-write_bench_model "$TRAIN" "$DIR"
+SEQ=${SEQ:-512}
+GLOBAL_BATCH=${GLOBAL_BATCH:-8}
+if [[ -n ${MODEL:-} ]]; then
+  ln -s "$(cd "$MODEL" && pwd)" "$DIR/model"
+  write_random_rows "$DIR/data.jsonl" "$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["vocab_size"])' \
+    "$MODEL/config.json")" "$SEQ"
+else
+  write_bench_model "$TRAIN" "$DIR"
+fi
 
 SHARDING=${SHARDING:-grad_op}
 TORCH_VARIANTS=${TORCH_VARIANTS-eager}
@@ -48,8 +60,8 @@ run_eft() {  # case world precision round variant [kind binary]
   cat >"$DIR/$name.yaml" <<YAML
 name: bench
 model: $DIR/model
-data: {train: $DIR/data.jsonl, max_seq_len: 512}
-training: {global_batch_size: 8, micro_batch_size: 1, lr: 1.0e-4, precision: $precision,
+data: {train: $DIR/data.jsonl, max_seq_len: $SEQ}
+training: {global_batch_size: $GLOBAL_BATCH, micro_batch_size: 1, lr: 1.0e-4, precision: $precision,
            activation_checkpointing: full, epochs: 10}
 parallel: {sharding: $sharding}
 YAML
@@ -67,13 +79,14 @@ run_torch() {  # case world precision round variant
       matmul) flags+=(--attention matmul) ;;
       fsdp2) flags+=(--parallel fsdp2) ;;
       zero2) flags+=(--parallel fsdp2 --reshard-after-forward 0) ;;
+      hf) flags+=(--hf) ;;
       *) echo "compare.sh: unknown PyTorch variant word '$word' in '$5'" >&2; exit 2 ;;
     esac
   done
   PORT=$((PORT + 1))
   for ((r = 0; r < world; r++)); do
     env ${TORCH_ENV:-} RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT \
-      $PY "$HERE/torch_loop.py" --model "$DIR/model" --data "$DIR/data.jsonl" --seq 512 --global-batch 8 \
+      $PY "$HERE/torch_loop.py" --model "$DIR/model" --data "$DIR/data.jsonl" --seq "$SEQ" --global-batch "$GLOBAL_BATCH" \
       --micro-batch 1 --precision "$precision" --steps "$STEPS" --threads $((2 / world)) "${flags[@]}" \
       --events "$DIR/$name.events" >"$DIR/$name.$r.log" 2>&1 &
     pids+=($!)

@@ -19,11 +19,16 @@ At world size > 1, --parallel picks how a user spreads it over ranks (Gloo):
 --compile compiles each layer and the head with its loss (torch.compile, Inductor's CPU backend),
 as TorchTitan does: one compiled block reused by every layer, inside the checkpointing.
 
+--hf trains transformers' own model instead (AutoModelForCausalLM with the directory's weights, SDPA
+attention, gradient_checkpointing_enable(), the loss from model(input_ids, labels=...)): what a user
+fine-tuning a Hugging Face model writes; --compile then compiles each decoder layer (layer.compile()).
+
 Usage (one process per rank; torchrun-style environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
   torch_loop.py --model DIR --data FILE.jsonl --seq 512 --global-batch 8 --micro-batch 1
                 --precision bf16|fp32 --steps 8 --threads 2 --events FILE
                 [--attention sdpa|matmul] [--compile] [--parallel ddp|fsdp2] [--reshard-after-forward 0|1]
-DIR holds the HF config.json (weights are not read: throughput does not depend on their values);
+                [--hf]
+DIR holds the HF config.json (weights are read only with --hf: throughput does not depend on them);
 FILE.jsonl holds {"input_ids": [...]} lines. Rank 0 writes one JSON line per step to --events:
 {"step", "seconds", "tokens_per_s", "loss"}, and a final {"peak_rss_bytes"} line.
 """
@@ -153,6 +158,20 @@ class Llama(nn.Module):
         return self.head_loss(self.norm, self.lm_head, x, labels)
 
 
+def hf_model(directory, compile_layers):
+    """transformers' model of the directory, as a user fine-tuning it sets it up; and its decoder layers."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="sdpa")
+    model.config.use_cache = False
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    layers = model.model.layers
+    if compile_layers:
+        for layer in layers:
+            layer.compile()
+    return model, layers
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
@@ -168,6 +187,7 @@ def main():
     p.add_argument("--compile", action="store_true")
     p.add_argument("--parallel", choices=["ddp", "fsdp2"], default="ddp")
     p.add_argument("--reshard-after-forward", type=int, choices=[0, 1], default=1)
+    p.add_argument("--hf", action="store_true")
     a = p.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -176,13 +196,17 @@ def main():
         dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     config = json.load(open(os.path.join(a.model, "config.json")))
-    model = Llama(config, sdpa=a.attention == "sdpa", compile_blocks=a.compile)
+    if a.hf:
+        model, layers = hf_model(a.model, a.compile)
+    else:
+        model = Llama(config, sdpa=a.attention == "sdpa", compile_blocks=a.compile)
+        layers = model.layers
     fsdp = world > 1 and a.parallel == "fsdp2"
     bf16 = a.precision == "bf16"
     if fsdp:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
-        for layer in model.layers:
+        for layer in layers:
             fully_shard(layer, mp_policy=mp, reshard_after_forward=bool(a.reshard_after_forward))
         fully_shard(model, mp_policy=mp, reshard_after_forward=bool(a.reshard_after_forward))
         wrapped = model
@@ -209,7 +233,10 @@ def main():
                 model.set_requires_gradient_sync(sync)
             with (contextlib.nullcontext() if sync or fsdp else wrapped.no_sync()):
                 with autocast():
-                    loss = wrapped(chunk[:, :-1], chunk[:, 1:])
+                    if a.hf:  # transformers shifts the labels itself and gives the mean over T - 1 tokens
+                        loss = wrapped(input_ids=chunk, labels=chunk).loss * (chunk.numel() - chunk.shape[0])
+                    else:
+                        loss = wrapped(chunk[:, :-1], chunk[:, 1:])
                 (loss * (world / total_tokens)).backward()  # DDP and FSDP2 average over ranks
                 loss_sum += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

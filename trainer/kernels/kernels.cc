@@ -3,6 +3,7 @@
 // their host twins (host_kernels.cc), which run the same per-element code for the tests.
 #include "trainer/kernels/kernels.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -295,6 +296,21 @@ void FusedAdamWStep(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_a
   a.scalars.eps = static_cast<float>(s.eps);
   a.scalars.neg_step_size = static_cast<float>(-s.step_size);
   Run(param, a, EFT_CUDA_LAUNCHER(AdamW), &kernels::HostAdamW, "FusedAdamWStep");
+}
+
+void AddConverted(at::Tensor& dst, const at::Tensor& src) {
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  if (src.scalar_type() == dst.scalar_type() || !dst.device().is_cpu() || dst.numel() <= kChunk ||
+      !dst.is_contiguous() || !src.is_contiguous() || src.sizes() != dst.sizes()) {
+    dst.add_(src);
+    return;
+  }
+  at::Tensor d = dst.view({-1});
+  const at::Tensor s = src.view({-1});
+  for (int64_t begin = 0; begin < d.numel(); begin += kChunk) {
+    const int64_t n = std::min(kChunk, d.numel() - begin);
+    d.narrow(0, begin, n).add_(s.narrow(0, begin, n));
+  }
 }
 
 }  // namespace eft::trainer

@@ -44,6 +44,14 @@ at::Tensor FusedSwiGlu(const at::Tensor& gate_up);
 // autograd function calls it).
 at::Tensor CrossEntropyGradInPlace(at::Tensor& logits, const at::Tensor& targets, bool write_grad = true);
 
+// dst += src where src may have a narrower dtype (a bf16 gradient into an fp32 sum), each element's sum
+// as add_ gives it. On the CPU add_ first converts the whole source into a new tensor: for a
+// vocabulary-sized gradient (SmolLM2: 49,152 x 576, 113 MB in fp32) a fresh allocation above
+// malloc's mmap threshold, whose pages fault in on every call (~250 ms a call on a 2-core VM; docs/
+// benchmarks.md, "SmolLM2-135M on the CPU"). Contiguous CPU tensors are added in 1M-element chunks
+// instead, converted through a 4 MB buffer the heap reuses.
+void AddConverted(at::Tensor& dst, const at::Tensor& src);
+
 // One AdamW step in one kernel over contiguous fp32 tensors of one shape (param, exp_avg and
 // exp_avg_sq updated in place), with AdamW::Step's scalars (trainer/optim/adamw.h: decay = 1 - lr wd,
 // step_size = lr / (1 - b1^t), bias_correction2_sqrt = sqrt(1 - b2^t)).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "trainer/kernels/kernels.h"
+
 namespace eft::trainer {
 
 FlatParamUnit::FlatParamUnit(std::string name, std::vector<ParamSpec> specs, Communicator* comm, c10::Device device,
@@ -116,7 +118,7 @@ void FlatParamUnit::AddGradients(const std::vector<at::Tensor>& grads, const at:
               padded_numel(), " (unit ", name_, ")");
   std::vector<at::Tensor> views = Views(flat);
   for (size_t i = 0; i < views.size(); ++i) {
-    if (grads[i].defined()) views[i].add_(grads[i]);
+    if (grads[i].defined()) AddConverted(views[i], grads[i]);
   }
 }
 

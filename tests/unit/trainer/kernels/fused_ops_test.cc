@@ -316,5 +316,29 @@ TEST_P(FlashAttentionTest, PackedRowsThroughVarlenFlashAreTheMaskedAttention) {
   });
 }
 
+// AddConverted is add_ element for element: above one chunk (1M elements) on the CPU it adds in chunks,
+// below it, for other dtypes or layouts, it is add_ itself; exact equality either way.
+TEST(AddConverted, EqualsAddInEveryCase) {
+  at::manual_seed(7);
+  const int64_t chunk = int64_t{1} << 20;
+  for (const int64_t rows : {int64_t{3}, chunk / 576 + 5, 3 * chunk / 576 + 1}) {
+    const at::Tensor sum = at::randn({rows, 576});
+    const at::Tensor grad = at::randn({rows, 576}).to(at::kBFloat16);
+    at::Tensor expected = sum.clone();
+    expected.add_(grad);
+    at::Tensor got = sum.clone();
+    AddConverted(got, grad);
+    EXPECT_TRUE(at::equal(got, expected)) << rows << " rows";
+    at::Tensor transposed = sum.t().contiguous().t();  // not contiguous: add_ itself
+    at::Tensor want_t = transposed.clone();
+    want_t.add_(grad);
+    AddConverted(transposed, grad);
+    EXPECT_TRUE(at::equal(transposed, want_t)) << rows << " rows, transposed";
+  }
+  at::Tensor same = at::ones({chunk + 3});
+  AddConverted(same, at::ones({chunk + 3}));
+  EXPECT_TRUE(at::equal(same, at::full({chunk + 3}, 2.0)));
+}
+
 }  // namespace
 }  // namespace eft::trainer
