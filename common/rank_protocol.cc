@@ -1,6 +1,7 @@
 #include "common/rank_protocol.h"
 
 #include <algorithm>
+#include <cctype>
 #include <iterator>
 #include <type_traits>
 
@@ -77,6 +78,22 @@ std::string TruncateUtf8(const std::string& s, size_t max) {
   size_t end = max - 3;
   while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
   return s.substr(0, end) + "...";
+}
+
+// An error's headline: its first line with text, trimmed, bounded. The rest (a C++ stack, a Python
+// traceback, LibTorch's "Exception raised from ..." frames) stays in the rank's log.
+std::string ErrorHeadline(const std::string& message) {
+  size_t begin = 0;
+  while (begin < message.size()) {
+    size_t end = message.find('\n', begin);
+    if (end == std::string::npos) end = message.size();
+    size_t a = begin, b = end;
+    while (a < b && std::isspace(static_cast<unsigned char>(message[a]))) ++a;
+    while (b > a && std::isspace(static_cast<unsigned char>(message[b - 1]))) --b;
+    if (a < b) return TruncateUtf8(message.substr(a, b - a), kMaxErrorMessageBytes);
+    begin = end + 1;
+  }
+  return "";
 }
 
 }  // namespace
@@ -198,7 +215,7 @@ std::string EncodeEvent(const Event& event) {
                                {"peak_rss_bytes", e.peak_rss_bytes}});
                  },
                  [&](const ErrorEvent& e) {
-                   doc.update({{"message", TruncateUtf8(e.message, kMaxErrorMessageBytes)}, {"exit_code", e.exit_code}});
+                   doc.update({{"message", ErrorHeadline(e.message)}, {"exit_code", e.exit_code}});
                  },
                  [&](const NoValidCheckpointEvent& e) { doc.update({{"dir", e.dir}, {"skipped", e.skipped}}); },
                  [&](const UnknownEvent&) {},
@@ -286,7 +303,7 @@ Result<Event> DecodeEvent(std::string_view line) {
     ErrorEvent e;
     r.String("message", &e.message, /*required=*/true);
     r.Number("exit_code", &e.exit_code);
-    e.message = TruncateUtf8(e.message, kMaxErrorMessageBytes);
+    e.message = ErrorHeadline(e.message);
     out = e;
   } else if (type == "no_valid_checkpoint") {
     NoValidCheckpointEvent e;

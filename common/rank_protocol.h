@@ -163,8 +163,9 @@ struct MemoryEvent {
   int64_t peak_rss_bytes = 0;
 };
 
-// The rank is about to exit non-zero for this reason (the last error it printed, at most
-// kMaxErrorMessageBytes), so the controller can say why an attempt ended without reading logs.
+// The rank is about to exit non-zero for this reason, so the controller can say why an attempt ended
+// without reading logs. On the wire, both ways, the message is its first line with text (trimmed, at
+// most kMaxErrorMessageBytes): an attempt's end reason is one line, the whole error is in the rank log.
 struct ErrorEvent {
   std::string message;
   int exit_code = 1;

@@ -152,6 +152,28 @@ TEST(RankProtocolTest, ErrorMessagesAreBoundedAtACharacterBoundary) {
   EXPECT_EQ(std::get<ErrorEvent>(*bounded).exit_code, 1);  // not given: a failure
 }
 
+// An attempt's end reason is one line: an error's first line with text, both when a rank sends it and
+// when a foreign program sends more; the stack that follows stays in the rank's log.
+TEST(RankProtocolTest, ErrorMessagesAreTheirFirstLine) {
+  const std::string gloo =
+      "\n  [../third_party/gloo/gloo/transport/tcp/pair.cc:144] Gloo connectFullMesh failed with timed out "
+      "connecting: remote=[127.0.0.1]:23459  \nException raised from connectFullMesh at "
+      "../torch/csrc/distributed/c10d/ProcessGroupGloo.cpp:901 (most recent call first):\nframe #0: "
+      "c10::Error::Error(...) + 0x98 (0x7f in libc10.so)\nframe #1: ...";
+  const std::string headline =
+      "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] Gloo connectFullMesh failed with timed out "
+      "connecting: remote=[127.0.0.1]:23459";
+  auto sent = DecodeEvent(EncodeEvent(ErrorEvent{gloo, 1}));
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  EXPECT_EQ(std::get<ErrorEvent>(*sent).message, headline);
+  auto foreign = DecodeEvent(R"({"event":"error","message":"cannot open /data/train.jsonl\r\n  in load_data()\n"})");
+  ASSERT_TRUE(foreign.ok()) << foreign.status();
+  EXPECT_EQ(std::get<ErrorEvent>(*foreign).message, "cannot open /data/train.jsonl");
+  auto blank = DecodeEvent(R"({"event":"error","message":" \n\t\n"})");
+  ASSERT_TRUE(blank.ok()) << blank.status();
+  EXPECT_EQ(std::get<ErrorEvent>(*blank).message, "");
+}
+
 TEST(RankProtocolTest, DecodingIsLenientAboutExtrasAndStrictAboutWhatMatters) {
   // Integers written as floats, unknown keys, a missing kind (sharded by default).
   auto e = DecodeEvent(R"({"event":"checkpoint","step":3.0,"path":"/p","extra":[1,2]})");
