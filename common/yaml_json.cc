@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/file_util.h"
+#include "common/utf8.h"
 
 namespace eft {
 namespace {
@@ -67,19 +68,43 @@ json ResolvePlainScalar(const std::string& s) {
   return s;
 }
 
-Result<json> Convert(const YAML::Node& node) {
+// yaml-cpp 0.7 decodes the escapes \N (U+0085) and \_ (U+00A0) of double-quoted scalars as the single
+// bytes 0x85 and 0xA0, not as UTF-8. From a document that is valid UTF-8 such a byte can come from
+// nothing else, so it is re-encoded; a document that is not valid UTF-8 is left as it is (its text
+// is refused where it is read).
+std::string ScalarText(const YAML::Node& node, bool utf8_source) {
+  const std::string& text = node.Scalar();
+  if (!utf8_source || IsValidUtf8(text)) return text;
+  std::string out;
+  out.reserve(text.size() + 8);
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = Utf8SequenceLength(text, i);
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (n == 0 && (byte == 0x85 || byte == 0xA0)) {
+      AppendUtf8(byte, &out);
+      ++i;
+    } else {
+      const size_t take = n == 0 ? 1 : n;
+      out.append(text, i, take);
+      i += take;
+    }
+  }
+  return out;
+}
+
+Result<json> Convert(const YAML::Node& node, bool utf8_source) {
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
       return json(nullptr);
     case YAML::NodeType::Scalar:
       // yaml-cpp tags plain scalars "?" and quoted ones "!".
-      if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") return json(node.Scalar());
+      if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") return json(ScalarText(node, utf8_source));
       return ResolvePlainScalar(node.Scalar());
     case YAML::NodeType::Sequence: {
       json out = json::array();
       for (const auto& item : node) {
-        EFT_ASSIGN_OR_RETURN(json v, Convert(item));
+        EFT_ASSIGN_OR_RETURN(json v, Convert(item, utf8_source));
         out.push_back(std::move(v));
       }
       return out;
@@ -93,11 +118,11 @@ Result<json> Convert(const YAML::Node& node) {
                                          ": mapping keys must be strings (a null, list or mapping is not a "
                                          "key; quote it if you meant the text)");
         }
-        const std::string& key = kv.first.Scalar();
+        const std::string key = ScalarText(kv.first, utf8_source);
         if (out.contains(key)) {
           return Status::InvalidArgument(Where(kv.first.Mark()) + ": duplicate key '" + key + "'");
         }
-        EFT_ASSIGN_OR_RETURN(json v, Convert(kv.second));
+        EFT_ASSIGN_OR_RETURN(json v, Convert(kv.second, utf8_source));
         out[key] = std::move(v);
       }
       return out;
@@ -171,7 +196,7 @@ Result<json> YamlToJson(const std::string& text) {
                                        ": a second YAML document ('---'); put one document per file");
       }
     }
-    return Convert(docs.empty() ? YAML::Node() : docs[0]);
+    return Convert(docs.empty() ? YAML::Node() : docs[0], IsValidUtf8(text));
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument(Where(e.mark) + ": " + e.msg);
   }

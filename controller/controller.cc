@@ -187,7 +187,10 @@ Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::s
                                       const std::string& owner) {
   PendingSubmit me{submitted, request_id, owner};
   EFT_RETURN_IF_ERROR(eft::spec::NormalizeJobSpec(&me.spec));
-  if (request_id.size() > 128) return Status::InvalidArgument("request_id: at most 128 characters");
+  // Characters, as docs/openapi.yaml's maxLength counts them (UTF-8 continuation bytes are not one).
+  const auto characters = std::count_if(request_id.begin(), request_id.end(),
+                                        [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+  if (characters > 128) return Status::InvalidArgument("request_id: at most 128 characters");
   return submits_.Run(std::move(me));
 }
 

@@ -36,6 +36,9 @@ Result<Controller::JobEntry> Controller::LoadJobEntryLocked(JobRecord rec) {
 }
 
 Result<const Controller::JobEntry*> Controller::ReadJobLocked(const std::string& id, JobEntry* scratch) {
+  if (!IsJobId(id)) {
+    return Status::InvalidArgument("job id '" + id + "' is not a job id of this controller (a positive integer)");
+  }
   if (const JobEntry* j = FindJob(id)) return j;
   EFT_ASSIGN_OR_RETURN(auto rec, store_->LoadJob(id));
   if (!rec) return Status::NotFound("job " + id + " not found");
@@ -74,10 +77,8 @@ Result<v1::ListJobsResponse> Controller::ListJobs(const v1::ListJobsRequest& req
   // Newest first; the token is the id of the next job to show.
   int64_t max_id = INT64_MAX;
   if (!request.page_token().empty()) {
-    char* end = nullptr;
-    const long long token = std::strtoll(request.page_token().c_str(), &end, 10);
-    if (*end != '\0' || token <= 0) return Status::InvalidArgument("page_token: not a token this controller issued");
-    max_id = token;
+    if (!IsJobId(request.page_token())) return Status::InvalidArgument("page_token: not a token this controller issued");
+    max_id = std::stoll(request.page_token());
   }
   std::vector<v1::JobState> states;
   for (int s : request.states()) states.push_back(static_cast<v1::JobState>(s));

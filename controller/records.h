@@ -12,6 +12,16 @@
 
 namespace eft::controller {
 
+// Whether `text` is a job id as this controller writes them: a positive integer without sign, spaces
+// or leading zeros, at most 18 digits (docs/openapi.yaml: '^[1-9][0-9]{0,17}$'). Page tokens are too.
+inline bool IsJobId(const std::string& text) {
+  if (text.empty() || text.size() > 18 || text[0] < '1' || text[0] > '9') return false;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
 struct JobRecord {
   std::string id;  // assigned by Store::InsertJob: "1", "2", ... (SQLite rowid, never reused)
   std::string request_id;  // idempotency key of the submit; may be empty

@@ -259,7 +259,10 @@ Status CheckInteger(const pb::FieldDescriptor* f, const json& v, const std::stri
     lo = is64 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int32_t>::min();
     hi = is64 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int32_t>::max();
   }
-  if (value < lo || value > hi) {
+  // An integer literal beyond 64 bits reaches here as a double (JSON and YAML parsers read it so), and
+  // -9223372036854775809 rounds to -2^63, which fits: a float exactly at the bound is refused too.
+  const bool rounded_to_the_bound = v.is_number_float() && is64 && !is_unsigned && value == lo;
+  if (value < lo || value > hi || rounded_to_the_bound) {
     std::string shown = v.is_string() ? v.get<std::string>() : v.is_number_float() ? FormatDouble(v.get<double>()) : v.dump();
     return Status::InvalidArgument(path + ": " + shown + " does not fit in " +
                                    (is_unsigned ? "an unsigned " : "a ") + (is64 ? "64" : "32") + "-bit integer");

@@ -40,6 +40,17 @@ std::string ErrorOf(const std::string& text) {
   return r.status().message();
 }
 
+// Every escape of a double-quoted scalar (YAML 1.2, 5.7) is its code point in UTF-8, in values and
+// keys: yaml-cpp 0.7 gives \N and \_ as single bytes, which would make the text invalid UTF-8.
+TEST(YamlToJsonTest, DoubleQuotedEscapesAreTheirCodePoints) {
+  EXPECT_EQ(Scalar(R"("\N|\_|\L|\P|\x99|\u00e9|\U0001F600|\e|\t|\\N")"),
+            "\xC2\x85|\xC2\xA0|\xE2\x80\xA8|\xE2\x80\xA9|\xC2\x99|\xC3\xA9|\xF0\x9F\x98\x80|\x1B|\t|\\N");
+  const json doc = MustParse("\"k\\N\": \"\\_x\"\n");
+  EXPECT_EQ(doc, json({{"k\xC2\x85", "\xC2\xA0x"}}));
+  // A document that is not UTF-8 is not "repaired": its bytes stay as they were.
+  EXPECT_EQ(Scalar("\"\x85\""), "\x85");
+}
+
 TEST(YamlToJsonTest, CoreSchemaNull) {
   for (const char* s : {"~", "null", "Null", "NULL", ""}) {
     SCOPED_TRACE(s);

@@ -280,7 +280,9 @@ TEST_F(ControllerAgentsTest, WaitForJobChangeWakesOnAChangeAndTimesOutWithoutOne
   EXPECT_EQ(woken->state(), v1::JOB_STATE_CANCELLED);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "woken by the change, not by the timeout";
 
-  EXPECT_EQ(c_->WaitForJobChange("no-such-job", &version, 10ms, &changed).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c_->WaitForJobChange("999", &version, 10ms, &changed).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c_->WaitForJobChange("no-such-job", &version, 10ms, &changed).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -22,6 +22,11 @@ TEST(JobSpecTextTest, WrongTypesNameFieldAndValue) {
             "spec.resources.nodes.min: expected an integer, got string \"2\"");
   EXPECT_EQ(ParseError(ValidWith("/resources/nodes/min", 3000000000LL)),
             "spec.resources.nodes.min: 3000000000 does not fit in a 32-bit integer");
+  // A literal beyond 64 bits is read as a double; one that rounds to -2^63 must not pass as it.
+  EXPECT_EQ(ParseError(std::string("name: a\ntraining: {seed: -9223372036854775809}\n")),
+            "spec.training.seed: -9.223372036854776e+18 does not fit in a 64-bit integer");
+  EXPECT_EQ(ParseError(ValidWith("/training/seed", "-9223372036854775809")),
+            "spec.training.seed: -9223372036854775809 does not fit in a 64-bit integer");
   EXPECT_EQ(ParseError(ValidWith("/training/lr", "fast")), "spec.training.lr: expected a number, got string \"fast\"");
   EXPECT_EQ(ParseError(ValidWith("/data/packing", "yes")), "spec.data.packing: expected true or false, got string \"yes\"");
   EXPECT_EQ(ParseError(ValidWith("/resources/nodes", 2)),
