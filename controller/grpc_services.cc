@@ -4,6 +4,7 @@
 
 #include "common/logging.h"
 #include "controller/log_follower.h"
+#include "controller/records.h"
 
 namespace eft::controller {
 
@@ -149,7 +150,7 @@ grpc::Status AgentServiceImpl::PushLogs(grpc::ServerContext* ctx, const v1::Push
   if (!who.ok()) return ToGrpc(who.status());
   for (const auto& chunk : req->chunks()) {
     LogId id{chunk.job_id(), chunk.attempt(), chunk.rank()};
-    if (!IsSafeJobId(id.job_id)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad job id in log chunk");
+    if (!IsJobId(id.job_id)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad job id in log chunk");
     auto end = c_->logs().Append(id, chunk.offset(), chunk.data());
     if (!end.ok()) return ToGrpc(end.status());
     v1::LogOffset* o = out->add_committed();

@@ -10,14 +10,11 @@
 #include <filesystem>
 #include <tuple>
 
+#include "controller/records.h"
+
 namespace eft::controller {
 
 namespace fs = std::filesystem;
-
-bool IsSafeJobId(const std::string& job_id) {
-  return !job_id.empty() && job_id.size() <= 20 &&
-         std::all_of(job_id.begin(), job_id.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
 
 LogStore::LogStore(std::string root) : root_(std::move(root)) {}
 
@@ -27,7 +24,7 @@ std::string LogStore::PathOf(const LogId& id) const {
 }
 
 Result<int64_t> LogStore::Append(const LogId& id, int64_t offset, std::string_view data) {
-  if (!IsSafeJobId(id.job_id) || id.attempt < 0 || id.rank < 0 || offset < 0) {
+  if (!IsJobId(id.job_id) || id.attempt < 0 || id.rank < 0 || offset < 0) {
     return Status::InvalidArgument("bad log id or offset");
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -83,7 +80,7 @@ Result<std::string> LogStore::Read(const LogId& id, int64_t offset, size_t max_b
 
 std::vector<LogId> LogStore::List(const std::string& job_id) const {
   std::vector<LogId> ids;
-  if (!IsSafeJobId(job_id)) return ids;
+  if (!IsJobId(job_id)) return ids;
   std::error_code ec;
   for (const auto& attempt_dir : fs::directory_iterator(root_ + "/" + job_id, ec)) {
     std::string a = attempt_dir.path().filename().string();

@@ -45,7 +45,4 @@ class LogStore {
   mutable std::mutex mu_;
 };
 
-// Job ids become directory names: only ids the controller issues (digits) are accepted.
-bool IsSafeJobId(const std::string& job_id);
-
 }  // namespace eft::controller

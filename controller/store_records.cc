@@ -1,6 +1,5 @@
 // Store: rows <-> records, and the reads and writes of each table (jobs, attempts, nodes,
 // checkpoints, events, counters). Opening, the schema and transactions are in store.cc.
-#include <charconv>
 
 #include <google/protobuf/util/json_util.h>
 #include <nlohmann/json.hpp>
@@ -14,13 +13,10 @@ namespace {
 
 // Job ids are rowids rendered as decimal text; anything else cannot name a stored job.
 Result<int64_t> ParseJobId(const std::string& id) {
-  int64_t value = 0;
-  const char* end = id.data() + id.size();
-  auto [ptr, ec] = std::from_chars(id.data(), end, value);
-  if (ec != std::errc() || ptr != end || value <= 0) {
+  if (!IsJobId(id)) {
     return Status::InvalidArgument("job id '" + id + "' is not a job id of this controller (a positive integer)");
   }
-  return value;
+  return std::stoll(id);
 }
 
 // snake_case as in YAML files (the one printer, spec/job_spec.h), so `sqlite3 eft.db 'select spec

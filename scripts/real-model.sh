@@ -25,7 +25,9 @@ dir=$cache/SmolLM2-135M-Instruct-$key
 requirements=$root/scripts/model-requirements.txt
 want=$(sha256sum <"$requirements" | cut -d' ' -f1)
 stamp=$venv/.eft-model-requirements.sha256
-ready() { [[ -f $dir/model.safetensors && -f $dir/config.json && -f $stamp && $(cat "$stamp") == "$want" ]]; }
+converted() { [[ -f $dir/model.safetensors && -f $dir/config.json ]]; }
+installed() { [[ -f $stamp && $(cat "$stamp") == "$want" ]]; }
+ready() { converted && installed; }
 if ready; then
   echo "$dir"
   exit 0
@@ -39,14 +41,14 @@ if ready; then
   exit 0
 fi
 
-if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+if ! installed; then
   [[ -x $venv/bin/python ]] || "$root/scripts/install-python.sh" >&2
   say "installing $(grep -E '^[a-z]' "$requirements" | tr '\n' ' ')into $venv"
   "$venv/bin/pip" install --no-input --disable-pip-version-check --progress-bar off -q --no-deps \
     -r "$requirements" >&2
   echo "$want" >"$stamp"
 fi
-if [[ -f $dir/model.safetensors && -f $dir/config.json ]]; then
+if converted; then
   echo "$dir"
   exit 0
 fi

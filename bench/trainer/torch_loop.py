@@ -195,10 +195,10 @@ def main():
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
-    config = json.load(open(os.path.join(a.model, "config.json")))
     if a.hf:
         model, layers = hf_model(a.model, a.compile)
     else:
+        config = json.load(open(os.path.join(a.model, "config.json")))
         model = Llama(config, sdpa=a.attention == "sdpa", compile_blocks=a.compile)
         layers = model.layers
     fsdp = world > 1 and a.parallel == "fsdp2"

@@ -1,4 +1,5 @@
 #include "controller/log_store.h"
+#include "controller/records.h"
 
 #include <filesystem>
 
@@ -53,9 +54,10 @@ TEST_F(LogStoreTest, RefusesIdsThatCouldEscapeTheDirectory) {
   EXPECT_FALSE(logs.Append({"1", -1, 0}, 0, "x").ok());
   EXPECT_FALSE(logs.Append({"1", 1, 0}, -5, "x").ok());
   EXPECT_TRUE(logs.List("../..").empty());
-  EXPECT_TRUE(IsSafeJobId("123"));
-  EXPECT_FALSE(IsSafeJobId(""));
-  EXPECT_FALSE(IsSafeJobId("1/2"));
+  // Job ids become directory names: only ids the controller issues (records.h) are accepted.
+  EXPECT_TRUE(IsJobId("123"));
+  EXPECT_FALSE(IsJobId(""));
+  EXPECT_FALSE(IsJobId("1/2"));
 }
 
 }  // namespace
