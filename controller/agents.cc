@@ -230,7 +230,7 @@ void Controller::ApplyRankReportsLocked(NodeEntry& node) {
         if (view.seen_running && !view.exited) {
           (void)EndAttemptLocked(j, "rank " + std::to_string(rank) + " on node " + node.rec.name +
                                         " vanished (its worker restarted or lost track of it)",
-                                 Outcome::kRestart);
+                                 v1::ATTEMPT_END_RANK_LOST, Outcome::kRestart);
         }
         continue;
       }

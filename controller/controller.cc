@@ -295,7 +295,7 @@ Result<v1::Job> Controller::CancelJob(const std::string& id) {
   }
   JobEntry* j = FindJob(id);  // unfinished: in memory
   if (j->active()) {
-    EFT_RETURN_IF_ERROR(EndAttemptLocked(*j, "cancelled by user", Outcome::kCancelled));
+    EFT_RETURN_IF_ERROR(EndAttemptLocked(*j, "cancelled by user", v1::ATTEMPT_END_CANCELLED, Outcome::kCancelled));
   } else {
     JobChange c{j->rec, {}, {}, {}};
     c.rec.state = v1::JOB_STATE_CANCELLED;

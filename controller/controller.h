@@ -276,8 +276,9 @@ class Controller {
   // kRestart and kRestartCounted move it to RECOVERING (the latter counts against max_restarts and
   // may fail the job instead).
   enum class Outcome { kSucceeded, kFailed, kCancelled, kRestart, kRestartCounted };
-  // `first_events` go into the same transaction, before the attempt_ended event.
-  Status EndAttemptLocked(JobEntry& job, const std::string& reason, Outcome outcome,
+  // `end` is how it ended, as stored for decisions (reason says it in words). `first_events` go
+  // into the same transaction, before the attempt_ended event.
+  Status EndAttemptLocked(JobEntry& job, const std::string& reason, v1::AttemptEnd end, Outcome outcome,
                           std::vector<EventRecord> first_events = {}) REQUIRES(mu_);
   // A planned resize: the attempt ends with "resized: <what>" and a `resized` event, not counted
   // against max_restarts; its ranks stop with a checkpoint and the next attempt resumes from it.

@@ -75,7 +75,8 @@ void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) 
   // Running attempts with ranks there end at once: not the job's fault, so no restart is counted.
   for (const auto& id : index_.ActiveOn(rec.name)) {
     JobEntry& j = jobs_.at(id);
-    if (j.active()) (void)EndAttemptLocked(j, "node " + rec.name + " lost (" + reason + ")", Outcome::kRestart);
+    if (j.active()) (void)EndAttemptLocked(j, "node " + rec.name + " lost (" + reason + ")", v1::ATTEMPT_END_NODE_LOST,
+                                           Outcome::kRestart);
   }
   // An attempt that just ended because its ranks failed was most likely cut off from this node.
   for (const auto& id : index_.Pending()) {
@@ -249,7 +250,7 @@ Status Controller::ResizeLocked(JobEntry& j, ResizeReason reason, const std::str
   // stop_grace_seconds is killed, and the next attempt takes the newest checkpoint there is
   // (StartAttemptLocked says how many steps that lost).
   std::vector<EventRecord> events{MakeEvent(j, kResizedEvent, ResizedEventMessage(reason, what))};
-  return EndAttemptLocked(j, ResizedEndReason(what), Outcome::kRestart, std::move(events));
+  return EndAttemptLocked(j, ResizedEndReason(what), v1::ATTEMPT_END_RESIZED, Outcome::kRestart, std::move(events));
 }
 
 void Controller::MaybeScheduleLocked() {
@@ -385,7 +386,7 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
   return Status::Ok();
 }
 
-Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, Outcome outcome,
+Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, v1::AttemptEnd end, Outcome outcome,
                                     std::vector<EventRecord> first_events) {
   JobChange c{j.rec, {}, {}, std::move(first_events)};
   int64_t now_ms = clock_->WallMillis();
@@ -393,6 +394,7 @@ Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, Outc
     AttemptRecord a = *j.current();
     a.end_ms = now_ms;
     a.end_reason = reason;
+    a.end = end;
     a.reached_step = std::max(a.reached_step, j.reached_step);
     c.update_attempt = a;
     c.events.push_back(MakeEvent(j, "attempt_ended", "attempt " + std::to_string(a.number) + " ended: " + reason));
@@ -457,7 +459,8 @@ Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, Outc
 
 void Controller::OnRankExitLocked(JobEntry& j, int rank, const v1::RankStatus& st) {
   if (st.state() == v1::RANK_STATE_FAILED_TO_START) {
-    (void)EndAttemptLocked(j, "rank " + std::to_string(rank) + " could not start: " + st.message(), Outcome::kFailed);
+    (void)EndAttemptLocked(j, "rank " + std::to_string(rank) + " could not start: " + st.message(),
+                           v1::ATTEMPT_END_RANK_FAILED, Outcome::kFailed);
     return;
   }
   const std::string who = "rank " + std::to_string(rank);
@@ -472,7 +475,8 @@ void Controller::OnRankExitLocked(JobEntry& j, int rank, const v1::RankStatus& s
       j.ranks[rank].exited = true;
       bool all = std::all_of(j.ranks.begin(), j.ranks.end(), [](const RankView& r) { return r.exited; });
       if (all) {
-        (void)EndAttemptLocked(j, "all " + std::to_string(j.ranks.size()) + " ranks exited 0", Outcome::kSucceeded);
+        (void)EndAttemptLocked(j, "all " + std::to_string(j.ranks.size()) + " ranks exited 0", v1::ATTEMPT_END_SUCCEEDED,
+                               Outcome::kSucceeded);
       }
       return;
     }
@@ -480,19 +484,19 @@ void Controller::OnRankExitLocked(JobEntry& j, int rank, const v1::RankStatus& s
       const char* name = strsignal(st.signal());
       (void)EndAttemptLocked(j, who + " was killed by signal " + std::to_string(st.signal()) + " (" +
                                     (name ? name : "?") + ")",
-                             Outcome::kRestartCounted);
+                             v1::ATTEMPT_END_RANK_FAILED, Outcome::kRestartCounted);
       return;
     }
     case rank::ExitClass::kBadInput:
       // Retrying cannot help.
       (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(code) + " (" + rank::ExitCodeMeaning(code) +
                                     ")" + said,
-                             Outcome::kFailed);
+                             v1::ATTEMPT_END_RANK_FAILED, Outcome::kFailed);
       return;
     case rank::ExitClass::kStopped:
       // Asked to stop (SIGTERM) and saved first: not the job's fault, nothing to count.
       (void)EndAttemptLocked(j, who + " " + rank::ExitCodeMeaning(code) + " (exit " + std::to_string(code) + ")",
-                             Outcome::kRestart);
+                             v1::ATTEMPT_END_STOPPED, Outcome::kRestart);
       return;
     case rank::ExitClass::kPortBusy:
       // Another program holds MASTER_PORT on rank 0's node: not the job's fault. The next attempt
@@ -500,7 +504,7 @@ void Controller::OnRankExitLocked(JobEntry& j, int rank, const v1::RankStatus& s
       (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(code) + " (rendezvous port " +
                                     std::to_string(j.current()->master_port) + " busy on node " +
                                     j.current()->nodes.front() + "; retrying on another port)" + said,
-                             Outcome::kRestart);
+                             v1::ATTEMPT_END_PORT_BUSY, Outcome::kRestart);
       return;
     case rank::ExitClass::kStorageFull:
       // The checkpoint storage is full even after the rank freed what retention allows: a restart
@@ -508,7 +512,7 @@ void Controller::OnRankExitLocked(JobEntry& j, int rank, const v1::RankStatus& s
       (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(code) + " (" + rank::ExitCodeMeaning(code) +
                                     ": free space or point checkpoint.dir elsewhere, then resubmit; the newest "
                                     "committed checkpoint is kept)" + said,
-                             Outcome::kFailed);
+                             v1::ATTEMPT_END_RANK_FAILED, Outcome::kFailed);
       return;
     case rank::ExitClass::kOutOfMemory: {
       // Once may be another program's passing use of the GPU, or fragmentation: restart, counted.
@@ -516,19 +520,20 @@ void Controller::OnRankExitLocked(JobEntry& j, int rank, const v1::RankStatus& s
       // change (at another world size each rank holds another share, so that is tried).
       const AttemptRecord* previous = j.attempts.size() >= 2 ? &j.attempts[j.attempts.size() - 2] : nullptr;
       const bool again = previous != nullptr && previous->world_size == j.current()->world_size &&
-                         previous->end_reason.find(OutOfMemoryExit()) != std::string::npos;
+                         previous->end == v1::ATTEMPT_END_OUT_OF_MEMORY;
       const std::string reason = who + " " + OutOfMemoryExit() + said;
       (void)EndAttemptLocked(j,
                              again ? reason + "; attempt " + std::to_string(previous->number) +
                                          " ran out of memory at this world size too"
                                    : reason,
-                             again ? Outcome::kFailed : Outcome::kRestartCounted);
+                             v1::ATTEMPT_END_OUT_OF_MEMORY, again ? Outcome::kFailed : Outcome::kRestartCounted);
       return;
     }
     case rank::ExitClass::kFailed:
       break;
   }
-  (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(code) + said, Outcome::kRestartCounted);
+  (void)EndAttemptLocked(j, who + " exited with code " + std::to_string(code) + said, v1::ATTEMPT_END_RANK_FAILED,
+                         Outcome::kRestartCounted);
 }
 
 }  // namespace eft::controller

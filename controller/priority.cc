@@ -107,7 +107,8 @@ Status Controller::PreemptLocked(JobEntry& j, const std::string& what) {
   // checkpoint, exit 75; not counted against max_restarts. When its ranks are gone and it does not
   // fit (its nodes are reserved for the job that preempted it) it waits QUEUED (TryPlaceLocked).
   std::vector<EventRecord> events{MakeEvent(j, kPreemptedEvent, what)};
-  return EndAttemptLocked(j, PreemptedEndReason(what), Outcome::kRestart, std::move(events));
+  return EndAttemptLocked(j, PreemptedEndReason(what), v1::ATTEMPT_END_PREEMPTED, Outcome::kRestart,
+                          std::move(events));
 }
 
 std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapacity>& caps) {

@@ -51,11 +51,12 @@ struct AttemptRecord {
   std::string resume_from;
   int64_t start_ms = 0;
   int64_t end_ms = 0;  // 0 while running
-  std::string end_reason;
+  std::string end_reason;  // in words, for people; `end` says it for the code
   // The highest step it reached: the step it resumed from, then the newest a rank reported (also
   // after it ended, while its ranks finish the step they are in). 0: a fresh start, or not known
   // (rows from schema 2). What the next attempt's "N steps lost" is measured against.
   int64_t reached_step = 0;
+  v1::AttemptEnd end = v1::ATTEMPT_END_UNSPECIFIED;  // what decisions read; unspecified while it runs
 };
 
 struct NodeRecord {

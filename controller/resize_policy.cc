@@ -96,15 +96,12 @@ std::optional<ResizeReason> ResizeReasonOf(const EventRecord& event) {
 
 std::string ResizedEndReason(const std::string& what) { return std::string(kResizedPrefix) + what; }
 
-bool EndedForResize(const AttemptRecord& attempt) {
-  return attempt.end_ms != 0 && attempt.end_reason.rfind(kResizedPrefix, 0) == 0;
-}
+bool EndedForResize(const AttemptRecord& attempt) { return attempt.end == v1::ATTEMPT_END_RESIZED; }
 
 std::string PreemptedEndReason(const std::string& what) { return std::string(kPreemptedPrefix) + what; }
 
 bool EndedForPlannedStop(const AttemptRecord& attempt) {
-  return EndedForResize(attempt) ||
-         (attempt.end_ms != 0 && attempt.end_reason.rfind(kPreemptedPrefix, 0) == 0);
+  return attempt.end == v1::ATTEMPT_END_RESIZED || attempt.end == v1::ATTEMPT_END_PREEMPTED;
 }
 
 std::string EvictWhat(const std::string& node, int from, int to, int min_nodes) {

@@ -69,13 +69,14 @@ std::string ResizedEventMessage(ResizeReason reason, const std::string& what);
 // The reason of a `resized` event; nullopt for any other event.
 std::optional<ResizeReason> ResizeReasonOf(const EventRecord& event);
 
-// The attempt end reason of a planned resize: "resized: " + what. Attempts that ended so are the
-// ones whose ranks were asked to stop with a checkpoint.
+// The attempt end reason of a planned resize, in words: "resized: " + what. The attempt's end kind
+// (ATTEMPT_END_RESIZED) is what marks it, never these words: its ranks were asked to stop with a
+// checkpoint.
 std::string ResizedEndReason(const std::string& what);
 bool EndedForResize(const AttemptRecord& attempt);
 
-// Preemption for a job of higher priority: the attempt ends with "preempted: <what>" and a
-// `preempted` event (eft_job_preemptions_total); its ranks stop with a checkpoint as for a resize,
+// Preemption for a job of higher priority: the attempt ends (ATTEMPT_END_PREEMPTED) with
+// "preempted: <what>" and a `preempted` event (eft_job_preemptions_total); its ranks stop with a checkpoint as for a resize,
 // and the job waits QUEUED until it fits again.
 inline constexpr const char* kPreemptedEvent = "preempted";
 std::string PreemptedEndReason(const std::string& what);

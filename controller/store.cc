@@ -91,6 +91,25 @@ UPDATE jobs SET spec = json_set(spec, '$.data.eval',
        ELSE json_array(json_object('name', 'eval', 'path', json_extract(spec, '$.data.eval'))) END)
 WHERE json_type(spec, '$.data.eval') = 'text';
 )sql",
+    // 6: how an attempt ended as a kind (eft.v1.AttemptEnd, stored by name as jobs.state is), which
+    // decisions read instead of the words of end_reason. Rows from before get the kind their
+    // reason's words, as the controller of schema 5 wrote them, stand for; this is the only place
+    // that reads them.
+    R"sql(
+ALTER TABLE attempts ADD COLUMN end_kind TEXT NOT NULL DEFAULT 'ATTEMPT_END_UNSPECIFIED';
+UPDATE attempts SET end_kind = CASE
+  WHEN end_reason LIKE 'resized: %' THEN 'ATTEMPT_END_RESIZED'
+  WHEN end_reason LIKE 'preempted: %' THEN 'ATTEMPT_END_PREEMPTED'
+  WHEN end_reason LIKE 'cancelled by user%' THEN 'ATTEMPT_END_CANCELLED'
+  WHEN end_reason LIKE 'all % ranks exited 0%' THEN 'ATTEMPT_END_SUCCEEDED'
+  WHEN end_reason LIKE 'node % lost (%' THEN 'ATTEMPT_END_NODE_LOST'
+  WHEN end_reason LIKE 'rank % vanished (%' THEN 'ATTEMPT_END_RANK_LOST'
+  WHEN end_reason LIKE 'rank % exited with code 78 (out of memory)%' THEN 'ATTEMPT_END_OUT_OF_MEMORY'
+  WHEN end_reason LIKE 'rank % stopped after saving a checkpoint (exit %' THEN 'ATTEMPT_END_STOPPED'
+  WHEN end_reason LIKE 'rank % (rendezvous port % busy on node %' THEN 'ATTEMPT_END_PORT_BUSY'
+  ELSE 'ATTEMPT_END_RANK_FAILED' END
+WHERE end_ms != 0;
+)sql",
 };
 
 }  // namespace

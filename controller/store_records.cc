@@ -52,7 +52,7 @@ namespace {
   "id, request_id, spec, state, reason, create_ms, start_ms, end_ms, attempt, restarts, not_before_ms, owner"
 #define EFT_ATTEMPT_COLUMNS                                                                                        \
   "job_id, number, world_size, ranks_per_node, nodes, slots, master_addr, master_port, resume_from, start_ms, " \
-  "end_ms, end_reason, reached_step"
+  "end_ms, end_reason, reached_step, end_kind"
 #define EFT_CHECKPOINT_COLUMNS "job_id, step, kind, path, bytes, attempt, time_ms"
 
 template <typename T>
@@ -65,6 +65,13 @@ Result<T> WithContext(Result<T> result, const std::string& context) {
 Status MissingJobIsNotFound(const Status& status) {
   if (status.code() != StatusCode::kFailedPrecondition) return status;
   return Status::NotFound("no such job (" + status.message() + ")");
+}
+
+Result<std::string> EndName(v1::AttemptEnd end) {
+  if (!v1::AttemptEnd_IsValid(end)) {
+    return Status::InvalidArgument("attempt end " + std::to_string(static_cast<int>(end)) + " is not an AttemptEnd");
+  }
+  return v1::AttemptEnd_Name(end);
 }
 
 Result<std::string> StateName(v1::JobState state) {
@@ -110,10 +117,15 @@ Result<AttemptRecord> AttemptFromRow(const Row& row) {
     for (const auto& slot : list) valid = valid && slot.is_number_integer();
   }
   if (!valid) return fail("slots");
+  v1::AttemptEnd end;
+  if (!v1::AttemptEnd_Parse(row.Text(13), &end)) {
+    return Status::DataLoss("attempt " + std::to_string(row.Int(1)) + " of job " + std::to_string(row.Int(0)) +
+                            ": unknown stored end kind '" + row.Text(13) + "'");
+  }
   using Slots = std::vector<std::vector<int>>;
   return AttemptRecord{std::to_string(row.Int(0)), row.Int32(1), row.Int32(2), row.Int32(3),
                        nodes.template get<std::vector<std::string>>(), slots.template get<Slots>(), row.Text(6),
-                       row.Int32(7), row.Text(8), row.Int(9), row.Int(10), row.Text(11), row.Int(12)};
+                       row.Int32(7), row.Text(8), row.Int(9), row.Int(10), row.Text(11), row.Int(12), end};
 }
 
 template <typename Row>
@@ -220,11 +232,12 @@ Status Store::InsertAttempt(const AttemptRecord& a) {
   Status status = [&]() -> Status {
     EFT_ASSIGN_OR_RETURN(int64_t job_id, ParseJobId(a.job_id));
     EFT_ASSIGN_OR_RETURN(std::string nodes, NodesToJson(a.nodes));
+    EFT_ASSIGN_OR_RETURN(std::string end, EndName(a.end));
     return MissingJobIsNotFound(Write("INSERT INTO attempts (" EFT_ATTEMPT_COLUMNS
-                                      ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                      ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                       job_id, a.number, a.world_size, a.ranks_per_node, nodes,
                                       nlohmann::json(a.slots).dump(), a.master_addr, a.master_port, a.resume_from,
-                                      a.start_ms, a.end_ms, a.end_reason, a.reached_step));
+                                      a.start_ms, a.end_ms, a.end_reason, a.reached_step, end));
   }();
   return status.WithContext("inserting attempt " + std::to_string(a.number) + " of job " + a.job_id);
 }
@@ -233,12 +246,13 @@ Status Store::UpdateAttempt(const AttemptRecord& a) {
   Status status = [&]() -> Status {
     EFT_ASSIGN_OR_RETURN(int64_t job_id, ParseJobId(a.job_id));
     EFT_ASSIGN_OR_RETURN(std::string nodes, NodesToJson(a.nodes));
+    EFT_ASSIGN_OR_RETURN(std::string end, EndName(a.end));
     EFT_RETURN_IF_ERROR(Write(
         "UPDATE attempts SET world_size = ?, ranks_per_node = ?, nodes = ?, slots = ?, master_addr = ?, "
-        "master_port = ?, resume_from = ?, start_ms = ?, end_ms = ?, end_reason = ?, reached_step = ? "
-        "WHERE job_id = ? AND number = ?",
+        "master_port = ?, resume_from = ?, start_ms = ?, end_ms = ?, end_reason = ?, reached_step = ?, "
+        "end_kind = ? WHERE job_id = ? AND number = ?",
         a.world_size, a.ranks_per_node, nodes, nlohmann::json(a.slots).dump(), a.master_addr, a.master_port,
-        a.resume_from, a.start_ms, a.end_ms, a.end_reason, a.reached_step, job_id, a.number));
+        a.resume_from, a.start_ms, a.end_ms, a.end_reason, a.reached_step, end, job_id, a.number));
     return sqlite3_changes(db_) == 0 ? Status::NotFound("no such attempt") : Status::Ok();
   }();
   return status.WithContext("updating attempt " + std::to_string(a.number) + " of job " + a.job_id);

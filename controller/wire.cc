@@ -20,6 +20,7 @@ v1::Attempt AttemptToProto(const AttemptRecord& a) {
   if (a.start_ms) *p.mutable_start_time() = Ts(a.start_ms);
   if (a.end_ms) *p.mutable_end_time() = Ts(a.end_ms);
   p.set_end_reason(a.end_reason);
+  p.set_end(a.end);
   return p;
 }
 

@@ -228,6 +228,7 @@ TEST_F(ControllerAgentsTest, AHolderThatMissesItsHeartbeatIsTakenOverAndFencedIf
   v1::Job job = *c_->GetJob(id);
   ASSERT_GE(job.attempts_size(), 1);
   EXPECT_NE(job.attempts(0).end_reason().find("vanished"), std::string::npos) << job.attempts(0).end_reason();
+  EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(0).end()), "ATTEMPT_END_RANK_LOST");
 
   // "a" was frozen, not dead: it wakes up and is told to stop instead of taking the name back.
   auto woke = Heartbeat("n1", "a", running);

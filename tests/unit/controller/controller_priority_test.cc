@@ -42,6 +42,7 @@ TEST_F(ControllerPriorityTest, AHigherJobShrinksALowerElasticOneWhichGrowsBackAf
   v1::Job l = Job(low);
   ASSERT_EQ(l.state(), v1::JOB_STATE_RECOVERING) << l.reason();
   EXPECT_EQ(l.attempts(0).end_reason(), "resized: for job 2 (priority 5): gives up n2,n3, 3 -> 1 node");
+  EXPECT_EQ(v1::AttemptEnd_Name(l.attempts(0).end()), "ATTEMPT_END_RESIZED");
   EXPECT_EQ(EventsOfType(low, "resized"),
             (std::vector<std::string>{"shrink: for job 2 (priority 5): gives up n2,n3, 3 -> 1 node"}));
   EXPECT_EQ(l.restarts(), 0);
@@ -83,6 +84,7 @@ TEST_F(ControllerPriorityTest, AHigherJobShrinksALowerElasticOneWhichGrowsBackAf
   l = Job(low);
   ASSERT_EQ(l.state(), v1::JOB_STATE_RECOVERING) << l.reason();
   EXPECT_EQ(l.attempts(1).end_reason(), "resized: n2 is back and n3 is back, 1 -> 3 nodes");
+  EXPECT_EQ(v1::AttemptEnd_Name(l.attempts(1).end()), "ATTEMPT_END_RESIZED");
   EXPECT_EQ(Snap(low).resizes[static_cast<size_t>(ResizeReason::kShrink)], 1);
   EXPECT_EQ(Snap(low).resizes[static_cast<size_t>(ResizeReason::kGrow)], 1);
   EXPECT_EQ(Snap(low).preemptions, 0);
@@ -95,6 +97,7 @@ TEST_F(ControllerPriorityTest, TheWaitingJobStartsOnTheNodesFreedForItEvenWhenOt
   std::string high = Submit(PrioSpec("high", 1, 3, 5));  // could take three, needs one
   ASSERT_EQ(Job(low).state(), v1::JOB_STATE_RECOVERING);
   EXPECT_EQ(Job(low).attempts(0).end_reason(), "resized: for job 2 (priority 5): gives up n3, 3 -> 2 nodes");
+  EXPECT_EQ(v1::AttemptEnd_Name(Job(low).attempts(0).end()), "ATTEMPT_END_RESIZED");
   // The low job's rank 0 is gone first: n1 is free, but not the high job's to take.
   SaveAndExit("n1", ranks["n1"], 4);
   EXPECT_EQ(Job(high).state(), v1::JOB_STATE_QUEUED) << Job(high).reason();
@@ -121,6 +124,7 @@ TEST_F(ControllerPriorityTest, APreemptedJobWaitsQueuedUncountedAndResumesFromIt
   v1::Job l = Job(low);
   ASSERT_EQ(l.state(), v1::JOB_STATE_RECOVERING);
   EXPECT_EQ(l.attempts(0).end_reason(), "preempted: for job 2 (priority 3), which needs 1 node");
+  EXPECT_EQ(v1::AttemptEnd_Name(l.attempts(0).end()), "ATTEMPT_END_PREEMPTED");
   EXPECT_EQ(EventsOfType(low, "preempted"),
             (std::vector<std::string>{"for job 2 (priority 3), which needs 1 node"}));
   SaveAndExit("n1", ranks["n1"], 8);

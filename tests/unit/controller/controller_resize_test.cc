@@ -81,6 +81,7 @@ TEST_F(ControllerResizeTest, GrowsBackFromTheStopCheckpointWhenALostNodeReturns)
   v1::Job job = Job(id);
   ASSERT_EQ(job.state(), v1::JOB_STATE_RECOVERING) << job.reason();
   EXPECT_EQ(job.attempts(1).end_reason(), "resized: n3 is back, 2 -> 3 nodes");
+  EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(1).end()), "ATTEMPT_END_RESIZED");
   EXPECT_EQ(EventsOfType(job, "resized"), (std::vector<std::string>{"grow: n3 is back, 2 -> 3 nodes"}));
   EXPECT_EQ(job.restarts(), 0);
   EXPECT_EQ(Heartbeat("n1", {Rank(ranks["n1"], v1::RANK_STATE_STOPPING)}).desired_size(), 0);
@@ -130,6 +131,7 @@ TEST_F(ControllerResizeTest, TheCooldownHoldsAGrowUntilItEnds) {
   v1::Job job = Job(id);
   EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
   EXPECT_EQ(job.attempts(1).end_reason(), "resized: n3 is back, 2 -> 3 nodes");
+  EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(1).end()), "ATTEMPT_END_RESIZED");
 }
 
 TEST_F(ControllerResizeTest, NoGrowWhenDisabledOrNearTheEnd) {
@@ -172,6 +174,7 @@ TEST_F(ControllerResizeTest, DrainWithEvictMovesTheJobOffTheNodeWithoutLosingSte
   v1::Job job = Job(id);
   ASSERT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
   EXPECT_EQ(job.attempts(0).end_reason(), "resized: n2 drained with --evict, 3 -> 2 nodes");
+  EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(0).end()), "ATTEMPT_END_RESIZED");
   EXPECT_EQ(EventsOfType(job, "resized"), (std::vector<std::string>{"evict: n2 drained with --evict, 3 -> 2 nodes"}));
   Report("n1", ranks["n1"], 15, true, v1::RANK_STATE_EXITED, 75);
   for (const char* n : {"n2", "n3"}) Heartbeat(n, {Rank(ranks[n], v1::RANK_STATE_EXITED, 75)});
@@ -197,6 +200,7 @@ TEST_F(ControllerResizeTest, AnEvictedJobBelowNodesMinWaitsQueuedWithTheReason) 
   ASSERT_TRUE(c_->SetDrained("n2", true, true).ok());
   EXPECT_EQ(Job(id).attempts(0).end_reason(),
             "resized: n2 drained with --evict, 2 -> 1 node, below nodes.min 2: the job waits for nodes");
+  EXPECT_EQ(v1::AttemptEnd_Name(Job(id).attempts(0).end()), "ATTEMPT_END_RESIZED");
   Report("n1", ranks["n1"], 6, true, v1::RANK_STATE_EXITED, 75);
   Heartbeat("n2", {Rank(ranks["n2"], v1::RANK_STATE_EXITED, 75)});
   v1::Job job = Job(id);

@@ -44,6 +44,7 @@ TEST_F(ControllerTest, QueuedUntilEnoughNodesThenRunsAndSucceeds) {
   job = Job(id);
   EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(job.attempts(0).end_reason(), "all 2 ranks exited 0");
+  EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(0).end()), "ATTEMPT_END_SUCCEEDED");
   EXPECT_EQ(last.desired_size(), 0) << "finished ranks are no longer desired";
 }
 
@@ -74,6 +75,7 @@ TEST_F(ControllerTest, NodeLossRestartsOnSurvivorsFromNewestCheckpointWithoutCou
   v1::Job job = Job(id);
   ASSERT_GE(job.attempts_size(), 1);
   EXPECT_NE(job.attempts(0).end_reason().find("node n3 lost"), std::string::npos) << job.attempts(0).end_reason();
+  EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(0).end()), "ATTEMPT_END_NODE_LOST");
   EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING) << "waits for the survivors' ranks to be reported gone";
   // The survivors are told to stop at once: their ranks are no longer desired.
   auto h1 = Heartbeat("n1", {Rank(r0, v1::RANK_STATE_STOPPING)});
@@ -188,6 +190,7 @@ TEST_F(ControllerTest, TheRanksErrorEventIsInTheReason) {
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(job.attempts(0).end_reason(),
             "rank 0 exited with code 2 (bad configuration or input): model_type 'gpt2' is not supported");
+  EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(0).end()), "ATTEMPT_END_RANK_FAILED");
   EXPECT_NE(job.reason().find("model_type 'gpt2' is not supported"), std::string::npos) << job.reason();
 }
 
@@ -225,6 +228,7 @@ TEST_F(ControllerTest, FailedSavesAreJobEventsAndAFullStorageFailsTheJobWithoutR
                                               "checkpoint.dir elsewhere"),
             std::string::npos)
       << job.attempts(0).end_reason();
+  EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(0).end()), "ATTEMPT_END_RANK_FAILED");
   EXPECT_NE(job.reason().find("3 checkpoints in a row failed"), std::string::npos) << job.reason();
 }
 
@@ -248,6 +252,7 @@ TEST_F(ControllerTest, RunningOutOfMemoryTwiceAtTheSameWorldSizeFailsTheJob) {
     EXPECT_EQ(job.attempts(attempt - 1).end_reason().rfind("rank 0 exited with code 78 (out of memory): " + said, 0),
               0u)
         << job.attempts(attempt - 1).end_reason();
+    EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(attempt - 1).end()), "ATTEMPT_END_OUT_OF_MEMORY");
     if (attempt == 2) break;
     EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING) << job.reason();
     EXPECT_EQ(job.restarts(), 1);
@@ -296,6 +301,7 @@ TEST_F(ControllerTest, ABusyRendezvousPortRetriesOnAnotherPortWithoutCounting) {
                                               std::to_string(h.desired(0).master_port()) + " busy on node n1"),
             std::string::npos)
       << job.attempts(0).end_reason();
+  EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(0).end()), "ATTEMPT_END_PORT_BUSY");
 }
 
 // Every checkpoint was unusable and the rank started over: the job says so in its events.
@@ -339,6 +345,7 @@ TEST_F(ControllerTest, RankFailureWaitsForNodesToProveAliveAndNodeLossIsForgiven
   ASSERT_EQ(job.state(), v1::JOB_STATE_STARTING) << job.reason();
   EXPECT_EQ(job.restarts(), 0) << "the failure is blamed on the lost node";
   EXPECT_NE(job.attempts(0).end_reason().find("node n3 lost"), std::string::npos) << job.attempts(0).end_reason();
+  EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(0).end()), "ATTEMPT_END_RANK_FAILED") << "what happened to the rank";
   EXPECT_EQ(job.attempts(1).world_size(), 2);
 }
 
@@ -400,6 +407,7 @@ TEST_F(ControllerTest, RestartedWorkerWithoutItsRankRestartsTheAttempt) {
   Register("n2", 1, {}, "n2-inc2");  // a new worker process that lost its rank
   v1::Job job = Job(id);
   EXPECT_NE(job.attempts(0).end_reason().find("vanished"), std::string::npos) << job.attempts(0).end_reason();
+  EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(0).end()), "ATTEMPT_END_RANK_LOST");
   EXPECT_EQ(job.restarts(), 0);
 }
 

@@ -143,17 +143,27 @@ TEST(ResizeEvents, TheReasonLabelRoundTripsThroughTheEventMessage) {
   EXPECT_FALSE(ResizeReasonOf(other).has_value());
 }
 
-TEST(ResizeEvents, EndReasonMarksTheAttemptsStoppedForAResize) {
+// The end kind marks attempts stopped for a resize or a preemption; the words of the reason do not
+// (a reason that reads like one is not one).
+TEST(ResizeEvents, EndKindMarksTheAttemptsStoppedForAResize) {
   AttemptRecord a;
   a.end_ms = 5;
   a.end_reason = ResizedEndReason("node2 is back, 2 -> 3 nodes");
   EXPECT_EQ(a.end_reason, "resized: node2 is back, 2 -> 3 nodes");
+  a.end = v1::ATTEMPT_END_RESIZED;
   EXPECT_TRUE(EndedForResize(a));
-  a.end_reason = "node node2 lost (no heartbeat for 2.1 s)";
+  EXPECT_TRUE(EndedForPlannedStop(a));
+  a.end = v1::ATTEMPT_END_PREEMPTED;
   EXPECT_FALSE(EndedForResize(a));
-  a.end_reason = ResizedEndReason("x");
+  EXPECT_TRUE(EndedForPlannedStop(a));
+  a.end = v1::ATTEMPT_END_NODE_LOST;
+  EXPECT_FALSE(EndedForPlannedStop(a));
+  a.end = v1::ATTEMPT_END_RANK_FAILED;
+  a.end_reason = "resized: only the words";
+  EXPECT_FALSE(EndedForPlannedStop(a));
+  a.end = v1::ATTEMPT_END_UNSPECIFIED;
   a.end_ms = 0;
-  EXPECT_FALSE(EndedForResize(a)) << "still running";
+  EXPECT_FALSE(EndedForPlannedStop(a)) << "still running";
 }
 
 TEST(EvictWhat, SaysWhereTheJobGoesOn) {

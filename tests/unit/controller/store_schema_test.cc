@@ -99,6 +99,7 @@ TEST_F(StoreTest, Version4EvalFilesBecomeASetNamedEval) {
                   "('{\"name\": \"with\", \"data\": {\"train\": \"/t.jsonl\", \"eval\": \"/e.jsonl\"}}', 'JOB_STATE_SUCCEEDED'), "
                   "('{\"name\": \"without\", \"data\": {\"train\": \"/t.jsonl\", \"eval\": \"\"}}', 'JOB_STATE_SUCCEEDED'), "
                   "('{\"name\": \"new\", \"data\": {\"eval\": [{\"name\": \"a\", \"path\": \"/a\"}]}}', 'JOB_STATE_SUCCEEDED')");
+  RawQuery(path_, "ALTER TABLE attempts DROP COLUMN end_kind");  // migration 6's, which runs again
   RawQuery(path_, "PRAGMA user_version = 4");
   auto store = OpenStore();
   ASSERT_TRUE(store);
@@ -114,6 +115,66 @@ TEST_F(StoreTest, Version4EvalFilesBecomeASetNamedEval) {
   EXPECT_EQ((*jobs)[1].spec.data().eval_size(), 0);
   ASSERT_EQ((*jobs)[2].spec.data().eval_size(), 1);
   EXPECT_EQ((*jobs)[2].spec.data().eval(0).name(), "a");
+}
+
+// Migration 6 (attempts.end_kind) on attempts a version-5 controller stored: each gets the kind its
+// end reason's words stood for (the reasons below are the forms that controller wrote), running ones
+// none; after it, the kind is written and read as a field, and an unknown stored kind is refused.
+TEST_F(StoreTest, Version5AttemptsGainTheEndKindTheirReasonSaid) {
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(store);
+    JobRecord job = MakeJob();
+    ASSERT_TRUE(store->InsertJob(&job).ok());
+  }
+  RawQuery(path_, "ALTER TABLE attempts DROP COLUMN end_kind");
+  const std::vector<std::pair<std::string, v1::AttemptEnd>> cases = {
+      {"", v1::ATTEMPT_END_UNSPECIFIED},  // still running (end_ms 0)
+      {"all 4 ranks exited 0", v1::ATTEMPT_END_SUCCEEDED},
+      {"cancelled by user", v1::ATTEMPT_END_CANCELLED},
+      {"node n2 lost (no heartbeat for 3.0 s)", v1::ATTEMPT_END_NODE_LOST},
+      {"rank 1 on node n1 vanished (its worker restarted or lost track of it)", v1::ATTEMPT_END_RANK_LOST},
+      {"rank 0 exited with code 78 (out of memory): CUDA out of memory", v1::ATTEMPT_END_OUT_OF_MEMORY},
+      {"rank 2 stopped after saving a checkpoint (exit 75)", v1::ATTEMPT_END_STOPPED},
+      {"rank 0 exited with code 76 (rendezvous port 29501 busy on node n1; retrying on another port)",
+       v1::ATTEMPT_END_PORT_BUSY},
+      {"resized: grow: n3 is back, 2 -> 3 nodes", v1::ATTEMPT_END_RESIZED},
+      {"preempted: job 7 (priority 5) needs n1", v1::ATTEMPT_END_PREEMPTED},
+      {"rank 3 was killed by signal 9 (Killed)", v1::ATTEMPT_END_RANK_FAILED},
+      {"rank 1 exited with code 1; node n2 lost (no heartbeat) at the same time, so not counted against "
+       "max_restarts",
+       v1::ATTEMPT_END_RANK_FAILED},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    RawQuery(path_, "INSERT INTO attempts (job_id, number, world_size, nodes, slots, end_ms, end_reason) VALUES (1, " +
+                        std::to_string(i + 1) + ", 1, '[\"n1\"]', '[[0]]', " + (i == 0 ? "0" : "9") + ", '" +
+                        cases[i].first + "')");
+  }
+  RawQuery(path_, "PRAGMA user_version = 5");
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->schema_version(), Store::kSchemaVersion);
+  auto attempts = store->LoadAttempts("1");
+  ASSERT_TRUE(attempts.ok()) << attempts.status();
+  ASSERT_EQ(attempts->size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(v1::AttemptEnd_Name((*attempts)[i].end), v1::AttemptEnd_Name(cases[i].second)) << cases[i].first;
+  }
+
+  AttemptRecord a = (*attempts)[0];
+  a.end_ms = 10;
+  a.end = v1::ATTEMPT_END_PREEMPTED;
+  a.end_reason = "the words do not matter any more";
+  ASSERT_TRUE(store->UpdateAttempt(a).ok());
+  EXPECT_EQ(store->LoadAttempts("1")->front().end, v1::ATTEMPT_END_PREEMPTED);
+  a.end = static_cast<v1::AttemptEnd>(999);
+  EXPECT_EQ(store->UpdateAttempt(a).code(), StatusCode::kInvalidArgument);
+
+  RawQuery(path_, "UPDATE attempts SET end_kind = 'ATTEMPT_END_EXPLODED' WHERE number = 2");
+  auto damaged = store->LoadAttempts("1");
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(damaged.status().message().find("ATTEMPT_END_EXPLODED"), std::string::npos) << damaged.status();
 }
 
 TEST_F(StoreTest, NewerSchemaIsRefused) {

@@ -26,7 +26,7 @@ inline auto Tie(const JobRecord& j) {
 }
 inline auto Tie(const AttemptRecord& a) {
   return std::tie(a.job_id, a.number, a.world_size, a.ranks_per_node, a.nodes, a.slots, a.master_addr,
-                  a.master_port, a.resume_from, a.start_ms, a.end_ms, a.end_reason, a.reached_step);
+                  a.master_port, a.resume_from, a.start_ms, a.end_ms, a.end_reason, a.reached_step, a.end);
 }
 inline auto Tie(const NodeRecord& n) {
   return std::tie(n.name, n.address, n.slots, n.drained, n.version, n.registered_ms, n.lost, n.state_reason);
