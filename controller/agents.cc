@@ -213,8 +213,8 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
 }
 
 void Controller::ApplyRankReportsLocked(NodeEntry& node) {
-  for (const auto& id : index_.ActiveOn(node.rec.name)) {
-    JobEntry& j = jobs_.at(id);
+  for (const auto& id : jobs_.index().ActiveOn(node.rec.name)) {
+    JobEntry& j = jobs_.At(id);
     if (!j.active() || !j.current()) continue;
     const AttemptRecord& a = *j.current();
     auto pos = std::find(a.nodes.begin(), a.nodes.end(), node.rec.name);
@@ -245,9 +245,9 @@ void Controller::ApplyRankReportsLocked(NodeEntry& node) {
         std::all_of(j.ranks.begin(), j.ranks.end(), [](const RankView& r) { return r.seen_running; })) {
       JobChange c{j.rec, {}, {}, {}};
       c.rec.state = v1::JOB_STATE_RUNNING;
-      c.events.push_back(MakeEvent(j, "running", "all " + std::to_string(j.ranks.size()) + " ranks of attempt " +
+      c.events.push_back(jobs_.MakeEvent(j, "running", "all " + std::to_string(j.ranks.size()) + " ranks of attempt " +
                                                      std::to_string(a.number) + " started"));
-      (void)Apply(j, std::move(c));
+      (void)jobs_.Apply(j, std::move(c));
     }
   }
 }
@@ -257,7 +257,7 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
   std::set<std::string> stepped;  // jobs whose current attempt reported a step
   for (const auto& ev : req.events()) {
     if (ev.seq() <= node.acked_seq) continue;  // seen before: the ack was lost on the way back
-    JobEntry* j = FindJob(ev.key().job_id());
+    JobEntry* j = jobs_.Find(ev.key().job_id());
     const RankEventEffect effect = j ? InterpretRankEvent(ev, j->rec.attempt) : RankEventEffect{};
     if (j == nullptr || !effect.problem.empty()) {
       EFT_LOG(WARNING) << "node " << node.rec.name << ": ignoring " << (j ? "malformed" : "orphan")
@@ -284,7 +284,7 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
           j->awaiting_first_step = false;
           TransitionDoneLocked(*j->current());
         }
-        Bump(*j);
+        jobs_.Bump(*j);
         break;
       }
       case Kind::kEval: {
@@ -304,7 +304,7 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
         if (j->eval_loss.size() <= index) j->eval_loss.resize(index + 1);
         j->eval_loss[index].Add(effect.progress.eval_step(), effect.progress.eval_loss());
         loss_dirty_.insert(j->rec.id);
-        Bump(*j);
+        jobs_.Bump(*j);
         break;
       }
       case Kind::kRankError:
@@ -316,8 +316,8 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
         break;
       case Kind::kJobEvent: {
         JobChange c{j->rec, {}, {}, {}};
-        c.events.push_back(MakeEvent(*j, effect.event_type, effect.message));
-        stored = Apply(*j, std::move(c));
+        c.events.push_back(jobs_.MakeEvent(*j, effect.event_type, effect.message));
+        stored = jobs_.Apply(*j, std::move(c));
         break;
       }
       case Kind::kForgetCheckpoint: {
@@ -329,7 +329,7 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
                                    [&](const CheckpointRecord& k) { return k.path == path; });
         if (gone != j->checkpoints.end()) {
           j->checkpoints.erase(gone, j->checkpoints.end());
-          Bump(*j);
+          jobs_.Bump(*j);
         }
         break;
       }
@@ -342,7 +342,7 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
         if (!seen) {
           EFT_LOG(INFO) << "job " << j->rec.id << ": checkpoint at step " << c.step << " (" << c.kind << ") " << c.path;
           j->checkpoints.push_back(c);
-          Bump(*j);
+          jobs_.Bump(*j);
           if (checkpoint_observer_) {
             checkpoint_observer_(
                 CheckpointReport{c.job_id, c.kind, c.step, c.bytes, effect.seconds, effect.stall_seconds});
@@ -361,7 +361,7 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
   // one are what its stop is measured against, and few: written now.
   std::set<std::string> now;
   for (const auto& id : stepped) {
-    const JobEntry* j = FindJob(id);
+    const JobEntry* j = jobs_.Find(id);
     if (j && j->active()) {
       reached_dirty_.insert(id);
     } else {
@@ -384,7 +384,7 @@ void Controller::FlushReachedStepsLocked() {
 void Controller::StoreLossHistoryLocked() {
   std::vector<JobEntry*> due;
   for (const auto& id : loss_dirty_) {
-    if (JobEntry* j = FindJob(id)) due.push_back(j);
+    if (JobEntry* j = jobs_.Find(id)) due.push_back(j);
   }
   Status s = store_->RunInTransaction([&]() REQUIRES(mu_) -> Status {
     for (JobEntry* j : due) {
@@ -412,7 +412,7 @@ void Controller::StoreLossHistoryLocked() {
 void Controller::StoreReachedStepsLocked(const std::set<std::string>& job_ids) {
   std::vector<JobEntry*> due;
   for (const auto& id : job_ids) {
-    JobEntry* j = FindJob(id);
+    JobEntry* j = jobs_.Find(id);
     if (j && !j->attempts.empty() && j->reached_step > j->attempts.back().reached_step) due.push_back(j);
   }
   if (due.empty()) return;
@@ -434,8 +434,8 @@ void Controller::StoreReachedStepsLocked(const std::set<std::string>& job_ids) {
 void Controller::DesiredForLocked(const NodeEntry& node,
                                   google::protobuf::RepeatedPtrField<v1::RankAssignment>* out,
                                   google::protobuf::RepeatedPtrField<v1::AttemptSpec>* specs) const {
-  for (const auto& id : index_.ActiveOn(node.rec.name)) {
-    const JobEntry& j = jobs_.at(id);
+  for (const auto& id : jobs_.index().ActiveOn(node.rec.name)) {
+    const JobEntry& j = jobs_.At(id);
     if (!j.active() || !j.current()) continue;
     const AttemptRecord& a = *j.current();
     auto pos = std::find(a.nodes.begin(), a.nodes.end(), node.rec.name);

@@ -13,13 +13,7 @@
 
 namespace eft::controller {
 
-bool Controller::JobEntry::active() const {
-  return rec.state == v1::JOB_STATE_STARTING || rec.state == v1::JOB_STATE_RUNNING;
-}
-
-bool Controller::IsTerminal(v1::JobState state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED || state == v1::JOB_STATE_CANCELLED;
-}
+bool Controller::IsTerminal(v1::JobState state) { return IsTerminalState(state); }
 
 Result<std::unique_ptr<Controller>> Controller::Create(ControllerConfig config, Clock* clock) {
   EFT_RETURN_IF_ERROR(FinalizeControllerConfig(&config));
@@ -30,7 +24,13 @@ Result<std::unique_ptr<Controller>> Controller::Create(ControllerConfig config, 
 }
 
 Controller::Controller(ControllerConfig config, Clock* clock, std::unique_ptr<Store> store)
-    : config_(std::move(config)), clock_(clock), logs_(config_.data_dir + "/logs"), store_(std::move(store)) {}
+    : config_(std::move(config)),
+      clock_(clock),
+      logs_(config_.data_dir + "/logs"),
+      store_(std::move(store)),
+      jobs_(config_, clock_, store_.get(),
+            {/*on_applied=*/[this]() REQUIRES(mu_) { CapacityChangedLocked(); },
+             /*on_bumped=*/[this] { changed_.NotifyAll(); }}) {}
 
 Controller::~Controller() {
   stopping_ = true;
@@ -61,26 +61,7 @@ Status Controller::Load() {
     n.last_heartbeat_ms = clock_->WallMillis();
     nodes_[n.rec.name] = std::move(n);
   }
-  EFT_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
-  // Memory takes every unfinished job and the most recently finished ones (finished_jobs.cc).
-  std::vector<std::pair<int64_t, std::string>> finished;  // (end_ms, id)
-  for (const auto& rec : jobs) {
-    if (IsTerminal(rec.state)) finished.emplace_back(rec.end_ms, rec.id);
-  }
-  std::sort(finished.begin(), finished.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first < b.first : std::stoll(a.second) < std::stoll(b.second);
-  });
-  const size_t keep = std::min(finished.size(), static_cast<size_t>(std::max(0, config_.finished_jobs_in_memory)));
-  std::set<std::string> left_out;
-  for (size_t i = 0; i + keep < finished.size(); ++i) left_out.insert(finished[i].second);
-  for (size_t i = finished.size() - keep; i < finished.size(); ++i) finished_.push_back(finished[i].second);
-  for (auto& rec : jobs) {
-    if (left_out.count(rec.id)) {
-      ++evicted_by_state_[rec.state];
-      attempts_created_ += rec.attempt;
-      continue;
-    }
-    EFT_ASSIGN_OR_RETURN(JobEntry j, LoadJobEntryLocked(std::move(rec)));
+  EFT_ASSIGN_OR_RETURN(const size_t left_out, jobs_.Load([&](JobEntry& j) {
     if (j.active() && j.current()) {
       // A RUNNING attempt had every rank running: a rank its worker no longer reports is lost.
       j.ranks.assign(j.current()->world_size, RankView{j.rec.state == v1::JOB_STATE_RUNNING, false, {}});
@@ -91,17 +72,13 @@ Status Controller::Load() {
       // placed: the stop checkpoint may still wait on a worker, unacknowledged.
       j.ended_at = now;
     }
-    std::string id = j.rec.id;
-    attempts_created_ += static_cast<int64_t>(j.attempts.size());
-    if (!j.rec.request_id.empty()) by_request_id_[j.rec.request_id] = j.rec.id;
-    job_order_.push_back(id);
-    IndexLocked(jobs_[id] = std::move(j));
-  }
+  }));
+  attempts_created_ = jobs_.attempts_loaded();
   EFT_ASSIGN_OR_RETURN(auto reservations, store_->LoadReservations());
   std::set<std::string> stale;
   for (const auto& [node, id] : reservations) {
-    auto it = jobs_.find(id);
-    if (it != jobs_.end() && Waits(it->second)) {
+    const JobEntry* j = jobs_.Find(id);
+    if (j != nullptr && j->waits()) {
       reserved_[node] = id;
     } else {
       stale.insert(id);
@@ -112,69 +89,11 @@ Status Controller::Load() {
     Status s = store_->SetReservations(id, {});
     if (!s.ok()) EFT_LOG(WARNING) << "job " << id << ": could not drop stale reservations (" << s << ")";
   }
-  size_t unfinished = std::count_if(jobs_.begin(), jobs_.end(),
-                                    [](const auto& kv) { return !IsTerminal(kv.second.rec.state); });
-  EFT_LOG(INFO) << "loaded " << jobs_.size() << " jobs (" << unfinished << " not finished; " << left_out.size()
+  size_t unfinished = std::count_if(jobs_.order().begin(), jobs_.order().end(), [&](const std::string& id)
+                                        REQUIRES(mu_) { return !IsTerminal(jobs_.At(id).rec.state); });
+  EFT_LOG(INFO) << "loaded " << jobs_.size() << " jobs (" << unfinished << " not finished; " << left_out
                 << " older finished ones stay in the database) and " << nodes_.size() << " nodes ("
                 << reserved_.size() << " reserved) from " << store_->path();
-  return Status::Ok();
-}
-
-Controller::JobEntry* Controller::FindJob(const std::string& id) {
-  auto it = jobs_.find(id);
-  return it == jobs_.end() ? nullptr : &it->second;
-}
-
-EventRecord Controller::MakeEvent(const JobEntry& job, const std::string& type, const std::string& message) const {
-  EventRecord e;
-  e.job_id = job.rec.id;
-  e.time_ms = clock_->WallMillis();
-  e.type = type;
-  e.attempt = job.rec.attempt;
-  e.message = message;
-  return e;
-}
-
-void Controller::IndexLocked(JobEntry& j) {
-  static const std::vector<std::string> kNoNodes;
-  index_.File(j.rec.id, j.rec.state, j.current() ? j.current()->nodes : kNoNodes);
-}
-
-void Controller::Bump(JobEntry& job) {
-  ++job.version;
-  changed_.NotifyAll();
-}
-
-Status Controller::Apply(JobEntry& job, JobChange change) {
-  Status s = store_->RunInTransaction([&]() REQUIRES(mu_) -> Status {
-    if (change.insert_attempt) EFT_RETURN_IF_ERROR(store_->InsertAttempt(*change.insert_attempt));
-    if (change.update_attempt) EFT_RETURN_IF_ERROR(store_->UpdateAttempt(*change.update_attempt));
-    EFT_RETURN_IF_ERROR(store_->UpdateJob(change.rec));
-    for (const auto& e : change.events) EFT_RETURN_IF_ERROR(store_->AppendEvent(e));
-    return Status::Ok();
-  });
-  if (!s.ok()) {
-    EFT_LOG(ERROR) << "job " << job.rec.id << ": could not persist a state change (" << s
-                   << "); it will be retried";
-    return s;
-  }
-  for (const auto& e : change.events) {
-    EFT_LOG(INFO) << "job " << job.rec.id << " [" << e.type << "] " << e.message;
-  }
-  if (change.insert_attempt) job.attempts.push_back(*change.insert_attempt);
-  if (change.update_attempt && !job.attempts.empty()) job.attempts.back() = *change.update_attempt;
-  for (const auto& e : change.events) {
-    if (auto r = ResizeReasonOf(e)) ++job.resizes[static_cast<size_t>(*r)];
-    if (e.type == kPreemptedEvent) ++job.preemptions;
-    if (e.type == kCheckpointFailedEvent) ++job.checkpoint_failures;
-  }
-  job.events.insert(job.events.end(), change.events.begin(), change.events.end());
-  const bool finishing = !IsTerminal(job.rec.state) && IsTerminal(change.rec.state);
-  job.rec = std::move(change.rec);
-  if (finishing) FinishedLocked(job);
-  IndexLocked(job);
-  CapacityChangedLocked();
-  Bump(job);
   return Status::Ok();
 }
 
@@ -185,7 +104,7 @@ Status Controller::Apply(JobEntry& job, JobChange change) {
 // next transaction with the others, so N concurrent submits cost one fsync instead of N.
 Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::string& request_id,
                                       const std::string& owner) {
-  PendingSubmit me{submitted, request_id, owner};
+  JobTable::NewJob me{submitted, request_id, owner};
   EFT_RETURN_IF_ERROR(eft::spec::NormalizeJobSpec(&me.spec));
   // Characters, as docs/openapi.yaml's maxLength counts them (UTF-8 continuation bytes are not one).
   const auto characters = std::count_if(request_id.begin(), request_id.end(),
@@ -196,77 +115,23 @@ Result<v1::Job> Controller::SubmitJob(const v1::JobSpec& submitted, const std::s
 
 void Controller::CommitSubmits(const std::vector<SubmitBatch::Item*>& batch) {
   MutexLock lock(&mu_);
-  std::vector<JobEntry> created;
-  std::map<SubmitBatch::Item*, size_t> created_for;
-  std::map<std::string, size_t> batch_request_ids;
-  std::map<std::string, std::string> earlier_ids;  // request id -> job id, for jobs no longer in memory
-  Status s = store_->RunInTransaction([&]() REQUIRES(mu_) -> Status {
-    for (SubmitBatch::Item* item : batch) {
-      const PendingSubmit* p = &item->request;
-      // A retried submit (same request id) gets the job the first one created.
-      if (!p->request_id.empty()) {
-        if (by_request_id_.count(p->request_id) || batch_request_ids.count(p->request_id)) continue;
-        EFT_ASSIGN_OR_RETURN(auto earlier, store_->FindJobByRequestId(p->request_id));  // finished, out of memory
-        if (earlier) {
-          earlier_ids[p->request_id] = earlier->id;
-          continue;
-        }
-      }
-      JobRecord rec;
-      rec.request_id = p->request_id;
-      rec.owner = p->owner;
-      rec.spec = p->spec;
-      rec.state = v1::JOB_STATE_QUEUED;
-      rec.create_ms = clock_->WallMillis();
-      EFT_RETURN_IF_ERROR(store_->InsertJob(&rec));
-      // The default checkpoint dir depends on the id, which only the insert knows.
-      if (rec.spec.checkpoint().dir().empty()) {
-        rec.spec.mutable_checkpoint()->set_dir(config_.data_dir + "/checkpoints/" + rec.id);
-        EFT_RETURN_IF_ERROR(store_->UpdateJob(rec));
-      }
-      JobEntry j;
-      j.rec = rec;
-      const auto& r = rec.spec.resources();
-      j.events.push_back(MakeEvent(j, "submitted",
-                                   "submitted \"" + rec.spec.name() + "\": " + std::to_string(r.nodes().min()) + ".." +
-                                       std::to_string(r.nodes().max()) + " nodes x " +
-                                       std::to_string(r.gpus_per_node()) + " ranks" +
-                                       (rec.owner.empty() ? "" : " by " + rec.owner)));
-      EFT_RETURN_IF_ERROR(store_->AppendEvent(j.events.back()));
-      created_for[item] = created.size();
-      if (!p->request_id.empty()) batch_request_ids[p->request_id] = created.size();
-      created.push_back(std::move(j));
-    }
-    return Status::Ok();
-  });
-  if (!s.ok()) {
-    for (SubmitBatch::Item* item : batch) item->reply = s.WithContext("storing the job");
+  std::vector<JobTable::NewJob> jobs;
+  for (SubmitBatch::Item* item : batch) jobs.push_back(item->request);
+  auto ids = jobs_.Insert(jobs);
+  if (!ids.ok()) {
+    for (SubmitBatch::Item* item : batch) item->reply = ids.status().WithContext("storing the job");
     return;
-  }
-  std::vector<JobEntry*> entries;
-  for (JobEntry& j : created) {
-    j.spec_json = eft::spec::JobSpecToJson(j.rec.spec).dump();
-    EFT_LOG(INFO) << "job " << j.rec.id << " submitted (" << j.rec.spec.name() << ")";
-    std::string id = j.rec.id;
-    job_order_.push_back(id);
-    if (!j.rec.request_id.empty()) by_request_id_[j.rec.request_id] = id;
-    JobEntry& entry = jobs_[id] = std::move(j);
-    IndexLocked(entry);
-    entries.push_back(&entry);
   }
   // Older pending jobs did not fit at the current capacity and still do not: only the new ones can
   // start now, so there is no need for a pass over the whole queue.
   std::optional<std::vector<NodeCapacity>> caps;
-  for (JobEntry* entry : entries) TryPlaceLocked(*entry, &caps);
-  for (SubmitBatch::Item* item : batch) {
-    auto it = created_for.find(item);
-    const std::string& key = item->request.request_id;
-    const std::string id = it != created_for.end() ? entries[it->second]->rec.id
-                           : by_request_id_.count(key) ? by_request_id_.at(key)
-                                                       : earlier_ids.at(key);
+  for (const auto& inserted : *ids) {
+    if (inserted.created) TryPlaceLocked(jobs_.At(inserted.id), &caps);
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
     JobEntry scratch;
-    auto job = ReadJobLocked(id, &scratch);
-    item->reply = job.ok() ? Result<v1::Job>(ToProto(**job, true)) : Result<v1::Job>(job.status());
+    auto job = jobs_.Read((*ids)[i].id, &scratch);
+    batch[i]->reply = job.ok() ? Result<v1::Job>(JobMessage(**job, true)) : Result<v1::Job>(job.status());
   }
   changed_.NotifyAll();
 }
@@ -274,26 +139,26 @@ void Controller::CommitSubmits(const std::vector<SubmitBatch::Item*>& batch) {
 Result<std::string> Controller::JobOwner(const std::string& id) {
   MutexLock lock(&mu_);
   JobEntry scratch;
-  EFT_ASSIGN_OR_RETURN(const JobEntry* j, ReadJobLocked(id, &scratch));
+  EFT_ASSIGN_OR_RETURN(const JobEntry* j, jobs_.Read(id, &scratch));
   return j->rec.owner;
 }
 
 Result<v1::Job> Controller::GetJob(const std::string& id) {
   MutexLock lock(&mu_);
   JobEntry scratch;
-  EFT_ASSIGN_OR_RETURN(const JobEntry* j, ReadJobLocked(id, &scratch));
-  return ToProto(*j, true);
+  EFT_ASSIGN_OR_RETURN(const JobEntry* j, jobs_.Read(id, &scratch));
+  return JobMessage(*j, true);
 }
 
 Result<v1::Job> Controller::CancelJob(const std::string& id) {
   MutexLock lock(&mu_);
   JobEntry scratch;
-  EFT_ASSIGN_OR_RETURN(const JobEntry* found, ReadJobLocked(id, &scratch));
-  if (found->rec.state == v1::JOB_STATE_CANCELLED) return ToProto(*found, true);
+  EFT_ASSIGN_OR_RETURN(const JobEntry* found, jobs_.Read(id, &scratch));
+  if (found->rec.state == v1::JOB_STATE_CANCELLED) return JobMessage(*found, true);
   if (IsTerminal(found->rec.state)) {
     return Status::FailedPrecondition("job " + id + " already ended: " + v1::JobState_Name(found->rec.state));
   }
-  JobEntry* j = FindJob(id);  // unfinished: in memory
+  JobEntry* j = jobs_.Find(id);  // unfinished: in memory
   if (j->active()) {
     EFT_RETURN_IF_ERROR(EndAttemptLocked(*j, "cancelled by user", v1::ATTEMPT_END_CANCELLED, Outcome::kCancelled));
   } else {
@@ -301,30 +166,40 @@ Result<v1::Job> Controller::CancelJob(const std::string& id) {
     c.rec.state = v1::JOB_STATE_CANCELLED;
     c.rec.reason = "cancelled by user";
     c.rec.end_ms = clock_->WallMillis();
-    c.events.push_back(MakeEvent(*j, "cancelled", "cancelled by user while " + v1::JobState_Name(j->rec.state)));
-    EFT_RETURN_IF_ERROR(Apply(*j, std::move(c)));
+    c.events.push_back(jobs_.MakeEvent(*j, "cancelled", "cancelled by user while " + v1::JobState_Name(j->rec.state)));
+    EFT_RETURN_IF_ERROR(jobs_.Apply(*j, std::move(c)));
   }
-  return ToProto(*j, true);
+  return JobMessage(*j, true);
 }
 
 Result<v1::Job> Controller::WaitForJobChange(const std::string& id, uint64_t* version,
                                              std::chrono::milliseconds timeout, bool* changed) {
   MutexLock lock(&mu_);
-  JobEntry* j = FindJob(id);
+  JobEntry* j = jobs_.Find(id);
   if (!j) {
     // Finished and out of memory: it will not change again. A caller that has seen it waits out
     // its timeout, as for any job that does not change.
     JobEntry scratch;
-    EFT_ASSIGN_OR_RETURN(const JobEntry* finished, ReadJobLocked(id, &scratch));
+    EFT_ASSIGN_OR_RETURN(const JobEntry* finished, jobs_.Read(id, &scratch));
     *changed = *version != finished->version;
     if (!*changed) changed_.WaitFor(&mu_, timeout, [&] { return stopping_.load(); });
     *version = finished->version;
-    return ToProto(*finished, true);
+    return JobMessage(*finished, true);
   }
   changed_.WaitFor(&mu_, timeout, [&] { return j->version != *version || stopping_; });
   *changed = j->version != *version;
   *version = j->version;
-  return ToProto(*j, true);
+  return JobMessage(*j, true);
+}
+
+size_t Controller::JobsInMemory() const {
+  MutexLock lock(&mu_);
+  return jobs_.size();
+}
+
+Result<v1::ListJobsResponse> Controller::ListJobs(const v1::ListJobsRequest& request) {
+  MutexLock lock(&mu_);
+  return jobs_.List(request);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -359,8 +234,8 @@ Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained, b
     // Each job stops there with a checkpoint and goes on where it can: its other nodes plus free
     // ones (the drained node no longer counts as free), up to nodes.max.
     std::vector<NodeCapacity> caps = CapacitiesLocked();
-    for (const auto& id : index_.ActiveOn(name)) {
-      JobEntry& j = jobs_.at(id);
+    for (const auto& id : jobs_.index().ActiveOn(name)) {
+      JobEntry& j = jobs_.At(id);
       if (!j.active() || !j.current()) continue;
       const auto& nodes = j.current()->nodes;
       const int from = static_cast<int>(nodes.size());
@@ -395,8 +270,8 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
   MutexLock lock(&mu_);
   size_t terminal_kept = 0;
   // Newest first, so the terminal jobs kept are the most recently submitted ones.
-  for (auto id = job_order_.rbegin(); id != job_order_.rend(); ++id) {
-    const JobEntry& j = jobs_.at(*id);
+  for (auto id = jobs_.order().rbegin(); id != jobs_.order().rend(); ++id) {
+    const JobEntry& j = jobs_.At(*id);
     ++out.jobs_by_state[j.rec.state];
     if (IsTerminal(j.rec.state) && terminal_kept++ >= max_terminal_jobs) continue;
     ControllerSnapshot::Job& v = out.jobs.emplace_back();
@@ -420,7 +295,7 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
     v.preemptions = j.preemptions;
     v.checkpoint_failures = j.checkpoint_failures;
   }
-  for (const auto& [state, n] : evicted_by_state_) out.jobs_by_state[state] += n;
+  for (const auto& [state, n] : jobs_.evicted_by_state()) out.jobs_by_state[state] += n;
   const SteadyTime now = clock_->Now();
   for (const auto& [name, n] : nodes_) {
     ControllerSnapshot::Node& v = out.nodes.emplace_back();
@@ -436,18 +311,8 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
 // ---------------------------------------------------------------------------------------------
 // Conversions
 
-v1::Job Controller::ToProto(const JobEntry& j, bool full) const {
-  const int32_t world = j.active() && j.current() ? j.current()->world_size : 0;
-  JobView view{j.rec, j.attempts, j.checkpoints, j.events, j.progress, world, &j.train_loss.points(), {}};
-  const std::vector<std::string> names = EvalCurveNames(j.rec.spec);
-  for (size_t i = 0; i < j.eval_loss.size() && i < names.size(); ++i) {
-    view.eval_loss.emplace_back(names[i], &j.eval_loss[i].points());
-  }
-  return JobToProto(view, full);
-}
-
 v1::Node Controller::ToProto(const NodeEntry& n) const {
-  std::set<std::string> jobs = index_.ActiveOn(n.rec.name);
+  std::set<std::string> jobs = jobs_.index().ActiveOn(n.rec.name);
   for (const auto& r : n.reported) {
     if (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING) jobs.insert(r.key().job_id());
   }

@@ -39,7 +39,8 @@
 #include "common/thread_annotations.h"
 #include "controller/config.h"
 #include "controller/group_commit.h"
-#include "controller/job_index.h"
+#include "controller/job_entry.h"
+#include "controller/job_table.h"
 #include "controller/log_store.h"
 #include "controller/loss_history.h"
 #include "controller/records.h"
@@ -150,46 +151,6 @@ class Controller {
   void SetCheckpointObserver(std::function<void(const CheckpointReport&)> observer) EXCLUDES(mu_);
 
  private:
-  struct RankView {
-    bool seen_running = false;
-    bool exited = false;
-    std::string error;  // the rank's error event (its fatal error), for the attempt's end reason
-  };
-  struct JobEntry {
-    JobRecord rec;
-    std::vector<AttemptRecord> attempts;
-    std::vector<CheckpointRecord> checkpoints;
-    std::vector<EventRecord> events;
-    v1::TrainingProgress progress;
-    // The loss curves (loss_history.h), written to the store with the reached steps (loss_dirty_).
-    LossSeries train_loss;
-    std::vector<LossSeries> eval_loss;  // one per eval set (spec::EvalSetNames), as far as reported
-    std::vector<RankView> ranks;  // of the newest attempt while the job is STARTING/RUNNING
-    SteadyTime stop_deadline{};   // RECOVERING: stop waiting for old ranks to be reported gone
-    // When the last attempt ended, and whether that end counted against max_restarts: a node found
-    // LOST shortly after a counted rank failure was most likely its cause (see MarkNodeLostLocked).
-    SteadyTime ended_at{};
-    bool end_counted = false;
-    std::string spec_json;        // the normalized spec, sent once per attempt and node (AttemptSpec)
-    // The highest step the current attempt reached: the step it resumed from, then the newest it
-    // reported (0: a fresh start, or not known: an attempt stored before schema 3). What the next
-    // attempt's resume is measured against ("N steps lost"). Stored in the attempt's row
-    // (AttemptRecord::reached_step) when it advances, so a controller restart keeps it.
-    int64_t reached_step = 0;
-    // Planned resizes by reason (index: ResizeReason), counted from `resized` events.
-    std::array<int64_t, kResizeReasons.size()> resizes{};
-    int64_t preemptions = 0;  // counted from `preempted` events
-    int64_t checkpoint_failures = 0;  // counted from `checkpoint_failed` events
-    // The current attempt has not reported a step yet: its nodes keep fast heartbeats (pace.cc).
-    bool awaiting_first_step = false;
-    // Why the job last did not grow although a node was free, so it is logged once, not every pass.
-    std::string grow_held;
-    uint64_t version = 1;
-    // capacity_epoch_ when placement last failed: until capacity changes it would fail again.
-    uint64_t unplaceable_epoch = 0;
-    bool active() const;          // STARTING or RUNNING
-    const AttemptRecord* current() const { return attempts.empty() ? nullptr : &attempts.back(); }
-  };
   struct NodeEntry {
     NodeRecord rec;
     bool ready = false;
@@ -215,47 +176,14 @@ class Controller {
     // and never get the name back.
     std::deque<std::pair<std::string, std::string>> fenced;
   };
-  // A change of one job, applied to memory only after the store accepted it.
-  struct JobChange {
-    JobRecord rec;
-    std::optional<AttemptRecord> insert_attempt;
-    std::optional<AttemptRecord> update_attempt;
-    std::vector<EventRecord> events;
-  };
-
   Controller(ControllerConfig config, Clock* clock, std::unique_ptr<Store> store);
   Status Load() EXCLUDES(mu_);
-  struct PendingSubmit {
-    v1::JobSpec spec;  // normalized
-    std::string request_id;
-    std::string owner;
-  };
-  using SubmitBatch = GroupCommit<PendingSubmit, Result<v1::Job>>;
+  using SubmitBatch = GroupCommit<JobTable::NewJob, Result<v1::Job>>;
   // Writes a batch of submits in one transaction and answers each of them.
   void CommitSubmits(const std::vector<SubmitBatch::Item*>& batch) EXCLUDES(mu_);
 
-  // controller.cc: conversions and lookups.
-  v1::Job ToProto(const JobEntry& job, bool full) const REQUIRES(mu_);
+  // controller.cc: conversions.
   v1::Node ToProto(const NodeEntry& node) const REQUIRES(mu_);
-  // A job in memory (every unfinished job, and the recently finished ones), or nullptr.
-  JobEntry* FindJob(const std::string& id) REQUIRES(mu_);
-
-  // finished_jobs.cc: finished jobs leave memory; reads of them go to the store.
-  // Everything the store holds of a job, as Load() builds it (NotFound when there is no such job).
-  Result<JobEntry> LoadJobEntryLocked(JobRecord rec) REQUIRES(mu_);
-  // The job from memory, else from the store into *scratch; NotFound when neither has it.
-  Result<const JobEntry*> ReadJobLocked(const std::string& id, JobEntry* scratch) REQUIRES(mu_);
-  // Counts a job that just finished; EvictFinishedLocked may later take it out of memory.
-  void FinishedLocked(const JobEntry& job) REQUIRES(mu_);
-  // Takes the oldest finished jobs out of memory beyond config_.finished_jobs_in_memory (not those
-  // with progress or loss points still to store). Only where no JobEntry reference is held: Tick.
-  void EvictFinishedLocked() REQUIRES(mu_);
-  EventRecord MakeEvent(const JobEntry& job, const std::string& type, const std::string& message) const;
-  Status Apply(JobEntry& job, JobChange change) REQUIRES(mu_);
-  void Bump(JobEntry& job) REQUIRES(mu_);
-  // Refiles the job in index_ after any change of its state or attempt, so heartbeats and
-  // scheduling touch only the jobs concerned.
-  void IndexLocked(JobEntry& job) REQUIRES(mu_);
   // Something that decides where ranks can go changed (nodes, slots, attempts): placements that
   // failed before may succeed now.
   void CapacityChangedLocked() REQUIRES(mu_) { ++capacity_epoch_; }
@@ -305,8 +233,6 @@ class Controller {
   void ReleaseReservationsLocked(const std::string& job_id) REQUIRES(mu_);
   // Reservations of jobs that no longer wait (started, cancelled, ended) are forgotten.
   void DropStaleReservationsLocked() REQUIRES(mu_);
-  // Whether `job` waits (QUEUED or RECOVERING): only a waiting job holds reservations.
-  static bool Waits(const JobEntry& job);
   // Makes the nodes reserved for `job_id` exactly `nodes`, in the store first, then in reserved_.
   Status SetReservationsLocked(const std::string& job_id, const std::vector<std::string>& nodes) REQUIRES(mu_);
   // Since the controller started, some READY node has not re-registered: what runs there is not
@@ -356,14 +282,8 @@ class Controller {
   CondVar changed_;  // notified (under mu_) whenever a job's version is bumped
   // Only used under mu_, so that a transaction and the memory it describes change together.
   const std::unique_ptr<Store> store_ PT_GUARDED_BY(mu_);
-  std::map<std::string, JobEntry> jobs_ GUARDED_BY(mu_);              // by id
-  std::vector<std::string> job_order_ GUARDED_BY(mu_);                // ids in memory, in submit order
-  // Finished jobs in memory, in the order they finished; beyond config_.finished_jobs_in_memory the
-  // first ones leave memory (finished_jobs.cc). Jobs that left, counted by state for /metrics.
-  std::deque<std::string> finished_ GUARDED_BY(mu_);
-  std::map<v1::JobState, int64_t> evicted_by_state_ GUARDED_BY(mu_);
-  JobIndex index_ GUARDED_BY(mu_);                                    // pending jobs; active jobs by node
-  std::map<std::string, std::string> by_request_id_ GUARDED_BY(mu_);  // SubmitJob idempotency keys -> job id
+  // Every unfinished job and the newest finished ones; the one way a job changes (Apply).
+  JobTable jobs_ GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);            // by name
   uint64_t capacity_epoch_ GUARDED_BY(mu_) = 1;
   uint64_t last_pass_epoch_ GUARDED_BY(mu_) = 0;

@@ -53,7 +53,10 @@ void Controller::Tick() {
   }
   ScheduleLocked();
   if (now >= reached_flushed_at_ + config_.progress_flush_interval) FlushReachedStepsLocked();
-  EvictFinishedLocked();
+  // A finished job's last steps and loss points go to the store (the next flush) before it leaves.
+  jobs_.EvictFinished([&](const std::string& id) REQUIRES(mu_) {
+    return reached_dirty_.count(id) > 0 || loss_dirty_.count(id) > 0;
+  });
 }
 
 void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) {
@@ -73,14 +76,14 @@ void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) 
   EFT_LOG(WARNING) << "node " << rec.name << " LOST: " << reason;
   CapacityChangedLocked();
   // Running attempts with ranks there end at once: not the job's fault, so no restart is counted.
-  for (const auto& id : index_.ActiveOn(rec.name)) {
-    JobEntry& j = jobs_.at(id);
+  for (const auto& id : jobs_.index().ActiveOn(rec.name)) {
+    JobEntry& j = jobs_.At(id);
     if (j.active()) (void)EndAttemptLocked(j, "node " + rec.name + " lost (" + reason + ")", v1::ATTEMPT_END_NODE_LOST,
                                            Outcome::kRestart);
   }
   // An attempt that just ended because its ranks failed was most likely cut off from this node.
-  for (const auto& id : index_.Pending()) {
-    JobEntry& j = jobs_.at(id);
+  for (const auto& id : jobs_.index().Pending()) {
+    JobEntry& j = jobs_.At(id);
     if (j.rec.state != v1::JOB_STATE_RECOVERING || !j.end_counted || !j.current()) continue;
     const auto& nodes = j.current()->nodes;
     if (std::find(nodes.begin(), nodes.end(), rec.name) == nodes.end()) continue;
@@ -100,11 +103,11 @@ void Controller::ForgiveLastFailureLocked(JobEntry& j, const std::string& cause)
   AttemptRecord a = *j.current();
   a.end_reason += "; " + cause + " at the same time, so not counted against max_restarts";
   c.update_attempt = a;
-  EventRecord e = MakeEvent(j, "restart_reclassified",
+  EventRecord e = jobs_.MakeEvent(j, "restart_reclassified",
                             "attempt " + std::to_string(a.number) + ": " + cause +
                                 " right after its ranks failed; the failure is not counted against max_restarts");
   c.events.push_back(std::move(e));
-  if (Apply(j, std::move(c)).ok()) j.end_counted = false;
+  if (jobs_.Apply(j, std::move(c)).ok()) j.end_counted = false;
 }
 
 std::vector<NodeCapacity> Controller::CapacitiesLocked() const {
@@ -114,8 +117,8 @@ std::vector<NodeCapacity> Controller::CapacitiesLocked() const {
     auto it = busy.find(node);
     if (it != busy.end() && slot >= 0 && slot < static_cast<int>(it->second.size())) it->second[slot] = true;
   };
-  for (const auto& id : index_.Active()) {
-    const AttemptRecord& a = *jobs_.at(id).current();
+  for (const auto& id : jobs_.index().Active()) {
+    const AttemptRecord& a = *jobs_.At(id).current();
     for (size_t i = 0; i < a.nodes.size() && i < a.slots.size(); ++i) {
       for (int slot : a.slots[i]) mark(a.nodes[i], slot);
     }
@@ -172,7 +175,7 @@ void Controller::ScheduleLocked() {
   std::optional<std::vector<NodeCapacity>> caps;
   // Pending() is a copy: starting an attempt refiles the job. Higher priority first, submit order
   // within a priority (docs/architecture.md, "Priorities and preemption").
-  for (const auto& id : PendingByPriorityLocked()) TryPlaceLocked(jobs_.at(id), &caps);
+  for (const auto& id : PendingByPriorityLocked()) TryPlaceLocked(jobs_.At(id), &caps);
   // Waiting jobs first: a running job grows only onto what none of them could start on.
   GrowLocked(&caps);
 }
@@ -182,14 +185,14 @@ void Controller::GrowLocked(std::optional<std::vector<NodeCapacity>>* caps) {
   if (grow_epoch_ == capacity_epoch_ && (grow_retry_ms_ == 0 || now_ms < grow_retry_ms_)) return;
   grow_epoch_ = capacity_epoch_;
   grow_retry_ms_ = 0;
-  const std::set<std::string> active = index_.Active();
+  const std::set<std::string> active = jobs_.index().Active();
   std::vector<std::string> ids(active.begin(), active.end());
   std::sort(ids.begin(), ids.end(), [](const std::string& a, const std::string& b) {
     return a.size() != b.size() ? a.size() < b.size() : a < b;  // numeric ids: submit order
   });
   std::set<std::string> taken;  // promised to a job that grows in this pass
   for (const auto& id : ids) {
-    JobEntry& j = jobs_.at(id);
+    JobEntry& j = jobs_.At(id);
     const auto& res = j.rec.spec.resources();
     // A job stored before these fields existed has them unset: the defaults of spec.proto apply.
     const bool grow = !res.has_grow() || res.grow();
@@ -249,7 +252,7 @@ Status Controller::ResizeLocked(JobEntry& j, ResizeReason reason, const std::str
   // placed once they are gone, resumes from that checkpoint. A rank that does not exit within
   // stop_grace_seconds is killed, and the next attempt takes the newest checkpoint there is
   // (StartAttemptLocked says how many steps that lost).
-  std::vector<EventRecord> events{MakeEvent(j, kResizedEvent, ResizedEventMessage(reason, what))};
+  std::vector<EventRecord> events{jobs_.MakeEvent(j, kResizedEvent, ResizedEventMessage(reason, what))};
   return EndAttemptLocked(j, ResizedEndReason(what), v1::ATTEMPT_END_RESIZED, Outcome::kRestart, std::move(events));
 }
 
@@ -303,13 +306,13 @@ void Controller::TryPlaceLocked(JobEntry& j, std::optional<std::vector<NodeCapac
       JobChange c{j.rec, {}, {}, {}};
       c.rec.state = v1::JOB_STATE_QUEUED;
       c.rec.reason = reason;
-      c.events.push_back(MakeEvent(j, "queued", reason));
-      if (Apply(j, std::move(c)).ok()) j.unplaceable_epoch = capacity_epoch_;
+      c.events.push_back(jobs_.MakeEvent(j, "queued", reason));
+      if (jobs_.Apply(j, std::move(c)).ok()) j.unplaceable_epoch = capacity_epoch_;
       return;
     }
     if (reason != j.rec.reason) {
       j.rec.reason = reason;  // informational; persisted with the next real transition
-      Bump(j);
+      jobs_.Bump(j);
     }
     return;
   }
@@ -368,12 +371,12 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
         << (newest ? "resuming from the newest periodic checkpoint, step " + std::to_string(resume_step)
                    : std::string("no checkpoint at all, starting from scratch"))
         << "; " << lost << (lost == 1 ? " step lost" : " steps lost");
-    c.events.push_back(MakeEvent(j, "stop_not_saved", why.str()));
+    c.events.push_back(jobs_.MakeEvent(j, "stop_not_saved", why.str()));
   }
-  EventRecord e = MakeEvent(j, "attempt_started", msg.str());
+  EventRecord e = jobs_.MakeEvent(j, "attempt_started", msg.str());
   e.attempt = a.number;
   c.events.push_back(std::move(e));
-  EFT_RETURN_IF_ERROR(Apply(j, std::move(c)));
+  EFT_RETURN_IF_ERROR(jobs_.Apply(j, std::move(c)));
   ReleaseReservationsLocked(j.rec.id);
   ++attempts_created_;
   // The attempt starts at its checkpoint's step: stopped before its first step, it lost nothing.
@@ -397,7 +400,7 @@ Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, v1::
     a.end = end;
     a.reached_step = std::max(a.reached_step, j.reached_step);
     c.update_attempt = a;
-    c.events.push_back(MakeEvent(j, "attempt_ended", "attempt " + std::to_string(a.number) + " ended: " + reason));
+    c.events.push_back(jobs_.MakeEvent(j, "attempt_ended", "attempt " + std::to_string(a.number) + " ended: " + reason));
   }
   const int max_restarts = j.rec.spec.fault_tolerance().max_restarts();
   switch (outcome) {
@@ -432,7 +435,7 @@ Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, v1::
       msg += outcome == Outcome::kRestartCounted ? " (restart " + std::to_string(c.rec.restarts) + " of at most " +
                                                        std::to_string(max_restarts) + ")"
                                                  : " (not counted against max_restarts)";
-      c.events.push_back(MakeEvent(j, "restart_scheduled", msg + ": " + reason));
+      c.events.push_back(jobs_.MakeEvent(j, "restart_scheduled", msg + ": " + reason));
       break;
     }
   }
@@ -440,10 +443,10 @@ Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, v1::
     c.rec.end_ms = now_ms;
     std::string type = v1::JobState_Name(c.rec.state).substr(std::strlen("JOB_STATE_"));
     std::transform(type.begin(), type.end(), type.begin(), [](unsigned char ch) { return std::tolower(ch); });
-    c.events.push_back(MakeEvent(j, type, c.rec.reason));
+    c.events.push_back(jobs_.MakeEvent(j, type, c.rec.reason));
   }
   const std::vector<std::string> ended_nodes = c.update_attempt ? c.update_attempt->nodes : std::vector<std::string>{};
-  EFT_RETURN_IF_ERROR(Apply(j, std::move(c)));
+  EFT_RETURN_IF_ERROR(jobs_.Apply(j, std::move(c)));
   j.ranks.clear();
   j.awaiting_first_step = false;
   // Restarting at once (planned stops, lost nodes): its nodes are told to stop and then, most of

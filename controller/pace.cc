@@ -17,9 +17,8 @@ std::chrono::milliseconds Controller::HeartbeatIntervalLocked(const NodeEntry& n
   // waits for, and the node then learns at once where it goes next.
   for (const auto& r : node.reported) {
     if (r.state() != v1::RANK_STATE_RUNNING && r.state() != v1::RANK_STATE_STOPPING) continue;
-    auto it = jobs_.find(r.key().job_id());
-    const bool desired = it != jobs_.end() && it->second.active() && it->second.current() &&
-                         it->second.current()->number == r.key().attempt();
+    const JobEntry* j = jobs_.Find(r.key().job_id());
+    const bool desired = j != nullptr && j->active() && j->current() && j->current()->number == r.key().attempt();
     if (!desired) return config_.transition_heartbeat_interval;
   }
   return config_.heartbeat_interval;

@@ -24,9 +24,9 @@ bool Controller::OutranksLocked(const JobEntry& a, const JobEntry& b) const {
 }
 
 std::vector<std::string> Controller::PendingByPriorityLocked() const {
-  std::vector<std::string> ids = index_.Pending();  // submit order
+  std::vector<std::string> ids = jobs_.index().Pending();  // submit order
   std::stable_sort(ids.begin(), ids.end(), [this](const std::string& a, const std::string& b) REQUIRES(mu_) {
-    return jobs_.at(a).rec.spec.priority() > jobs_.at(b).rec.spec.priority();
+    return jobs_.At(a).rec.spec.priority() > jobs_.At(b).rec.spec.priority();
   });
   return ids;
 }
@@ -37,15 +37,11 @@ std::vector<NodeCapacity> Controller::WithReservationsLocked(const JobEntry& job
   for (auto& cap : out) {
     auto it = reserved_.find(cap.name);
     if (it == reserved_.end() || it->second == job.rec.id) continue;
-    auto holder = jobs_.find(it->second);
-    if (holder != jobs_.end() && OutranksLocked(job, holder->second)) continue;
+    const JobEntry* holder = jobs_.Find(it->second);
+    if (holder != nullptr && OutranksLocked(job, *holder)) continue;
     cap.reserved_for = it->second;
   }
   return out;
-}
-
-bool Controller::Waits(const JobEntry& job) {
-  return job.rec.state == v1::JOB_STATE_QUEUED || job.rec.state == v1::JOB_STATE_RECOVERING;
 }
 
 Status Controller::SetReservationsLocked(const std::string& job_id, const std::vector<std::string>& nodes) {
@@ -91,8 +87,8 @@ void Controller::ReleaseReservationsLocked(const std::string& job_id) {
 void Controller::DropStaleReservationsLocked() {
   std::set<std::string> stale;
   for (const auto& [node, id] : reserved_) {
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || !Waits(it->second)) stale.insert(id);
+    const JobEntry* j = jobs_.Find(id);
+    if (j == nullptr || !j->waits()) stale.insert(id);
   }
   for (const auto& id : stale) ReleaseReservationsLocked(id);
 }
@@ -106,7 +102,7 @@ Status Controller::PreemptLocked(JobEntry& j, const std::string& what) {
   // The same planned stop as a resize (ResizeLocked): out of the desired state, SIGTERM, a
   // checkpoint, exit 75; not counted against max_restarts. When its ranks are gone and it does not
   // fit (its nodes are reserved for the job that preempted it) it waits QUEUED (TryPlaceLocked).
-  std::vector<EventRecord> events{MakeEvent(j, kPreemptedEvent, what)};
+  std::vector<EventRecord> events{jobs_.MakeEvent(j, kPreemptedEvent, what)};
   return EndAttemptLocked(j, PreemptedEndReason(what), v1::ATTEMPT_END_PREEMPTED, Outcome::kRestart,
                           std::move(events));
 }
@@ -137,8 +133,8 @@ std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapaci
     nodes.push_back(std::move(n));
   }
   std::vector<PriorityRunning> running;
-  for (const auto& id : index_.Active()) {
-    const JobEntry& a = jobs_.at(id);
+  for (const auto& id : jobs_.index().Active()) {
+    const JobEntry& a = jobs_.At(id);
     if (!a.current()) continue;
     PriorityRunning r;
     r.id = id;
@@ -155,14 +151,14 @@ std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapaci
     // Say on the waiting job what is done for it, then do it. A stop the store refuses is retried
     // by the next pass (nothing was reserved for it).
     JobChange c{j.rec, {}, {}, {}};
-    c.events.push_back(MakeEvent(j, "making_room", plan.reason));
-    if (!Apply(j, std::move(c)).ok()) return plan.reason;
+    c.events.push_back(jobs_.MakeEvent(j, "making_room", plan.reason));
+    if (!jobs_.Apply(j, std::move(c)).ok()) return plan.reason;
     for (const auto& s : plan.shrinks) {
-      JobEntry& victim = jobs_.at(s.job);
+      JobEntry& victim = jobs_.At(s.job);
       if (!ResizeLocked(victim, ResizeReason::kShrink, ShrinkWhat(s, waiting)).ok()) return plan.reason;
     }
     for (const auto& id : plan.preempt) {
-      if (!PreemptLocked(jobs_.at(id), PreemptWhat(waiting)).ok()) return plan.reason;
+      if (!PreemptLocked(jobs_.At(id), PreemptWhat(waiting)).ok()) return plan.reason;
     }
     ExpectTransitionLocked(plan.reserve);  // free ones too: the waiting job starts there
   }
