@@ -13,21 +13,6 @@ namespace eft::controller {
 
 namespace {
 
-bool IsLive(const v1::RankStatus& r) {
-  return r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING;
-}
-
-// The slots a worker reports busy, and by what: what scheduling sees of a node's report.
-template <typename Ranks>
-std::vector<std::tuple<std::string, int, int, int>> LiveSlots(const Ranks& ranks) {
-  std::vector<std::tuple<std::string, int, int, int>> out;
-  for (const auto& r : ranks) {
-    if (IsLive(r)) out.emplace_back(r.key().job_id(), r.key().attempt(), r.key().rank(), r.slot());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 // A step event carries no eval fields: the newest evaluations stay until the next ones.
 void KeepEval(const v1::TrainingProgress& before, v1::TrainingProgress* now) {
   *now->mutable_evals() = before.evals();
@@ -52,122 +37,13 @@ void SetEvalLoss(const std::vector<std::string>& names, size_t index, const v1::
             [&](const v1::EvalLoss& a, const v1::EvalLoss& b) { return position(a) < position(b); });
 }
 
-// How many incarnations that lost a node name each node remembers, to tell them to stop.
-constexpr size_t kFencedIncarnationsKept = 4;
-
-const std::string* FencedReason(const std::deque<std::pair<std::string, std::string>>& fenced,
-                                const std::string& incarnation) {
-  for (const auto& [inc, why] : fenced) {
-    if (inc == incarnation) return &why;
-  }
-  return nullptr;
-}
-
-void Fence(std::deque<std::pair<std::string, std::string>>* fenced, const std::string& incarnation,
-           std::string why) {
-  fenced->emplace_back(incarnation, std::move(why));
-  while (fenced->size() > kFencedIncarnationsKept) fenced->pop_front();
-}
-
-std::string Who(const std::string& incarnation, const std::string& address) {
-  return "incarnation " + incarnation + (address.empty() ? "" : ", address " + address);
-}
-
 }  // namespace
 
-// Two workers, one name (docs/architecture.md): without this, two live workers under one --name
-// take the node from each other on every heartbeat, and each take-over restarts the jobs there.
-std::optional<v1::RegisterResponse> Controller::ContestLocked(NodeEntry& node, const v1::RegisterRequest& req) {
-  const std::string& name = req.node_name();
-  const std::string& inc = req.incarnation();
-  v1::RegisterResponse refusal;
-  if (const std::string* why = FencedReason(node.fenced, inc)) {
-    refusal.set_fenced(*why);
-    return refusal;
-  }
-  // The holder itself, a restart in the holder's work dir, or a holder already LOST: take it.
-  if (node.incarnation.empty() || node.incarnation == inc || req.previous_incarnation() == node.incarnation ||
-      !node.ready) {
-    return std::nullopt;
-  }
-  const SteadyTime now = clock_->Now();
-  const std::string holder = Who(node.incarnation, node.rec.address);
-  if (node.contender != inc) {
-    node.contender = inc;
-    node.contender_since = now;
-    EFT_LOG(WARNING) << "node " << name << ": a worker (" << Who(inc, req.address())
-                     << ") asks for this name while the worker holding it (" << holder
-                     << ") may be alive; it gets the name if that one misses its next heartbeat";
-  }
-  if (node.last_heartbeat > node.contender_since) {
-    std::string why = "another eft-worker runs as node " + name + " (" + holder +
-                      ") and heartbeated after this one asked for the name: two workers share --name " + name +
-                      "; this one (" + Who(inc, req.address()) + ") stops";
-    EFT_LOG(ERROR) << "node " << name << ": refused a second worker under this name (" << Who(inc, req.address())
-                   << "); the one holding it (" << holder << ") is alive. Give every eft-worker its own --name.";
-    Fence(&node.fenced, inc, why);
-    node.contender.clear();
-    refusal.set_fenced(std::move(why));
-    return refusal;
-  }
-  // The holder heartbeats at least every heartbeat_interval while it lives.
-  const auto wait = config_.heartbeat_interval + config_.heartbeat_interval / 2;
-  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - node.contender_since);
-  if (waited < wait) {
-    refusal.set_retry_after_ms(static_cast<int32_t>(std::max<int64_t>(100, (wait - waited).count())));
-    return refusal;
-  }
-  EFT_LOG(WARNING) << "node " << name << ": the worker holding it (" << holder << ") missed its heartbeat for "
-                   << waited.count() << " ms; " << Who(inc, req.address()) << " takes the node over";
-  return std::nullopt;
-}
-
 Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req) {
-  if (req.node_name().empty()) return Status::InvalidArgument("node_name: must not be empty");
-  if (req.incarnation().empty()) return Status::InvalidArgument("incarnation: must not be empty");
-  if (req.slots() < 1 || req.slots() > 1024) return Status::InvalidArgument("slots: must be in 1..1024");
   MutexLock lock(&mu_);
-  NodeEntry& node = nodes_[req.node_name()];
-  bool known = !node.rec.name.empty();
-  if (known) {
-    if (auto refusal = ContestLocked(node, req)) return *std::move(refusal);
-  }
-  NodeRecord rec = node.rec;
-  rec.name = req.node_name();
-  rec.address = req.address().empty() ? req.node_name() : req.address();
-  rec.slots = req.slots();
-  rec.version = req.version();
-  rec.registered_ms = clock_->WallMillis();
-  rec.lost = false;
-  rec.state_reason.clear();
-  Status s = store_->UpsertNode(rec);
-  if (!s.ok()) {
-    if (!known) nodes_.erase(req.node_name());
-    return s.WithContext("storing node " + req.node_name());
-  }
-  bool was_lost = known && !node.ready;
-  const std::string& before = node.incarnation.empty() ? node.lost_incarnation : node.incarnation;
-  bool restarted = known && !before.empty() && before != req.incarnation();
-  if (restarted) {
-    // Dead (restarted in place, or silent past a heartbeat) or about to be told: it stops if it wakes.
-    Fence(&node.fenced, before,
-          "node " + rec.name + " was taken over by a newer eft-worker (" + Who(req.incarnation(), req.address()) +
-              ") after this one (" + Who(before, node.rec.address) + ") went silent; this one stops its ranks and exits");
-  }
-  node.contender.clear();
-  node.lost_incarnation.clear();
-  node.rec = rec;
-  node.ready = true;
-  if (node.incarnation != req.incarnation()) node.acked_seq = 0;
-  node.incarnation = req.incarnation();
-  node.shutting_down = false;
-  node.last_heartbeat = clock_->Now();
-  node.last_heartbeat_ms = clock_->WallMillis();
-  node.reported.assign(req.ranks().begin(), req.ranks().end());
-  CapacityChangedLocked();
-  EFT_LOG(INFO) << "node " << rec.name << (known ? " re-registered" : " registered") << " (" << rec.slots
-                << " slots, address " << rec.address << ", " << req.ranks_size() << " ranks reported)"
-                << (was_lost ? ": READY again after being LOST" : "") << (restarted ? ": worker restarted" : "");
+  EFT_ASSIGN_OR_RETURN(NodeTable::Registration registration, nodes_.Register(req));
+  if (registration.refusal) return *std::move(registration.refusal);
+  NodeEntry& node = *registration.node;
   ApplyRankReportsLocked(node);
   MaybeScheduleLocked();
   v1::RegisterResponse out;
@@ -180,30 +56,11 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
   MutexLock lock(&mu_);
   v1::HeartbeatResponse out;
   out.set_heartbeat_interval_ms(static_cast<int32_t>(config_.heartbeat_interval.count()));
-  auto it = nodes_.find(req.node_name());
-  // Unknown node, a worker we have not heard from since we started, or one we declared LOST:
-  // everything it knows must be re-checked through Register.
-  if (it == nodes_.end() || !it->second.ready || it->second.incarnation != req.incarnation()) {
-    const std::string* why = it == nodes_.end() ? nullptr : FencedReason(it->second.fenced, req.incarnation());
-    if (why != nullptr) {
-      out.set_fenced(*why);
-    } else {
-      out.set_reregister(true);
-    }
-    return out;
-  }
-  NodeEntry& node = it->second;
-  if (req.shutting_down() && !node.shutting_down) {
-    EFT_LOG(INFO) << "node " << node.rec.name << ": worker shutting down; no new ranks go there";
-  }
-  if (node.shutting_down != req.shutting_down()) CapacityChangedLocked();
-  node.shutting_down = req.shutting_down();
-  node.last_heartbeat = clock_->Now();
-  node.last_heartbeat_ms = clock_->WallMillis();
-  node.last_report = node.last_heartbeat;
+  NodeEntry* heard = nodes_.Heartbeat(req, &out);
+  if (heard == nullptr) return out;  // fenced, or to re-register
+  NodeEntry& node = *heard;
   out.set_acked_event_seq(ProcessEventsLocked(node, req));
-  if (LiveSlots(node.reported) != LiveSlots(req.ranks())) CapacityChangedLocked();
-  node.reported.assign(req.ranks().begin(), req.ranks().end());
+  nodes_.Report(node, req.ranks());
   ApplyRankReportsLocked(node);
   MaybeScheduleLocked();
   DesiredForLocked(node, out.mutable_desired(), out.mutable_attempt_specs());
@@ -282,7 +139,7 @@ uint64_t Controller::ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatReq
         stepped.insert(j->rec.id);
         if (j->awaiting_first_step && j->active() && j->current()) {
           j->awaiting_first_step = false;
-          TransitionDoneLocked(*j->current());
+          nodes_.TransitionDone(j->current()->nodes);
         }
         jobs_.Bump(*j);
         break;
@@ -478,6 +335,13 @@ void Controller::DesiredForLocked(const NodeEntry& node,
       }
     }
   }
+}
+
+std::chrono::milliseconds Controller::HeartbeatIntervalLocked(const NodeEntry& node) const {
+  return nodes_.HeartbeatInterval(node, [&](const v1::RankStatus& r) REQUIRES(mu_) {
+    const JobEntry* j = jobs_.Find(r.key().job_id());
+    return j != nullptr && j->active() && j->current() && j->current()->number == r.key().attempt();
+  });
 }
 
 }  // namespace eft::controller

@@ -30,7 +30,8 @@ Controller::Controller(ControllerConfig config, Clock* clock, std::unique_ptr<St
       store_(std::move(store)),
       jobs_(config_, clock_, store_.get(),
             {/*on_applied=*/[this]() REQUIRES(mu_) { CapacityChangedLocked(); },
-             /*on_bumped=*/[this] { changed_.NotifyAll(); }}) {}
+             /*on_bumped=*/[this] { changed_.NotifyAll(); }}),
+      nodes_(config_, clock_, store_.get(), [this]() REQUIRES(mu_) { CapacityChangedLocked(); }) {}
 
 Controller::~Controller() {
   stopping_ = true;
@@ -50,17 +51,8 @@ void Controller::StartTicker() {
 
 Status Controller::Load() {
   MutexLock lock(&mu_);
-  EFT_ASSIGN_OR_RETURN(auto nodes, store_->LoadNodes());
-  SteadyTime now = clock_->Now();
-  for (auto& rec : nodes) {
-    NodeEntry n;
-    n.rec = std::move(rec);
-    // A node that was READY gets a full heartbeat_timeout from now to re-register before it is LOST.
-    n.ready = !n.rec.lost;
-    n.last_heartbeat = now;
-    n.last_heartbeat_ms = clock_->WallMillis();
-    nodes_[n.rec.name] = std::move(n);
-  }
+  EFT_RETURN_IF_ERROR(nodes_.Load());
+  const SteadyTime now = clock_->Now();
   EFT_ASSIGN_OR_RETURN(const size_t left_out, jobs_.Load([&](JobEntry& j) {
     if (j.active() && j.current()) {
       // A RUNNING attempt had every rank running: a rank its worker no longer reports is lost.
@@ -92,7 +84,7 @@ Status Controller::Load() {
   size_t unfinished = std::count_if(jobs_.order().begin(), jobs_.order().end(), [&](const std::string& id)
                                         REQUIRES(mu_) { return !IsTerminal(jobs_.At(id).rec.state); });
   EFT_LOG(INFO) << "loaded " << jobs_.size() << " jobs (" << unfinished << " not finished; " << left_out
-                << " older finished ones stay in the database) and " << nodes_.size() << " nodes ("
+                << " older finished ones stay in the database) and " << nodes_.all().size() << " nodes ("
                 << reserved_.size() << " reserved) from " << store_->path();
   return Status::Ok();
 }
@@ -210,7 +202,7 @@ v1::ListNodesResponse Controller::ListNodes() {
   v1::ListNodesResponse out;
   std::map<std::string, int> free;
   for (const auto& cap : CapacitiesLocked()) free[cap.name] = cap.ready ? static_cast<int>(cap.free_slots.size()) : 0;
-  for (const auto& [name, n] : nodes_) {
+  for (const auto& [name, n] : nodes_.all()) {
     v1::Node* node = out.add_nodes();
     *node = ToProto(n);
     node->set_free_slots(free[name]);
@@ -220,14 +212,9 @@ v1::ListNodesResponse Controller::ListNodes() {
 
 Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained, bool evict) {
   MutexLock lock(&mu_);
-  auto it = nodes_.find(name);
-  if (it == nodes_.end()) return Status::NotFound("node " + name + " not found");
+  if (nodes_.Find(name) == nullptr) return Status::NotFound("node " + name + " not found");
   if (evict && !drained) return Status::InvalidArgument("evict: only a drain evicts");
-  NodeRecord rec = it->second.rec;
-  rec.drained = drained;
-  EFT_RETURN_IF_ERROR(store_->UpsertNode(rec).WithContext("storing node " + name));
-  it->second.rec = rec;
-  CapacityChangedLocked();
+  EFT_ASSIGN_OR_RETURN(NodeEntry * node, nodes_.SetDrained(name, drained));
   EFT_LOG(INFO) << "node " << name << (drained ? " drained: it takes no new ranks" : " undrained")
                 << (evict ? "; evicting what runs there" : "");
   if (evict) {
@@ -253,7 +240,7 @@ Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained, b
     }
   }
   if (!drained) MaybeScheduleLocked();
-  v1::Node out = ToProto(it->second);
+  v1::Node out = ToProto(*node);
   for (const auto& cap : CapacitiesLocked()) {
     if (cap.name == name) out.set_free_slots(cap.ready ? static_cast<int>(cap.free_slots.size()) : 0);
   }
@@ -297,7 +284,7 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
   }
   for (const auto& [state, n] : jobs_.evicted_by_state()) out.jobs_by_state[state] += n;
   const SteadyTime now = clock_->Now();
-  for (const auto& [name, n] : nodes_) {
+  for (const auto& [name, n] : nodes_.all()) {
     ControllerSnapshot::Node& v = out.nodes.emplace_back();
     v.name = name;
     v.ready = n.ready;
@@ -314,7 +301,7 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
 v1::Node Controller::ToProto(const NodeEntry& n) const {
   std::set<std::string> jobs = jobs_.index().ActiveOn(n.rec.name);
   for (const auto& r : n.reported) {
-    if (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING) jobs.insert(r.key().job_id());
+    if (IsLive(r)) jobs.insert(r.key().job_id());
   }
   return NodeToProto(n.rec, n.ready, n.last_heartbeat_ms, jobs);
 }

@@ -42,6 +42,7 @@
 #include "controller/job_entry.h"
 #include "controller/job_table.h"
 #include "controller/log_store.h"
+#include "controller/node_table.h"
 #include "controller/loss_history.h"
 #include "controller/records.h"
 #include "controller/resize_policy.h"
@@ -151,31 +152,6 @@ class Controller {
   void SetCheckpointObserver(std::function<void(const CheckpointReport&)> observer) EXCLUDES(mu_);
 
  private:
-  struct NodeEntry {
-    NodeRecord rec;
-    bool ready = false;
-    std::string incarnation;  // empty until the worker (re-)registers with this controller
-    std::string lost_incarnation;  // `incarnation` when the node was declared LOST: it may come back
-    SteadyTime last_heartbeat{};
-    int64_t last_heartbeat_ms = 0;
-    // Until then the node heartbeats at transition_heartbeat_interval: a change is expected to use
-    // it (pace.cc). {}: not expected.
-    SteadyTime fast_until{};
-    // The last Heartbeat (not Register): only a heartbeat carries the worker's unacknowledged rank
-    // events, e.g. the stop checkpoint of a rank that exited while the controller was down.
-    SteadyTime last_report{};
-    std::vector<v1::RankStatus> reported;
-    uint64_t acked_seq = 0;
-    bool shutting_down = false;
-    // A second worker asking for this name while `incarnation` may still be alive (agents.cc,
-    // "Two workers, one name"): it waits until `incarnation` misses a heartbeat, and is fenced if
-    // it does not.
-    std::string contender;
-    SteadyTime contender_since{};
-    // Incarnations that lost this name (newest last, a few), each with what it is told: they stop,
-    // and never get the name back.
-    std::deque<std::pair<std::string, std::string>> fenced;
-  };
   Controller(ControllerConfig config, Clock* clock, std::unique_ptr<Store> store);
   Status Load() EXCLUDES(mu_);
   using SubmitBatch = GroupCommit<JobTable::NewJob, Result<v1::Job>>;
@@ -235,9 +211,6 @@ class Controller {
   void DropStaleReservationsLocked() REQUIRES(mu_);
   // Makes the nodes reserved for `job_id` exactly `nodes`, in the store first, then in reserved_.
   Status SetReservationsLocked(const std::string& job_id, const std::vector<std::string>& nodes) REQUIRES(mu_);
-  // Since the controller started, some READY node has not re-registered: what runs there is not
-  // known yet, so no room is made (it might be made in vain, or twice).
-  bool NodesUnknownLocked() const REQUIRES(mu_);
   void OnRankExitLocked(JobEntry& job, int rank, const v1::RankStatus& status) REQUIRES(mu_);
   void MarkNodeLostLocked(NodeEntry& node, const std::string& reason) REQUIRES(mu_);
   void ForgiveLastFailureLocked(JobEntry& job, const std::string& cause) REQUIRES(mu_);
@@ -245,9 +218,6 @@ class Controller {
 
   // agents.cc: what workers report, and what they are told.
   void ApplyRankReportsLocked(NodeEntry& node) REQUIRES(mu_);
-  // A refusal when `request` comes from a worker that may not take its node name (yet); nullopt: accept.
-  std::optional<v1::RegisterResponse> ContestLocked(NodeEntry& node, const v1::RegisterRequest& request)
-      REQUIRES(mu_);
   uint64_t ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatRequest& request) REQUIRES(mu_);
   // Stores the reached step of the jobs' current attempts where it advanced past the stored one, in
   // one transaction; none without a new step. Running attempts are written by the ticker every
@@ -263,15 +233,9 @@ class Controller {
   void DesiredForLocked(const NodeEntry& node, google::protobuf::RepeatedPtrField<v1::RankAssignment>* out,
                         google::protobuf::RepeatedPtrField<v1::AttemptSpec>* specs) const REQUIRES(mu_);
 
-  // pace.cc: fast heartbeats while a node's jobs stop or start (docs/architecture.md, "Fast
-  // heartbeats"). The interval to tell `node`: transition_heartbeat_interval while it runs a rank
-  // that is no longer desired (stopping) or a change is expected to use it, else heartbeat_interval.
+  // The heartbeat interval to tell `node` (NodeTable::HeartbeatInterval, with the jobs' view of
+  // which of its ranks are still wanted).
   std::chrono::milliseconds HeartbeatIntervalLocked(const NodeEntry& node) const REQUIRES(mu_);
-  // A change will use these nodes soon (a restart's old nodes, a grow's new ones, nodes freed for a
-  // waiting job, a new attempt's nodes): fast for at most transition_window.
-  void ExpectTransitionLocked(const std::vector<std::string>& nodes) REQUIRES(mu_);
-  // The attempt reported its first step: the change that started it is over on its nodes.
-  void TransitionDoneLocked(const AttemptRecord& attempt) REQUIRES(mu_);
 
   // Set at construction, read-only after: no lock needed.
   const ControllerConfig config_;
@@ -284,7 +248,8 @@ class Controller {
   const std::unique_ptr<Store> store_ PT_GUARDED_BY(mu_);
   // Every unfinished job and the newest finished ones; the one way a job changes (Apply).
   JobTable jobs_ GUARDED_BY(mu_);
-  std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);            // by name
+  // The nodes: registration, fencing, liveness, heartbeat pace.
+  NodeTable nodes_ GUARDED_BY(mu_);
   uint64_t capacity_epoch_ GUARDED_BY(mu_) = 1;
   uint64_t last_pass_epoch_ GUARDED_BY(mu_) = 0;
   int64_t attempts_created_ GUARDED_BY(mu_) = 0;  // over all jobs, ever: picks each attempt's MASTER_PORT

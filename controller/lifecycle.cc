@@ -44,13 +44,7 @@ std::chrono::milliseconds Controller::BackoffFor(int restarts) const {
 void Controller::Tick() {
   MutexLock lock(&mu_);
   SteadyTime now = clock_->Now();
-  for (auto& [name, node] : nodes_) {
-    if (!node.ready) continue;
-    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - node.last_heartbeat);
-    if (silent > config_.heartbeat_timeout) {
-      MarkNodeLostLocked(node, "no heartbeat for " + Seconds(silent));
-    }
-  }
+  for (const auto& [name, why] : nodes_.Silent()) MarkNodeLostLocked(*nodes_.Find(name), why);
   ScheduleLocked();
   if (now >= reached_flushed_at_ + config_.progress_flush_interval) FlushReachedStepsLocked();
   // A finished job's last steps and loss points go to the store (the next flush) before it leaves.
@@ -60,21 +54,12 @@ void Controller::Tick() {
 }
 
 void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) {
-  NodeRecord rec = node.rec;
-  rec.lost = true;
-  rec.state_reason = reason;
-  Status s = store_->UpsertNode(rec);
+  Status s = nodes_.MarkLost(node, reason);
   if (!s.ok()) {
-    EFT_LOG(ERROR) << "node " << rec.name << ": could not persist LOST (" << s << "); retrying";
+    EFT_LOG(ERROR) << "node " << node.rec.name << ": could not persist LOST (" << s << "); retrying";
     return;
   }
-  node.rec = rec;
-  node.ready = false;
-  node.lost_incarnation = node.incarnation;
-  node.incarnation.clear();
-  node.reported.clear();  // whatever it ran is gone with it
-  EFT_LOG(WARNING) << "node " << rec.name << " LOST: " << reason;
-  CapacityChangedLocked();
+  const NodeRecord& rec = node.rec;
   // Running attempts with ranks there end at once: not the job's fault, so no restart is counted.
   for (const auto& id : jobs_.index().ActiveOn(rec.name)) {
     JobEntry& j = jobs_.At(id);
@@ -112,7 +97,7 @@ void Controller::ForgiveLastFailureLocked(JobEntry& j, const std::string& cause)
 
 std::vector<NodeCapacity> Controller::CapacitiesLocked() const {
   std::map<std::string, std::vector<bool>> busy;
-  for (const auto& [name, n] : nodes_) busy[name].assign(std::max(0, n.rec.slots), false);
+  for (const auto& [name, n] : nodes_.all()) busy[name].assign(std::max(0, n.rec.slots), false);
   auto mark = [&](const std::string& node, int slot) {
     auto it = busy.find(node);
     if (it != busy.end() && slot >= 0 && slot < static_cast<int>(it->second.size())) it->second[slot] = true;
@@ -124,17 +109,17 @@ std::vector<NodeCapacity> Controller::CapacitiesLocked() const {
     }
   }
   // Ranks still running that nobody wants any more (stopping) keep their GPUs until they are gone.
-  for (const auto& [name, n] : nodes_) {
+  for (const auto& [name, n] : nodes_.all()) {
     for (const auto& r : n.reported) {
-      if (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING) mark(name, r.slot());
+      if (IsLive(r)) mark(name, r.slot());
     }
   }
   std::vector<NodeCapacity> out;
-  for (const auto& [name, n] : nodes_) {
+  for (const auto& [name, n] : nodes_.all()) {
     NodeCapacity c;
     c.name = name;
     // A node known from the database but not yet re-registered may still run ranks we cannot see.
-    c.ready = n.ready && !n.incarnation.empty();
+    c.ready = n.known();
     c.drained = n.rec.drained || n.shutting_down;
     const auto& b = busy[name];
     for (int s = 0; s < static_cast<int>(b.size()); ++s) {
@@ -146,13 +131,10 @@ std::vector<NodeCapacity> Controller::CapacitiesLocked() const {
 }
 
 bool Controller::OldRanksLiveLocked(const JobEntry& job) const {
-  for (const auto& [name, n] : nodes_) {
+  for (const auto& [name, n] : nodes_.all()) {
     if (!n.ready) continue;
     for (const auto& r : n.reported) {
-      if (r.key().job_id() == job.rec.id &&
-          (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STOPPING)) {
-        return true;
-      }
+      if (r.key().job_id() == job.rec.id && IsLive(r)) return true;
     }
   }
   return false;
@@ -161,10 +143,10 @@ bool Controller::OldRanksLiveLocked(const JobEntry& job) const {
 bool Controller::PreviousNodesSettledLocked(const JobEntry& job) const {
   if (!job.current()) return true;
   for (const auto& name : job.current()->nodes) {
-    auto it = nodes_.find(name);
+    const NodeEntry* n = nodes_.Find(name);
     // A heartbeat, not a registration: only a heartbeat delivers the events the worker held, such as
     // the stop checkpoint of a rank that exited while this controller was down.
-    if (it != nodes_.end() && it->second.ready && it->second.last_report < job.ended_at) return false;
+    if (n != nullptr && n->ready && n->last_report < job.ended_at) return false;
   }
   return true;
 }
@@ -238,7 +220,7 @@ void Controller::GrowLocked(std::optional<std::vector<NodeCapacity>>* caps) {
     j.grow_held.clear();
     if (ResizeLocked(j, ResizeReason::kGrow, d.reason).ok()) {
       taken.insert(d.added.begin(), d.added.end());
-      ExpectTransitionLocked(d.added);
+      nodes_.ExpectTransition(d.added);
       caps->reset();
     } else {
       grow_epoch_ = 0;  // not written (the store failed): the next pass decides again
@@ -327,7 +309,7 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
   a.world_size = static_cast<int>(p.nodes.size()) * a.ranks_per_node;
   a.nodes = p.nodes;
   a.slots = p.slots;
-  a.master_addr = nodes_.at(p.nodes.front()).rec.address;
+  a.master_addr = nodes_.Find(p.nodes.front())->rec.address;
   a.start_ms = clock_->WallMillis();
   const CheckpointRecord* newest = nullptr;
   for (const auto& c : j.checkpoints) {
@@ -385,7 +367,7 @@ Status Controller::StartAttemptLocked(JobEntry& j, const Placement& p) {
   // Its workers learn of it with their next heartbeat, and its first step reaches the controller
   // with a later one: fast until that step (or transition_window).
   j.awaiting_first_step = true;
-  ExpectTransitionLocked(a.nodes);
+  nodes_.ExpectTransition(a.nodes);
   return Status::Ok();
 }
 
@@ -451,7 +433,7 @@ Status Controller::EndAttemptLocked(JobEntry& j, const std::string& reason, v1::
   j.awaiting_first_step = false;
   // Restarting at once (planned stops, lost nodes): its nodes are told to stop and then, most of
   // them, to start the next attempt.
-  if (outcome == Outcome::kRestart) ExpectTransitionLocked(ended_nodes);
+  if (outcome == Outcome::kRestart) nodes_.ExpectTransition(ended_nodes);
   j.ended_at = clock_->Now();
   j.end_counted = outcome == Outcome::kRestartCounted && j.rec.state == v1::JOB_STATE_RECOVERING;
   double grace = j.rec.spec.fault_tolerance().stop_grace_seconds();

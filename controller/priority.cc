@@ -93,11 +93,6 @@ void Controller::DropStaleReservationsLocked() {
   for (const auto& id : stale) ReleaseReservationsLocked(id);
 }
 
-bool Controller::NodesUnknownLocked() const {
-  return std::any_of(nodes_.begin(), nodes_.end(),
-                     [](const auto& kv) { return kv.second.ready && kv.second.incarnation.empty(); });
-}
-
 Status Controller::PreemptLocked(JobEntry& j, const std::string& what) {
   // The same planned stop as a resize (ResizeLocked): out of the desired state, SIGTERM, a
   // checkpoint, exit 75; not counted against max_restarts. When its ranks are gone and it does not
@@ -108,7 +103,7 @@ Status Controller::PreemptLocked(JobEntry& j, const std::string& what) {
 }
 
 std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapacity>& caps) {
-  if (NodesUnknownLocked()) {
+  if (nodes_.AnyUnknown()) {
     // Right after a controller restart, until every node has re-registered (or is LOST after
     // heartbeat_timeout): the stops decided before the restart may still be under way there.
     // Reservations loaded from the store stay as they are.
@@ -125,8 +120,8 @@ std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapaci
     PriorityNode n;
     n.name = cap.name;
     n.usable = cap.ready && !cap.drained && cap.reserved_for.empty();
-    auto node = nodes_.find(cap.name);
-    n.slots = node == nodes_.end() ? 0 : node->second.rec.slots;
+    const NodeEntry* node = nodes_.Find(cap.name);
+    n.slots = node == nullptr ? 0 : node->rec.slots;
     n.free_slots = static_cast<int>(cap.free_slots.size());
     auto r = reserved_.find(cap.name);
     n.reserved_for_job = r != reserved_.end() && r->second == j.rec.id;
@@ -160,7 +155,7 @@ std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapaci
     for (const auto& id : plan.preempt) {
       if (!PreemptLocked(jobs_.At(id), PreemptWhat(waiting)).ok()) return plan.reason;
     }
-    ExpectTransitionLocked(plan.reserve);  // free ones too: the waiting job starts there
+    nodes_.ExpectTransition(plan.reserve);  // free ones too: the waiting job starts there
   }
   // Hold exactly what the plan counts on. Not stored: the next pass tries again (the stops above
   // are stored, and it waits for them either way).
