@@ -32,6 +32,7 @@
 #include "trainer/parallel/device.h"
 #include "trainer/chat_template/chat_template.h"
 #include "trainer/generate/generate_command.h"
+#include "trainer/runtime/debug_hooks.h"
 #include "trainer/runtime/host_allocator.h"
 #include "trainer/tokenizer/tokenize_command.h"
 #include "trainer/runtime/events.h"
@@ -202,9 +203,11 @@ int Train(const TrainArgs& args) {
   // killing the rank: a failed checkpoint is reported and training goes on.
   std::signal(SIGXFSZ, SIG_IGN);
   SetLogProgram("eft-train rank " + std::to_string(env->rank));
+  // The one read of the test hooks' variables (EFT_DEBUG_*); declared before the trainer, which uses them.
+  const DebugHooks hooks = DebugHooks::FromEnvironment();
   std::unique_ptr<Trainer> trainer;
   try {
-    auto created = Trainer::Create(*config, *env);
+    auto created = Trainer::Create(*config, *env, TrainerDeps{.hooks = &hooks});
     if (!created.ok()) return Fail(created.status());
     trainer = std::move(*created);
     Status s = trainer->Run();

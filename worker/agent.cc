@@ -52,11 +52,16 @@ WorkerAgent::WorkerAgent(WorkerConfig config, AgentDeps deps)
       }()),
       deps_(std::move(deps)),
       incarnation_(RandomIncarnation()),
-      ledger_(config_.work_dir + "/ranks.ledger"),
       work_(boost::asio::make_work_guard(io_)),
       interval_(config_.heartbeat_interval) {
   if (!deps_.new_stub) deps_.new_stub = [endpoint = endpoint_] { return NewAgentStub(endpoint); };
   if (deps_.clock == nullptr) deps_.clock = RealClock::Get();
+  if (!deps_.new_launcher) {
+    deps_.new_launcher = [ledger = config_.work_dir + "/ranks.ledger"](boost::asio::io_context& io,
+                                                                       RankLauncher::Callbacks callbacks) {
+      return ProcessRankLauncher::Create(io, std::move(callbacks), ledger);
+    };
+  }
   stub_ = deps_.new_stub();
 }
 
@@ -66,18 +71,15 @@ Status WorkerAgent::Start() {
   std::error_code ec;
   std::filesystem::create_directories(config_.work_dir, ec);
   if (ec) return Status::IoError("creating work dir " + config_.work_dir + ": " + ec.message());
-  // Before the ledger: a second worker on this dir must not kill the first one's ranks as leftovers.
+  // Before the launcher: a second worker on this dir must not kill the first one's ranks as leftovers.
   auto lock = WorkDirLock::Acquire(config_.work_dir, config_.name, incarnation_);
   if (!lock.ok()) return lock.status();
   work_dir_lock_.emplace(std::move(lock).value());
-  auto killed = ledger_.KillLeftovers();
-  if (!killed.ok()) return killed.status().WithContext("cleaning up ranks of a previous worker");
-  if (*killed > 0) EFT_LOG(WARNING) << "killed " << *killed << " rank process groups left by a previous worker";
-
-  supervisor_ = std::make_unique<ProcessSupervisor>(
-      io_, ProcessSupervisor::Callbacks{
-               [this](ProcessSupervisor::Id id, const std::string& line) { OnEventLine(id, line); },
-               [this](ProcessSupervisor::Id id, ProcessExit exit) { OnExit(id, exit); }});
+  auto launcher = deps_.new_launcher(
+      io_, RankLauncher::Callbacks{[this](RankLauncher::Id id, const std::string& line) { OnEventLine(id, line); },
+                                   [this](RankLauncher::Id id, ProcessExit exit) { OnExit(id, exit); }});
+  if (!launcher.ok()) return launcher.status();
+  launcher_ = std::move(launcher).value();
   io_thread_ = std::thread([this] { io_.run(); });
   shipper_ = std::make_unique<LogShipper>(endpoint_, config_.name, config_.log_push_interval,
                                           config_.rpc_timeout);
@@ -120,7 +122,7 @@ void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
   work_.reset();
   io_.stop();
   io_thread_.join();
-  supervisor_.reset();  // SIGKILLs whatever still runs
+  launcher_.reset();  // SIGKILLs whatever still runs
   work_dir_lock_.reset();
 }
 
@@ -342,7 +344,7 @@ bool WorkerAgent::HeartbeatOnce() {
 
 void WorkerAgent::Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired,
                             const AttemptSpecs& specs) {
-  if (!supervisor_) return;
+  if (!launcher_) return;
   for (const auto& spec : specs) specs_[{spec.job_id(), spec.attempt()}] = spec.spec_json();
   std::set<AttemptId> have_spec;
   for (const auto& [attempt, json] : specs_) have_spec.insert(attempt);
@@ -358,7 +360,7 @@ void WorkerAgent::Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAss
       auto grace = std::chrono::milliseconds(static_cast<long long>(r.assignment.stop_grace_seconds() * 1000));
       EFT_LOG(INFO) << "stopping " << Describe(r.status.key()) << " (pid " << r.status.pid() << ", grace "
                     << grace.count() << " ms): no longer desired";
-      supervisor_->Stop(r.id, grace);
+      launcher_->Stop(r.id, grace);
       r.status.set_state(v1::RANK_STATE_STOPPING);
       changed = true;
     }
@@ -404,7 +406,7 @@ void WorkerAgent::StartRank(const v1::RankAssignment& a, const std::string& spec
     id = next_id_++;
     r.id = id;
   }
-  auto pid = supervisor_->Spawn(id, spec);
+  auto pid = launcher_->Launch(id, spec);
   if (!pid.ok()) {
     EFT_LOG(ERROR) << "cannot start " << Describe(a.key()) << ": " << pid.status();
     r.status.set_state(v1::RANK_STATE_FAILED_TO_START);
@@ -413,8 +415,6 @@ void WorkerAgent::StartRank(const v1::RankAssignment& a, const std::string& spec
   } else {
     r.status.set_state(v1::RANK_STATE_RUNNING);
     r.status.set_pid(*pid);
-    Status s = ledger_.Record(*pid);
-    if (!s.ok()) EFT_LOG(WARNING) << "rank ledger: " << s;
     EFT_LOG(INFO) << "started " << Describe(a.key()) << " (pid " << *pid << ", world size " << a.world_size()
                   << ", slot " << a.slot() << ")";
     shipper_->Track(a.key(), spec.log_path);
@@ -443,8 +443,6 @@ void WorkerAgent::OnExit(ProcessSupervisor::Id id, ProcessExit exit) {
     r.status.set_end_time_ms(deps_.clock->WallMillis());
     key = r.status.key();
     ++rank_exits_[RankExitClass(exit.exit_code, exit.signal)];
-    Status s = ledger_.Forget(r.status.pid());
-    if (!s.ok()) EFT_LOG(WARNING) << "rank ledger: " << s;
   }
   if (exit.signal) {
     EFT_LOG(INFO) << Describe(key) << " killed by signal " << exit.signal;

@@ -8,7 +8,7 @@
 // keep running and reports wait; everything converges when it answers again. docs/architecture.md
 // ("Worker") describes it.
 //
-// Threads: an io thread owns the ProcessSupervisor (rank processes must be forked from a thread that
+// Threads: an io thread owns the RankLauncher (rank processes must be forked from a thread that
 // lives as long as they do, because of PR_SET_PDEATHSIG) and the attempt specs, a heartbeat thread
 // does the RPCs, and the LogShipper has its own. `mu_` guards the rank table and pending events.
 #pragma once
@@ -33,8 +33,7 @@
 #include "common/status.h"
 #include "eft/v1/agent.grpc.pb.h"
 #include "worker/log_shipper.h"
-#include "worker/process_supervisor.h"
-#include "worker/rank_ledger.h"
+#include "worker/rank_launcher.h"
 #include "worker/reconcile.h"
 #include "worker/work_dir_lock.h"
 #include "worker/worker_config.h"
@@ -62,7 +61,7 @@ struct WorkerStats {
 // "success", "bad_input", "stopped", "failed" or "signal".
 const char* RankExitClass(int exit_code, int signal);
 
-// What the agent uses of the outside world besides rank processes, so that tests can replace it.
+// What the agent uses of the outside world, so that tests can replace it.
 struct AgentDeps {
   // A stub on a new channel to the controller, made at construction and again after every failed
   // Register or Heartbeat (see NewAgentStub for why). Unset: NewAgentStub(config.endpoint).
@@ -74,6 +73,9 @@ struct AgentDeps {
   // holds its node name (RegisterResponse.fenced). The agent runs nothing from then on; the owner
   // is expected to Shutdown() and exit. Unset: only logged.
   std::function<void(const std::string& why)> on_fenced;
+  // Runs the rank processes (worker/rank_launcher.h). Unset: a ProcessRankLauncher whose ledger is
+  // <work_dir>/ranks.ledger.
+  NewRankLauncher new_launcher;
 };
 
 class WorkerAgent {
@@ -121,15 +123,14 @@ class WorkerAgent {
 
   WorkerConfig config_;
   ControllerEndpoint endpoint_;  // config_.endpoint with its address
-  AgentDeps deps_;               // both set
+  AgentDeps deps_;               // new_stub, clock and new_launcher set
   std::string incarnation_;
   std::optional<WorkDirLock> work_dir_lock_;  // from Start() to the end of Shutdown()
   std::unique_ptr<v1::AgentService::StubInterface> stub_;  // heartbeat thread only
-  RankLedger ledger_;
 
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
-  std::unique_ptr<ProcessSupervisor> supervisor_;  // used on the io thread only
+  std::unique_ptr<RankLauncher> launcher_;  // used on the io thread only
   std::thread io_thread_;
   std::thread heartbeat_thread_;
   std::unique_ptr<LogShipper> shipper_;

@@ -1,25 +1,20 @@
 #include "trainer/checkpoint/checkpointer.h"
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "common/logging.h"
+#include "common/stopwatch.h"
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/io/safetensors_writer.h"
-#include "trainer/runtime/debug_hooks.h"
 
 namespace eft::trainer {
 namespace {
 
 namespace fs = std::filesystem;
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 constexpr const char* kStateFile = "trainer_state.json";
 
@@ -41,8 +36,14 @@ bool IsStorageFull(const Status& s) {
 }  // namespace
 
 Checkpointer::Checkpointer(CheckpointPolicy policy, Communicator* comm, ShardedLlama* model, AdamW* optimizer,
-                           EventWriter* events)
-    : policy_(std::move(policy)), comm_(comm), model_(model), optimizer_(optimizer), events_(events) {}
+                           EventWriter* events, const DebugHooks* hooks, const Clock* clock)
+    : policy_(std::move(policy)),
+      comm_(comm),
+      model_(model),
+      optimizer_(optimizer),
+      events_(events),
+      hooks_(hooks),
+      clock_(clock) {}
 
 Checkpointer::~Checkpointer() {
   if (writer_.joinable()) writer_.join();
@@ -61,7 +62,7 @@ std::string Checkpointer::DirFor(int64_t step, bool tmp) const {
 }
 
 Result<double> Checkpointer::BeginSharded(const TrainerState& state) {
-  const double t0 = Now();
+  const Stopwatch held(clock_);
   if (pending_) EFT_RETURN_IF_ERROR(Poll(false, /*wait=*/true).status());
   std::vector<UnitState> units = Units();
   // Host memory is where the state lives on the CPU: writing it in place costs neither a copy nor
@@ -73,14 +74,14 @@ Result<double> Checkpointer::BeginSharded(const TrainerState& state) {
   const bool write_state = comm_->rank() == 0;
   pending_ = true;
   pending_step_ = state.step;
-  pending_stall_ = Now() - t0;
+  pending_stall_ = held.Seconds();
   pending_reads_live_ = in_place;
   writer_done_ = false;
   writer_ = std::thread([this, staged = std::move(staged), dir, name, state, write_state]() mutable {
     // Written, fsynced and checksummed (as it is written) here, off the step loop: committing then
     // only needs the manifest, whose entries travel to rank 0 with the next Poll.
-    const double w0 = Now();
-    StallIfAsked("sharded_write");
+    const Stopwatch writing(clock_);
+    hooks_->StallIfAsked("sharded_write");
     Status s;
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -98,7 +99,7 @@ Result<double> Checkpointer::BeginSharded(const TrainerState& state) {
     }
     writer_files_ = std::move(sealed);
     writer_status_ = s;
-    writer_seconds_ = Now() - w0;
+    writer_seconds_ = writing.Seconds();
     writer_done_ = true;
   });
   return pending_stall_;
@@ -106,10 +107,10 @@ Result<double> Checkpointer::BeginSharded(const TrainerState& state) {
 
 double Checkpointer::BeforeUpdate() {
   if (!pending_ || !pending_reads_live_ || !writer_.joinable()) return 0;
-  const double t0 = Now();
+  const Stopwatch wait(clock_);
   writer_.join();
   pending_reads_live_ = false;
-  const double waited = Now() - t0;
+  const double waited = wait.Seconds();
   pending_stall_ += waited;
   return waited;
 }
@@ -265,7 +266,7 @@ Status Checkpointer::SaveFull(const TrainerState& state, bool final) {
 }
 
 Status Checkpointer::WriteFull(const TrainerState& state) {
-  const double t0 = Now();
+  const Stopwatch saving(clock_);
   const std::string tmp = DirFor(state.step, true);
   const bool writer = comm_->rank() == 0;
   Status s;
@@ -297,7 +298,7 @@ Status Checkpointer::WriteFull(const TrainerState& state) {
       s = f.status();
     }
   }
-  StallIfAsked("save");
+  hooks_->StallIfAsked("save");
   // Everyone learns whether the writer succeeded before it commits, so no rank goes on believing a
   // checkpoint exists that does not.
   at::Tensor failed = at::tensor({s.ok() ? 0.0 : 1.0, IsStorageFull(s) ? 1.0 : 0.0}, at::kDouble);
@@ -307,7 +308,9 @@ Status Checkpointer::WriteFull(const TrainerState& state) {
     return failed[1].item<double>() > 0 ? Status::ResourceExhausted(reason) : Status::IoError(reason);
   }
   // Rank 0 commits alone; what it finds is shared, so every rank agrees the save failed or not.
-  Status committed = writer ? Commit(state.step, "full", files, Now() - t0, Now() - t0) : Status::Ok();
+  // Synchronous: the step loop waits for all of it.
+  const double seconds = saving.Seconds();
+  Status committed = writer ? Commit(state.step, "full", files, seconds, seconds) : Status::Ok();
   at::Tensor commit_failed = at::tensor({committed.ok() ? 0.0 : 1.0, IsStorageFull(committed) ? 1.0 : 0.0}, at::kDouble);
   comm_->AllReduceSum(commit_failed);
   if (commit_failed[0].item<double>() == 0) return Status::Ok();
@@ -318,7 +321,7 @@ Status Checkpointer::WriteFull(const TrainerState& state) {
 Result<std::optional<TrainerState>> Checkpointer::Resume(const std::string& resume_from, const nlohmann::json& compat) {
   // Rank 0 picks and verifies the checkpoint (reading every byte once), the others take its word:
   // N ranks checksumming the same files on shared storage would read them N times.
-  const double t0 = Now();
+  const Stopwatch resuming(clock_);
   constexpr int64_t kMaxPath = 4096;
   at::Tensor choice = at::zeros({kMaxPath + 2}, at::kLong);  // [status code, path length, path bytes...]
   Status resolve_status;
@@ -359,7 +362,7 @@ Result<std::optional<TrainerState>> Checkpointer::Resume(const std::string& resu
   std::string dir(static_cast<size_t>(slots[1]), '\0');
   for (size_t i = 0; i < dir.size(); ++i) dir[i] = static_cast<char>(slots[2 + i]);
   if (dir.empty()) return std::optional<TrainerState>();
-  const double verified_at = Now();
+  const double verified_at = resuming.Seconds();
   EFT_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(dir));
   std::ifstream in(dir + "/" + kStateFile);
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
@@ -376,12 +379,12 @@ Result<std::optional<TrainerState>> Checkpointer::Resume(const std::string& resu
     EFT_RETURN_IF_ERROR(LoadShards(files, Units()).WithContext("resuming from " + dir));
   }
   optimizer_->set_step(state.optimizer_step);
-  const double loaded_at = Now();
+  const double loaded_at = resuming.Seconds();
   if (comm_->rank() == 0) {
     EFT_LOG(INFO) << "resumed from " << dir << " (" << manifest.kind << ", step " << state.step << ", written at world size "
                   << state.world_size << ", now " << comm_->world() << "; " << manifest.total_bytes() / 1048576.0
-                  << " MiB verified in " << verified_at - t0 << " s, loaded in " << loaded_at - verified_at << " s)";
-    events_->Emit(rank::ResumedEvent{state.step, manifest.kind, dir, manifest.total_bytes(), verified_at - t0,
+                  << " MiB verified in " << verified_at << " s, loaded in " << loaded_at - verified_at << " s)";
+    events_->Emit(rank::ResumedEvent{state.step, manifest.kind, dir, manifest.total_bytes(), verified_at,
                                      loaded_at - verified_at});
   }
   return std::optional<TrainerState>(state);

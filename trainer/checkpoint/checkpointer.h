@@ -19,7 +19,9 @@
 // checkpoint: ResourceExhausted when the storage is full (the job fails: a restart cannot fix it),
 // else IoError (retryable). docs/checkpoints.md, "When a save fails".
 //
-// Collective methods must be called by every rank in the same order.
+// Collective methods must be called by every rank in the same order. The times it reports (the
+// events' seconds, the log) are read on the clock it is given; the test hooks it is given may stall
+// a save (trainer/runtime/debug_hooks.h, "save" and "sharded_write").
 #pragma once
 
 #include <atomic>
@@ -28,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/checkpoint/manifest.h"
@@ -35,6 +38,7 @@
 #include "trainer/checkpoint/trainer_state.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/parallel/sharded_llama.h"
+#include "trainer/runtime/debug_hooks.h"
 #include "trainer/runtime/events.h"
 
 namespace eft::trainer {
@@ -56,8 +60,10 @@ struct CheckpointPolicy {
 
 class Checkpointer {
  public:
+  // None of the pointers is owned.
   Checkpointer(CheckpointPolicy policy, Communicator* comm, ShardedLlama* model, AdamW* optimizer,
-               EventWriter* events);
+               EventWriter* events, const DebugHooks* hooks = DebugHooks::None(),
+               const Clock* clock = RealClock::Get());
   ~Checkpointer();  // waits for a background write
 
   bool enabled() const { return !policy_.root.empty(); }
@@ -106,6 +112,8 @@ class Checkpointer {
   ShardedLlama* model_;
   AdamW* optimizer_;
   EventWriter* events_;
+  const DebugHooks* hooks_;
+  const Clock* clock_;
 
   // The save being written in the background, if any.
   bool pending_ = false;

@@ -1,13 +1,13 @@
 #include "trainer/checkpoint/full_state.h"
 
 #include <atomic>
-#include <chrono>
 #include <algorithm>
 #include <filesystem>
 #include <set>
 
 #include "common/crc32c.h"
 #include "common/file_util.h"
+#include "common/stopwatch.h"
 
 #include "trainer/checkpoint/parallel_full_write.h"
 #include "trainer/checkpoint/peft_adapter.h"
@@ -102,8 +102,6 @@ struct Gathering {
   at::Tensor params, exp_avg, exp_avg_sq;
   std::vector<std::function<void()>> waits;
 };
-
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::string Relative(const std::string& dir, const std::string& path) {
   return fs::path(path).lexically_relative(dir).string();
@@ -207,10 +205,10 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
                                                  FullWriteMode mode) {
   TORCH_CHECK(units.empty() || units.front().unit->is_rank(0) == writer, "WriteFullState: the writer is rank 0");
   FullSaveTimes t;
-  const double t0 = Now();
+  const Stopwatch total;
   if (mode == FullWriteMode::kParallel && !model.lora().enabled) {
     auto written = WriteModelAndOptimizerInParallel(model, units, dir, with_optimizer, &t);
-    t.total = Now() - t0;
+    t.total = total.Seconds();
     if (times != nullptr) *times = t;
     EFT_ASSIGN_OR_RETURN(std::vector<ManifestFile> files, std::move(written));
     if (!writer) return files;
@@ -269,9 +267,9 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
   if (!units.empty()) next = start(units.front());
   for (size_t u = 0; u < units.size(); ++u) {
     Gathering g = std::move(next);
-    const double g0 = Now();
+    const Stopwatch gather;
     for (auto& wait : g.waits) wait();
-    t.gather += Now() - g0;
+    t.gather += gather.Seconds();
     if (u + 1 < units.size()) next = start(units[u + 1]);
     if (!writer || !status.ok()) continue;
     const FlatParamUnit& unit = *units[u].unit;
@@ -279,10 +277,10 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
     std::vector<at::Tensor> views_m, views_v;
     if (with_optimizer) views_m = unit.Views(g.exp_avg), views_v = unit.Views(g.exp_avg_sq);
     for (size_t i = 0; i < views_p.size() && status.ok(); ++i) {
-      const double c0 = Now();
+      const Stopwatch convert;
       at::Tensor p = views_p[i].to(dtype);
-      const double w0 = Now();
-      t.convert += w0 - c0;
+      t.convert += convert.Seconds();
+      const Stopwatch write;
       status = lora ? adapters->Append(p) : weights->Append(p);
       t.bytes += static_cast<int64_t>(p.numel() * p.element_size());
       if (status.ok() && with_optimizer) {
@@ -291,10 +289,10 @@ Result<std::vector<ManifestFile>> WriteFullState(ShardedLlama& model, const std:
         if (status.ok() && with_master) status = optimizer->Append(views_p[i]);
         t.bytes += static_cast<int64_t>(views_m[i].numel() * (with_master ? 12 : 8));
       }
-      t.write += Now() - w0;
+      t.write += write.Seconds();
     }
   }
-  t.total = Now() - t0;
+  t.total = total.Seconds();
   if (times != nullptr) *times = t;
   if (!writer) return std::vector<ManifestFile>{};
   EFT_RETURN_IF_ERROR(status);

@@ -5,12 +5,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 
 #include "common/crc32c.h"
 #include "common/logging.h"
+#include "common/stopwatch.h"
 #include "trainer/io/positional_file.h"
 #include "trainer/io/safetensors_layout.h"
 
@@ -21,8 +21,6 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kPage = 4096;
 constexpr int kHeader = -1;  // Segment::tensor of a file's header bytes
-
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 uint64_t CeilPage(uint64_t x) { return (x + kPage - 1) / kPage * kPage; }
 
@@ -215,9 +213,9 @@ Result<std::vector<ManifestFile>> WriteFilesInParallel(Communicator& comm, const
   Status created;
   if (rank == 0) created = CreateFiles(dir, files);
   at::Tensor flag = at::tensor({created.ok() ? 0.0 : 1.0}, at::kDouble);
-  double w0 = Now();
+  const Stopwatch broadcast;
   comm.Broadcast(flag, 0);
-  t.wait += Now() - w0;
+  t.wait += broadcast.Seconds();
   if (flag.item<double>() > 0) {
     if (rank == 0) {
       RemovePartials(dir, files);
@@ -235,15 +233,15 @@ Result<std::vector<ManifestFile>> WriteFilesInParallel(Communicator& comm, const
   at::Tensor gathered;
   std::vector<char> outgoing(slot);
   if (slot > 0) {
-    const double c0 = Now();
+    const Stopwatch render;
     uint64_t at_byte = 0;
     for (const Transfer& x : plan.transfers) {
       if (x.from != rank) continue;
       EFT_RETURN_IF_ERROR(renderer.Render(x.file, x.begin, x.end, outgoing.data() + at_byte));
       at_byte += x.end - x.begin;
     }
-    t.convert += Now() - c0;
-    const double g0 = Now();
+    t.convert += render.Seconds();
+    const Stopwatch exchange;
     const c10::Device device = units.empty() ? c10::Device(c10::kCPU) : units.front().unit->shard().device();
     at::Tensor mine = at::from_blob(outgoing.data(), {static_cast<int64_t>(slot / 4)}, at::kFloat).to(device);
     at::Tensor all = at::empty({static_cast<int64_t>(slot / 4) * world}, mine.options());
@@ -255,7 +253,7 @@ Result<std::vector<ManifestFile>> WriteFilesInParallel(Communicator& comm, const
       if (x.to == rank) renderer.Receive(x.file, x.begin, base + x.from * slot + cursor[x.from]);
       cursor[x.from] += x.end - x.begin;
     }
-    t.exchange = Now() - g0;
+    t.exchange = exchange.Seconds();
   }
 
   // 3. This rank's runs, in chunks; a failure check among all ranks every few chunks.
@@ -286,36 +284,36 @@ Result<std::vector<ManifestFile>> WriteFilesInParallel(Communicator& comm, const
       }
       // Chunks end on multiples of chunk_bytes in the file (pages: a boundary piece never splits).
       const uint64_t end = std::min(run.end, (next_at / chunk_bytes + 1) * chunk_bytes);
-      const double c0 = Now();
+      const Stopwatch render;
       local = renderer.Render(run.file, next_at, end, buffer.data());
-      const double c1 = Now();
-      t.convert += c1 - c0;
+      t.convert += render.Seconds();
+      const Stopwatch write;
       if (!local.ok()) break;
       crcs[mine[next_run]] = Crc32c(buffer.data(), end - next_at, crcs[mine[next_run]]);
       local = file->Write(next_at, buffer.data(), end - next_at);
       if (t.record_writes) t.writes.emplace_back(run.file, next_at, end - next_at);
-      t.write += Now() - c1;
+      t.write += write.Seconds();
       t.bytes += static_cast<int64_t>(end - next_at);
       this_round += end - next_at;
       next_at = end;
       if (next_at == run.end && ++next_run < mine.size()) next_at = plan.runs[mine[next_run]].begin;
     }
     if (local.ok() && next_run == mine.size()) {  // done: make it durable before saying so
-      const double s0 = Now();
+      const Stopwatch sync;
       for (auto& [fi, file] : open) {
         if (file == nullptr) continue;
         local = file->SyncAndClose();
         file.reset();
         if (!local.ok()) break;
       }
-      t.write += Now() - s0;
+      t.write += sync.Seconds();
       if (local.ok()) ++next_run;  // past the end: synced
     }
     if (!local.ok()) EFT_LOG(ERROR) << "rank " << rank << ": full checkpoint write into " << dir << " failed: " << local;
     at::Tensor flags = at::tensor({local.ok() ? 0.0 : 1.0, next_run > mine.size() ? 0.0 : 1.0}, at::kDouble);
-    const double r0 = Now();
+    const Stopwatch check;
     comm.AllReduceSum(flags);
-    t.wait += Now() - r0;
+    t.wait += check.Seconds();
     any_failed = flags[0].item<double>() > 0;
     if (any_failed || flags[1].item<double>() == 0) break;
   }
@@ -326,9 +324,9 @@ Result<std::vector<ManifestFile>> WriteFilesInParallel(Communicator& comm, const
     at::Tensor all = at::zeros({static_cast<int64_t>(plan.runs.size())}, at::kDouble);
     double* a = all.data_ptr<double>();
     for (size_t i : mine) a[i] = crcs[i];
-    const double r0 = Now();
+    const Stopwatch gather_crcs;
     comm.AllReduceSum(all);
-    t.wait += Now() - r0;
+    t.wait += gather_crcs.Seconds();
     for (size_t i = 0; i < plan.runs.size(); ++i) crcs[i] = static_cast<uint32_t>(all.data_ptr<double>()[i]);
   }
   if (times != nullptr) *times = std::move(t);

@@ -3,18 +3,22 @@
 // the "waiting on communication" part of a step's timeline: communication that overlaps compute
 // costs nothing here, only the part the trainer thread had to wait for.
 //
-// Used from one thread (the rank's training loop), like the Communicator it wraps.
+// Used from one thread (the rank's training loop), like the Communicator it wraps. Time is read on
+// the Clock given (the trainer's: its step timeline is all on one clock).
 #pragma once
 
 #include <memory>
 
+#include "common/clock.h"
 #include "trainer/parallel/communicator.h"
 
 namespace eft::trainer {
 
 class TimedCommunicator final : public Communicator {
  public:
-  explicit TimedCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  // `clock` is not owned.
+  explicit TimedCommunicator(std::unique_ptr<Communicator> inner, const Clock* clock = RealClock::Get())
+      : inner_(std::move(inner)), clock_(clock) {}
 
   // Seconds spent blocked in collectives since construction.
   double blocked_seconds() const { return *blocked_; }
@@ -33,6 +37,7 @@ class TimedCommunicator final : public Communicator {
 
  private:
   std::unique_ptr<Communicator> inner_;
+  const Clock* clock_;
   // Shared with the wait functions handed out, which may outlive a call but not the communicator.
   std::shared_ptr<double> blocked_ = std::make_shared<double>(0.0);
 };

@@ -56,7 +56,7 @@ Result<c10::Device> ChooseRankDevice(const TrainConfig& config, const RankEnv& e
   return device;
 }
 
-Result<std::unique_ptr<TimedCommunicator>> ConnectRanks(const RankEnv& env, c10::Device device) {
+Result<std::unique_ptr<TimedCommunicator>> ConnectRanks(const RankEnv& env, c10::Device device, const Clock* clock) {
   RendezvousOptions rv;
   rv.rank = env.rank;
   rv.world = env.world;
@@ -70,7 +70,7 @@ Result<std::unique_ptr<TimedCommunicator>> ConnectRanks(const RankEnv& env, c10:
                         "many times slower than NCCL (for trying multi-rank jobs on fewer GPUs than ranks)";
   }
   EFT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateCommunicator(rv, device, env.gpu_collectives));
-  return std::make_unique<TimedCommunicator>(std::move(comm));
+  return std::make_unique<TimedCommunicator>(std::move(comm), clock);
 }
 
 // A config.json with plausible but wrong sizes would otherwise allocate the whole (maybe far larger)

@@ -33,8 +33,9 @@ int ConfigureThreads(const TrainConfig& config, const RankEnv& env);
 // visible but the rank trains on the CPU.
 Result<c10::Device> ChooseRankDevice(const TrainConfig& config, const RankEnv& env);
 
-// The rendezvous and this rank's communicator (Gloo or NCCL by device), timed for the step events.
-Result<std::unique_ptr<TimedCommunicator>> ConnectRanks(const RankEnv& env, c10::Device device);
+// The rendezvous and this rank's communicator (Gloo or NCCL by device), timed on `clock` for the step
+// events.
+Result<std::unique_ptr<TimedCommunicator>> ConnectRanks(const RankEnv& env, c10::Device device, const Clock* clock);
 
 // Every parameter config.json implies is in the safetensors files, with its shape: read from the
 // headers before anything of the model's size is allocated.

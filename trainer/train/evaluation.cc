@@ -1,9 +1,9 @@
 #include "trainer/train/evaluation.h"
 
-#include <chrono>
 #include <cmath>
 #include <numeric>
 
+#include "common/stopwatch.h"
 #include "trainer/data/sampler.h"
 
 namespace eft::trainer {
@@ -40,8 +40,8 @@ Result<HeldOutSplit> SplitHeldOut(const TokenDataset& documents, double fraction
 }
 
 EvalResult Evaluate(ShardedLlama& model, Communicator& comm, const TokenDataset& eval, int64_t micro_batch_size,
-                    int64_t pad_token_id) {
-  const auto t0 = std::chrono::steady_clock::now();
+                    int64_t pad_token_id, const Clock* clock) {
+  const Stopwatch watch(clock);
   std::vector<int64_t> rows(static_cast<size_t>(eval.size()));
   std::iota(rows.begin(), rows.end(), 0);
   // Every rank gets the same number of micro-batches (trailing ones may be empty), so the
@@ -59,7 +59,7 @@ EvalResult Evaluate(ShardedLlama& model, Communicator& comm, const TokenDataset&
   r.tokens = static_cast<int64_t>(totals[1].item<double>());
   r.loss = r.tokens > 0 ? totals[0].item<double>() / static_cast<double>(r.tokens) : 0.0;
   r.rows = eval.size();
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = watch.Seconds();
   return r;
 }
 

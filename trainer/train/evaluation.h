@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "trainer/data/token_dataset.h"
 #include "trainer/parallel/communicator.h"
@@ -40,8 +41,8 @@ struct EvalResult {
 };
 
 // Collective (every rank passes the same `eval`): the eval loss of `model` as it is between steps.
-// Micro-batches of up to `micro_batch_size` rows, padded with `pad_token_id`.
+// Micro-batches of up to `micro_batch_size` rows, padded with `pad_token_id`; seconds on `clock`.
 EvalResult Evaluate(ShardedLlama& model, Communicator& comm, const TokenDataset& eval, int64_t micro_batch_size,
-                    int64_t pad_token_id);
+                    int64_t pad_token_id, const Clock* clock = RealClock::Get());
 
 }  // namespace eft::trainer

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -12,7 +11,7 @@
 #include <thread>
 
 #include "common/logging.h"
-#include "trainer/runtime/debug_hooks.h"
+#include "common/stopwatch.h"
 #include "trainer/train/build.h"
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/checkpoint/merge_lora.h"
@@ -53,10 +52,6 @@ std::string PeakNote(const PeakFlops& peak) {
 
 namespace fs = std::filesystem;
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 std::atomic<bool> g_stop_requested{false};
 // Until the first step starts a stop request ends the process at once: loading, tokenizing, the
 // rendezvous and resuming have nothing to save, and may block for minutes (a peer that never
@@ -66,7 +61,7 @@ static_assert(std::atomic<bool>::is_always_lock_free);
 
 }  // namespace
 
-Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env) {
+Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env, TrainerDeps deps) {
   EFT_RETURN_IF_ERROR(ValidateSchedule(config.schedule));  // the schedule's own precondition
   EFT_ASSIGN_OR_RETURN(const CheckpointPolicy policy, BuildCheckpointPolicy(config));
   EFT_ASSIGN_OR_RETURN(const ProfileWindow profile, ParseProfileWindow(config.profile_steps, config.profile_dir));
@@ -74,7 +69,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
     return Status::InvalidArgument("spec.checkpoint.merge_lora: the merged model goes to <--output-dir>/merged or "
                                    "<spec.checkpoint.dir>/merged; set one of them");
   }
-  std::unique_ptr<Trainer> t(new Trainer(std::move(config), std::move(env)));
+  std::unique_ptr<Trainer> t(new Trainer(std::move(config), std::move(env), deps));
   const TrainConfig& c = t->config_;
   const int threads = ConfigureThreads(c, t->env_);
 
@@ -87,13 +82,13 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   EFT_ASSIGN_OR_RETURN(t->device_, ChooseRankDevice(c, t->env_));
   // Kernels and NCCL pick the current device where none is given: make it this rank's own.
   t->device_guard_ = std::make_unique<c10::DeviceGuard>(t->device_);
-  EFT_ASSIGN_OR_RETURN(t->comm_, ConnectRanks(t->env_, t->device_));
+  EFT_ASSIGN_OR_RETURN(t->comm_, ConnectRanks(t->env_, t->device_, t->clock_));
   EFT_ASSIGN_OR_RETURN(const PrecisionChoice precision,
                        AgreePrecision(c.precision, t->device_, DetectCpuBf16(), GetGpuProperties(t->device_),
                                       t->comm_.get()));
   EFT_ASSIGN_OR_RETURN(const ShardingOptions sharding, BuildShardingOptions(c, precision, t->device_));
   t->peak_ = ChoosePeakFlops(c.peak_tflops, t->device_, GetGpuProperties(t->device_).name, precision.dtype);
-  StallIfAsked("load");
+  t->hooks_->StallIfAsked("load");
   EFT_ASSIGN_OR_RETURN(t->model_, BuildModel(model_config, *weights, c.model, t->comm_.get(), sharding,
                                              BuildLoraOptions(c)));
   if (c.lora.enabled) EFT_RETURN_IF_ERROR(t->InitAdapters());
@@ -105,7 +100,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   if (c.max_steps > 0) t->total_steps_ = std::min(t->total_steps_, c.max_steps);
 
   t->checkpointer_ = std::make_unique<Checkpointer>(policy, t->comm_.get(), t->model_.get(), t->optimizer_.get(),
-                                                    &t->events_);
+                                                    &t->events_, t->hooks_, t->clock_);
   t->compat_ = CompatibilityRecord(c, model_config, t->dataset_.stats().examples, t->dataset_.stats().tokens);
   EFT_RETURN_IF_ERROR(t->ResumeIfAsked());
   t->profiler_ = std::make_unique<StepProfiler>(profile, t->env_.rank, t->device_);
@@ -116,7 +111,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
 Result<PackingStats> Trainer::PrepareData(int64_t vocab_size) {
   const TrainConfig& c = config_;
   EFT_ASSIGN_OR_RETURN(LoadedText text, LoadTextPipeline(c));
-  StallIfAsked("tokenize");
+  hooks_->StallIfAsked("tokenize");
   EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareTrainingData(c, vocab_size, text.pipeline()));
   dataset_ = std::move(data.documents);
   if (dataset_.size() == 0) {
@@ -218,7 +213,7 @@ bool Trainer::EvalDue(bool last) const {
 void Trainer::RunEval() {
   for (size_t i = 0; i < eval_sets_.size(); ++i) {
     const EvalSet& set = eval_sets_[i];
-    EvalResult r = Evaluate(*model_, *comm_, set.data, config_.micro_batch_size, pad_token_id_);
+    EvalResult r = Evaluate(*model_, *comm_, set.data, config_.micro_batch_size, pad_token_id_, clock_);
     if (i == 0) {
       last_eval_step_ = step_;
       last_eval_loss_ = r.loss;
@@ -238,7 +233,7 @@ void Trainer::RunEval() {
 }
 
 Result<StepResult> Trainer::Step() {
-  const double t0 = Now();
+  const Stopwatch watch(clock_);
   const double blocked0 = comm_->blocked_seconds();
   const int64_t spe = sampler_->steps_per_epoch();
   const int64_t epoch = step_ / spe, in_epoch = step_ % spe;
@@ -256,7 +251,7 @@ Result<StepResult> Trainer::Step() {
     trained += batches.back().trained_tokens;
     tokens += batches.back().tokens;
   }
-  const double t_data = Now();
+  const double t_data = watch.Seconds();
   // The loss is a sum over every trained token of the step divided by their global count, so every
   // world size computes the same number (up to float rounding).
   at::Tensor counts = at::tensor({static_cast<double>(trained), static_cast<double>(tokens)}, at::kDouble);
@@ -270,7 +265,7 @@ Result<StepResult> Trainer::Step() {
   double loss_sum = 0;
   for (const Batch& b : batches) loss_sum += model_->ForwardBackward(b, scale);
   model_->EndStep();
-  const double t_optimizer = Now();
+  const double t_optimizer = watch.Seconds();
   const double blocked_before_optimizer = comm_->blocked_seconds();
 
   at::Tensor total = at::tensor({loss_sum}, at::kDouble);
@@ -288,7 +283,7 @@ Result<StepResult> Trainer::Step() {
   model_->AfterOptimizerStep();
   model_->ZeroGrad();
   ++step_;
-  const double t_end = Now();
+  const double t_end = watch.Seconds();
 
   StepResult r;
   r.step = step_;
@@ -297,8 +292,8 @@ Result<StepResult> Trainer::Step() {
   r.lr = lr;
   r.tokens = global_tokens;
   r.trained_tokens = global_trained;
-  r.seconds = t_end - t0;
-  r.data_s = t_data - t0;
+  r.seconds = t_end;
+  r.data_s = t_data;
   r.comm_wait_s = comm_->blocked_seconds() - blocked0;
   r.optimizer_s = (t_end - t_optimizer) - (comm_->blocked_seconds() - blocked_before_optimizer);
   // The rest: forward and backward, less what they spent blocked in collectives.
@@ -309,7 +304,7 @@ Result<StepResult> Trainer::Step() {
 void Trainer::Report(const StepResult& r) {
   if (env_.rank != 0) return;
   const double tps = r.seconds > 0 ? static_cast<double>(r.tokens) / r.seconds : 0;
-  const double elapsed = Now() - started_at_;
+  const double elapsed = std::chrono::duration<double>(clock_->Now() - started_at_).count();
   const double eta = elapsed / static_cast<double>(r.step) * static_cast<double>(total_steps_ - r.step);
   double mfu = 0;
   if (peak_.tflops > 0) {
@@ -361,7 +356,7 @@ TrainerState Trainer::State() const {
 Status Trainer::Run() {
   // From here a stop is answered at the next step boundary, with a checkpoint.
   g_nothing_to_save = false;
-  started_at_ = Now();
+  started_at_ = clock_->Now();
   const int64_t first_step = step_;
   const CheckpointPolicy& policy = checkpointer_->policy();
   // The loss before fine-tuning, for comparison (a resumed run has its earlier evaluations).
@@ -390,15 +385,15 @@ Status Trainer::Run() {
     // One small collective per step: commits finished background saves, and spreads a stop request
     // from any rank to all of them, so they all stop after the same step.
     EFT_ASSIGN_OR_RETURN(bool stop, checkpointer_->Poll(g_stop_requested.load(), /*wait=*/false));
-    StallIfAsked("step");
+    hooks_->StallIfAsked("step");
     // Test hook: die like a node that lost power, at a known step, on every rank. A save begun at an
     // earlier step is finished first, so tests know which checkpoints exist however slow the disk;
     // one begun at this very step is left half written, as a real crash would.
-    if (const char* kill_at = std::getenv("EFT_DEBUG_KILL_AT_STEP"); kill_at && std::atoll(kill_at) == step_) {
+    if (hooks_->KillDue(step_)) {
       if (checkpointer_->pending_step() >= 0 && checkpointer_->pending_step() < step_) {
         EFT_RETURN_IF_ERROR(checkpointer_->Poll(false, /*wait=*/true).status());
       }
-      std::raise(SIGKILL);
+      hooks_->Kill();
     }
     if (stop && !last) {
       if (checkpointer_->enabled()) {
@@ -431,13 +426,13 @@ Result<std::string> Trainer::MergeFinalAdapter() {
   const std::string scratch = merged + ".tmp";
   std::error_code ec;
   fs::remove_all(scratch, ec);
-  const double t0 = Now();
+  const Stopwatch merging(clock_);
   EFT_RETURN_IF_ERROR(MergeLoraAdapter(config_.model, adapter, scratch).WithContext("spec.checkpoint.merge_lora"));
   fs::remove_all(merged, ec);
   fs::rename(scratch, merged, ec);
   if (ec) return Status::IoError("spec.checkpoint.merge_lora: renaming " + scratch + " to " + merged + ": " + ec.message());
   EFT_LOG(INFO) << "merged model (" << config_.model << " + the LoRA adapters of " << adapter << ") written to "
-                << merged << " in " << Now() - t0 << " s";
+                << merged << " in " << merging.Seconds() << " s";
   return merged;
 }
 

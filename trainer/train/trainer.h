@@ -1,5 +1,6 @@
 // Trainer: one rank's training run, start to end. The loop itself is Run(); one optimizer step is
-// Step(). Everything it uses (communicator, model, data, optimizer) is built by Create.
+// Step(). Everything it uses (communicator, model, data, optimizer) is built by Create, but for its
+// TrainerDeps: the test hooks and the clock, which it hands on to the checkpointer.
 #pragma once
 
 #include <memory>
@@ -7,6 +8,7 @@
 
 #include <c10/core/DeviceGuard.h>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "trainer/checkpoint/checkpointer.h"
 #include "trainer/data/sampler.h"
@@ -17,6 +19,7 @@
 #include "trainer/parallel/sharded_llama.h"
 #include "trainer/parallel/timed_communicator.h"
 #include "trainer/train/evaluation.h"
+#include "trainer/runtime/debug_hooks.h"
 #include "trainer/runtime/events.h"
 #include "trainer/train/launch.h"
 #include "trainer/train/peak_flops.h"
@@ -40,11 +43,22 @@ struct StepResult {
   double data_s = 0, compute_s = 0, comm_wait_s = 0, optimizer_s = 0;
 };
 
+// What a Trainer uses besides its configuration and rank environment, so that tests can replace it.
+// Not owned: both must outlive the trainer.
+struct TrainerDeps {
+  // The test hooks (trainer/runtime/debug_hooks.h), which eft-train's main reads from its
+  // environment. Unset: none.
+  const DebugHooks* hooks = nullptr;
+  // What the step, checkpoint and evaluation times (the events, the progress lines) are read on.
+  // Unset: RealClock::Get().
+  const Clock* clock = nullptr;
+};
+
 class Trainer {
  public:
   // Rendezvous, model (from config.model), data, optimizer. Errors in the configuration, the
   // model or the data are InvalidArgument (the caller exits 2).
-  static Result<std::unique_ptr<Trainer>> Create(TrainConfig config, RankEnv env);
+  static Result<std::unique_ptr<Trainer>> Create(TrainConfig config, RankEnv env, TrainerDeps deps = {});
 
   // Trains to the end (epochs or max_steps), checkpointing on the way and writing a full checkpoint
   // (and output_dir, if set) at the end, then under checkpoint.merge_lora the merged model. Collective. Aborted when it stopped on request (SIGTERM
@@ -67,7 +81,12 @@ class Trainer {
   int64_t PersistentBytes() const;
 
  private:
-  Trainer(TrainConfig config, RankEnv env) : config_(std::move(config)), env_(std::move(env)), events_(env_.events_fd) {}
+  Trainer(TrainConfig config, RankEnv env, TrainerDeps deps)
+      : config_(std::move(config)),
+        env_(std::move(env)),
+        hooks_(deps.hooks != nullptr ? deps.hooks : DebugHooks::None()),
+        clock_(deps.clock != nullptr ? deps.clock : RealClock::Get()),
+        events_(env_.events_fd) {}
   // Create's steps: the training (and eval) set, tokenized, split and packed; the resume from
   // EFT_RESUME_FROM (or, on a retry, from what the checkpoint directory holds); the start-up line.
   Result<PackingStats> PrepareData(int64_t vocab_size);
@@ -91,6 +110,8 @@ class Trainer {
 
   TrainConfig config_;
   RankEnv env_;
+  const DebugHooks* hooks_;
+  const Clock* clock_;
   EventWriter events_;
   c10::Device device_ = c10::Device(c10::kCPU);
   PeakFlops peak_;  // what MFU is measured against (none: not reported)
@@ -103,7 +124,7 @@ class Trainer {
   std::unique_ptr<GlobalSampler> sampler_;
   int64_t total_steps_ = 0;
   int64_t step_ = 0;  // completed optimizer steps
-  double started_at_ = 0;
+  SteadyTime started_at_;  // of Run()
   int64_t pad_token_id_ = 0;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<StepProfiler> profiler_;
