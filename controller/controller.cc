@@ -31,13 +31,17 @@ Controller::Controller(ControllerConfig config, Clock* clock, std::unique_ptr<St
       jobs_(config_, clock_, store_.get(),
             {/*on_applied=*/[this]() REQUIRES(mu_) { CapacityChangedLocked(); },
              /*on_bumped=*/[this] { changed_.NotifyAll(); }}),
-      nodes_(config_, clock_, store_.get(), [this]() REQUIRES(mu_) { CapacityChangedLocked(); }) {}
+      nodes_(config_, clock_, store_.get(), [this]() REQUIRES(mu_) { CapacityChangedLocked(); }),
+      progress_(config_, clock_, store_.get(), &jobs_,
+                {/*on_first_step=*/[this](const AttemptRecord& a)
+                     REQUIRES(mu_) { nodes_.TransitionDone(a.nodes); },
+                 /*on_checkpoint=*/{}}) {}
 
 Controller::~Controller() {
   stopping_ = true;
   if (ticker_.joinable()) ticker_.join();
   MutexLock lock(&mu_);
-  FlushReachedStepsLocked();  // a clean shutdown forgets no step, nor a point of a loss curve
+  progress_.Flush();  // a clean shutdown forgets no step, nor a point of a loss curve
 }
 
 void Controller::StartTicker() {
@@ -249,7 +253,7 @@ Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained, b
 
 void Controller::SetCheckpointObserver(std::function<void(const CheckpointReport&)> observer) {
   MutexLock lock(&mu_);
-  checkpoint_observer_ = std::move(observer);
+  progress_.SetCheckpointObserver(std::move(observer));
 }
 
 ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {

@@ -43,6 +43,7 @@
 #include "controller/job_table.h"
 #include "controller/log_store.h"
 #include "controller/node_table.h"
+#include "controller/progress_tracker.h"
 #include "controller/loss_history.h"
 #include "controller/records.h"
 #include "controller/resize_policy.h"
@@ -85,16 +86,6 @@ struct ControllerSnapshot {
   std::map<v1::JobState, int64_t> jobs_by_state;  // over every job
   std::vector<Job> jobs;  // non-terminal jobs, then the newest terminal ones (see Snapshot)
   std::vector<Node> nodes;
-};
-
-// A checkpoint a rank reported, with what the controller does not store: how long the save took.
-struct CheckpointReport {
-  std::string job_id;
-  std::string kind;  // sharded | full
-  int64_t step = 0;
-  int64_t bytes = 0;
-  double seconds = -1;        // writing it; < 0 when the event did not say
-  double stall_seconds = -1;  // how long the step loop waited for it; < 0 when not said
 };
 
 class Controller {
@@ -218,15 +209,6 @@ class Controller {
 
   // agents.cc: what workers report, and what they are told.
   void ApplyRankReportsLocked(NodeEntry& node) REQUIRES(mu_);
-  uint64_t ProcessEventsLocked(NodeEntry& node, const v1::HeartbeatRequest& request) REQUIRES(mu_);
-  // Stores the reached step of the jobs' current attempts where it advanced past the stored one, in
-  // one transaction; none without a new step. Running attempts are written by the ticker every
-  // progress_flush_interval (reached_dirty_), ended ones at once.
-  void StoreReachedStepsLocked(const std::set<std::string>& job_ids) REQUIRES(mu_);
-  // Writes the reached steps and the loss curves that changed since the last flush.
-  void FlushReachedStepsLocked() REQUIRES(mu_);
-  // The changed points of the loss curves of loss_dirty_'s jobs, one transaction; kept dirty on failure.
-  void StoreLossHistoryLocked() REQUIRES(mu_);
   // The ranks `node` should run, and the spec of every attempt that has a desired rank the node's
   // last report did not list (a listed rank was started: its worker needs the spec no more), so the
   // spec travels once per attempt and node rather than in every reply.
@@ -257,17 +239,13 @@ class Controller {
   // grow then (0: none).
   uint64_t grow_epoch_ GUARDED_BY(mu_) = 0;
   int64_t grow_retry_ms_ GUARDED_BY(mu_) = 0;
-  std::function<void(const CheckpointReport&)> checkpoint_observer_ GUARDED_BY(mu_);
   // Nodes held for a waiting job (node -> job id): the free ones it counts on and the ones being
   // freed for it, so no job it outranks takes them before it starts. Written through to the store
   // (table reservations), so a controller restart while victims stop keeps them held.
   std::map<std::string, std::string> reserved_ GUARDED_BY(mu_);
-  // Jobs whose running attempt reported a step not stored yet, and when they were last written.
-  std::set<std::string> reached_dirty_ GUARDED_BY(mu_);
-  // Jobs whose loss curves changed since they were last stored (with the reached steps' flush, so a
-  // kill -9 forgets at most progress_flush_interval of a curve).
-  std::set<std::string> loss_dirty_ GUARDED_BY(mu_);
-  SteadyTime reached_flushed_at_ GUARDED_BY(mu_){};
+  // What ranks report (steps, evals, checkpoints), and the progress flushed to the store.
+  ProgressTracker progress_ GUARDED_BY(mu_);
+
 
   // Submits are written in groups, one transaction for all that arrived meanwhile (group_commit.h).
   SubmitBatch submits_{[this](const std::vector<SubmitBatch::Item*>& batch) { CommitSubmits(batch); }};

@@ -43,14 +43,11 @@ std::chrono::milliseconds Controller::BackoffFor(int restarts) const {
 
 void Controller::Tick() {
   MutexLock lock(&mu_);
-  SteadyTime now = clock_->Now();
   for (const auto& [name, why] : nodes_.Silent()) MarkNodeLostLocked(*nodes_.Find(name), why);
   ScheduleLocked();
-  if (now >= reached_flushed_at_ + config_.progress_flush_interval) FlushReachedStepsLocked();
+  progress_.FlushIfDue();
   // A finished job's last steps and loss points go to the store (the next flush) before it leaves.
-  jobs_.EvictFinished([&](const std::string& id) REQUIRES(mu_) {
-    return reached_dirty_.count(id) > 0 || loss_dirty_.count(id) > 0;
-  });
+  jobs_.EvictFinished([&](const std::string& id) REQUIRES(mu_) { return progress_.Unsaved(id); });
 }
 
 void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) {
