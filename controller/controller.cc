@@ -29,13 +29,16 @@ Controller::Controller(ControllerConfig config, Clock* clock, std::unique_ptr<St
       logs_(config_.data_dir + "/logs"),
       store_(std::move(store)),
       jobs_(config_, clock_, store_.get(),
-            {/*on_applied=*/[this]() REQUIRES(mu_) { CapacityChangedLocked(); },
+            {/*on_applied=*/[this]() REQUIRES(mu_) { scheduler_.CapacityChanged(); },
              /*on_bumped=*/[this] { changed_.NotifyAll(); }}),
-      nodes_(config_, clock_, store_.get(), [this]() REQUIRES(mu_) { CapacityChangedLocked(); }),
+      nodes_(config_, clock_, store_.get(), [this]() REQUIRES(mu_) { scheduler_.CapacityChanged(); }),
       progress_(config_, clock_, store_.get(), &jobs_,
                 {/*on_first_step=*/[this](const AttemptRecord& a)
                      REQUIRES(mu_) { nodes_.TransitionDone(a.nodes); },
-                 /*on_checkpoint=*/{}}) {}
+                 /*on_checkpoint=*/{}}),
+      lifecycle_(config_, clock_, &jobs_, &nodes_,
+                 [this](const std::string& job_id) REQUIRES(mu_) { scheduler_.ReleaseReservations(job_id); }),
+      scheduler_(config_, clock_, store_.get(), &jobs_, &nodes_, &lifecycle_) {}
 
 Controller::~Controller() {
   stopping_ = true;
@@ -56,41 +59,33 @@ void Controller::StartTicker() {
 Status Controller::Load() {
   MutexLock lock(&mu_);
   EFT_RETURN_IF_ERROR(nodes_.Load());
-  const SteadyTime now = clock_->Now();
-  EFT_ASSIGN_OR_RETURN(const size_t left_out, jobs_.Load([&](JobEntry& j) {
-    if (j.active() && j.current()) {
-      // A RUNNING attempt had every rank running: a rank its worker no longer reports is lost.
-      j.ranks.assign(j.current()->world_size, RankView{j.rec.state == v1::JOB_STATE_RUNNING, false, {}});
-    }
-    if (j.rec.state == v1::JOB_STATE_RECOVERING) {
-      j.stop_deadline = now + config_.stop_report_slack;
-      // Its nodes must heartbeat once more (PreviousNodesSettledLocked) before the next attempt is
-      // placed: the stop checkpoint may still wait on a worker, unacknowledged.
-      j.ended_at = now;
-    }
-  }));
-  attempts_created_ = jobs_.attempts_loaded();
-  EFT_ASSIGN_OR_RETURN(auto reservations, store_->LoadReservations());
-  std::set<std::string> stale;
-  for (const auto& [node, id] : reservations) {
-    const JobEntry* j = jobs_.Find(id);
-    if (j != nullptr && j->waits()) {
-      reserved_[node] = id;
-    } else {
-      stale.insert(id);
-    }
-  }
-  for (const auto& id : stale) {
-    // Rows of a job that started or ended before a release was stored: harmless, tidied up here.
-    Status s = store_->SetReservations(id, {});
-    if (!s.ok()) EFT_LOG(WARNING) << "job " << id << ": could not drop stale reservations (" << s << ")";
-  }
+  EFT_ASSIGN_OR_RETURN(const size_t left_out, jobs_.Load([&](JobEntry& j) REQUIRES(mu_) { lifecycle_.Restore(j); }));
+  lifecycle_.set_attempts_created(jobs_.attempts_loaded());
+  EFT_RETURN_IF_ERROR(scheduler_.Load());
   size_t unfinished = std::count_if(jobs_.order().begin(), jobs_.order().end(), [&](const std::string& id)
                                         REQUIRES(mu_) { return !IsTerminal(jobs_.At(id).rec.state); });
   EFT_LOG(INFO) << "loaded " << jobs_.size() << " jobs (" << unfinished << " not finished; " << left_out
                 << " older finished ones stay in the database) and " << nodes_.all().size() << " nodes ("
-                << reserved_.size() << " reserved) from " << store_->path();
+                << scheduler_.reservations() << " reserved) from " << store_->path();
   return Status::Ok();
+}
+
+void Controller::Tick() {
+  MutexLock lock(&mu_);
+  for (const auto& [name, why] : nodes_.Silent()) MarkNodeLostLocked(*nodes_.Find(name), why);
+  scheduler_.Pass();
+  progress_.FlushIfDue();
+  // A finished job's last steps and loss points go to the store (the next flush) before it leaves.
+  jobs_.EvictFinished([&](const std::string& id) REQUIRES(mu_) { return progress_.Unsaved(id); });
+}
+
+void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) {
+  Status s = nodes_.MarkLost(node, reason);
+  if (!s.ok()) {
+    EFT_LOG(ERROR) << "node " << node.rec.name << ": could not persist LOST (" << s << "); retrying";
+    return;
+  }
+  lifecycle_.OnNodeLost(node.rec.name, reason);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -122,7 +117,7 @@ void Controller::CommitSubmits(const std::vector<SubmitBatch::Item*>& batch) {
   // start now, so there is no need for a pass over the whole queue.
   std::optional<std::vector<NodeCapacity>> caps;
   for (const auto& inserted : *ids) {
-    if (inserted.created) TryPlaceLocked(jobs_.At(inserted.id), &caps);
+    if (inserted.created) scheduler_.TryPlace(jobs_.At(inserted.id), &caps);
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     JobEntry scratch;
@@ -155,16 +150,7 @@ Result<v1::Job> Controller::CancelJob(const std::string& id) {
     return Status::FailedPrecondition("job " + id + " already ended: " + v1::JobState_Name(found->rec.state));
   }
   JobEntry* j = jobs_.Find(id);  // unfinished: in memory
-  if (j->active()) {
-    EFT_RETURN_IF_ERROR(EndAttemptLocked(*j, "cancelled by user", v1::ATTEMPT_END_CANCELLED, Outcome::kCancelled));
-  } else {
-    JobChange c{j->rec, {}, {}, {}};
-    c.rec.state = v1::JOB_STATE_CANCELLED;
-    c.rec.reason = "cancelled by user";
-    c.rec.end_ms = clock_->WallMillis();
-    c.events.push_back(jobs_.MakeEvent(*j, "cancelled", "cancelled by user while " + v1::JobState_Name(j->rec.state)));
-    EFT_RETURN_IF_ERROR(jobs_.Apply(*j, std::move(c)));
-  }
+  EFT_RETURN_IF_ERROR(lifecycle_.Cancel(*j));
   return JobMessage(*j, true);
 }
 
@@ -205,7 +191,7 @@ v1::ListNodesResponse Controller::ListNodes() {
   MutexLock lock(&mu_);
   v1::ListNodesResponse out;
   std::map<std::string, int> free;
-  for (const auto& cap : CapacitiesLocked()) free[cap.name] = cap.ready ? static_cast<int>(cap.free_slots.size()) : 0;
+  for (const auto& cap : scheduler_.Capacities()) free[cap.name] = cap.ready ? static_cast<int>(cap.free_slots.size()) : 0;
   for (const auto& [name, n] : nodes_.all()) {
     v1::Node* node = out.add_nodes();
     *node = ToProto(n);
@@ -224,7 +210,7 @@ Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained, b
   if (evict) {
     // Each job stops there with a checkpoint and goes on where it can: its other nodes plus free
     // ones (the drained node no longer counts as free), up to nodes.max.
-    std::vector<NodeCapacity> caps = CapacitiesLocked();
+    std::vector<NodeCapacity> caps = scheduler_.Capacities();
     for (const auto& id : jobs_.index().ActiveOn(name)) {
       JobEntry& j = jobs_.At(id);
       if (!j.active() || !j.current()) continue;
@@ -239,13 +225,13 @@ Result<v1::Node> Controller::SetDrained(const std::string& name, bool drained, b
       }
       const auto& range = j.rec.spec.resources().nodes();
       const int to = std::min(range.max(), from - 1 + free);
-      EFT_RETURN_IF_ERROR(ResizeLocked(j, ResizeReason::kEvict, EvictWhat(name, from, to, range.min()))
+      EFT_RETURN_IF_ERROR(lifecycle_.Resize(j, ResizeReason::kEvict, EvictWhat(name, from, to, range.min()))
                               .WithContext("evicting job " + id + " from node " + name));
     }
   }
-  if (!drained) MaybeScheduleLocked();
+  if (!drained) scheduler_.MaybePass();
   v1::Node out = ToProto(*node);
-  for (const auto& cap : CapacitiesLocked()) {
+  for (const auto& cap : scheduler_.Capacities()) {
     if (cap.name == name) out.set_free_slots(cap.ready ? static_cast<int>(cap.free_slots.size()) : 0);
   }
   return out;

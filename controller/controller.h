@@ -8,17 +8,19 @@
 // heartbeat or tick. On Create it reloads everything, and re-registering workers reconcile with it:
 // an attempt that was running keeps running.
 //
-// Thread-safe: one mutex (mu_) guards all state, and clang checks it (common/thread_annotations.h):
-// every member it guards is GUARDED_BY(mu_), every *Locked method REQUIRES(mu_). RPC handlers call
-// the public methods; something must call Tick() every tick_interval (StartTicker does, tests may
-// drive it with a ManualClock).
+// Thread-safe: one mutex (mu_) guards all state, and clang checks it (common/thread_annotations.h).
+// The state lives in managers, each owning its part and not thread-safe itself, each a member
+// GUARDED_BY(mu_), so every use of one is checked to hold the lock: JobTable (the jobs, and the one
+// way they change), NodeTable (registration, fencing, liveness, heartbeat pace), AttemptLifecycle
+// (the state machine over attempts), JobScheduler (placement, growth, priorities, reservations),
+// ProgressTracker (what ranks report). The Controller wires them, takes the lock and serves the
+// API. RPC handlers call the public methods; something must call Tick() every tick_interval
+// (StartTicker does, tests may drive it with a ManualClock).
 //
-// Where the code is: controller.cc (creation, loading, the client API), lifecycle.cc (the state
-// machine), agents.cc (workers), priority.cc (preemption), pace.cc (fast heartbeats during
-// changes). What does not need the Controller is its own file: JobIndex
-// (job_index.h), the submit group commit (group_commit.h), the wire conversions (wire.h), what a
-// rank event means (rank_events.h), placement (scheduler.h), who gives way to whom
-// (priority_policy.h; carried out in priority.cc).
+// Where the code is: controller.cc (creation, loading, the client API, the tick), agents.cc (the
+// worker-facing API). Pure decisions are their own files: placement (scheduler.h), growth
+// (resize_policy.h), who gives way to whom (priority_policy.h), what a rank event means
+// (rank_events.h), the wire conversions (wire.h), the submit group commit (group_commit.h).
 #pragma once
 
 #include <array>
@@ -39,7 +41,9 @@
 #include "common/thread_annotations.h"
 #include "controller/config.h"
 #include "controller/group_commit.h"
+#include "controller/attempt_lifecycle.h"
 #include "controller/job_entry.h"
+#include "controller/job_scheduler.h"
 #include "controller/job_table.h"
 #include "controller/log_store.h"
 #include "controller/node_table.h"
@@ -149,72 +153,9 @@ class Controller {
   // Writes a batch of submits in one transaction and answers each of them.
   void CommitSubmits(const std::vector<SubmitBatch::Item*>& batch) EXCLUDES(mu_);
 
-  // controller.cc: conversions.
   v1::Node ToProto(const NodeEntry& node) const REQUIRES(mu_);
-  // Something that decides where ranks can go changed (nodes, slots, attempts): placements that
-  // failed before may succeed now.
-  void CapacityChangedLocked() REQUIRES(mu_) { ++capacity_epoch_; }
-
-  // lifecycle.cc: the state machine.
-  // A full scheduling pass over pending jobs (the ticker, and MaybeScheduleLocked).
-  void ScheduleLocked() REQUIRES(mu_);
-  // A pass only if capacity changed since the last one: what RPC handlers call.
-  void MaybeScheduleLocked() REQUIRES(mu_);
-  // Places `job` if it is due and fits; `caps` is computed on first need and reset after a start.
-  void TryPlaceLocked(JobEntry& job, std::optional<std::vector<NodeCapacity>>* caps) REQUIRES(mu_);
-  std::vector<NodeCapacity> CapacitiesLocked() const REQUIRES(mu_);
-  bool OldRanksLiveLocked(const JobEntry& job) const REQUIRES(mu_);
-  // Every node of the job's last attempt has heartbeated since it ended, or is LOST.
-  bool PreviousNodesSettledLocked(const JobEntry& job) const REQUIRES(mu_);
-  Status StartAttemptLocked(JobEntry& job, const Placement& placement) REQUIRES(mu_);
-  // Ends the current attempt with `reason`, then: kSucceeded/kFailed/kCancelled finish the job,
-  // kRestart and kRestartCounted move it to RECOVERING (the latter counts against max_restarts and
-  // may fail the job instead).
-  enum class Outcome { kSucceeded, kFailed, kCancelled, kRestart, kRestartCounted };
-  // `end` is how it ended, as stored for decisions (reason says it in words). `first_events` go
-  // into the same transaction, before the attempt_ended event.
-  Status EndAttemptLocked(JobEntry& job, const std::string& reason, v1::AttemptEnd end, Outcome outcome,
-                          std::vector<EventRecord> first_events = {}) REQUIRES(mu_);
-  // A planned resize: the attempt ends with "resized: <what>" and a `resized` event, not counted
-  // against max_restarts; its ranks stop with a checkpoint and the next attempt resumes from it.
-  Status ResizeLocked(JobEntry& job, ResizeReason reason, const std::string& what) REQUIRES(mu_);
-  // Grows RUNNING jobs onto free capacity (DecideGrow), oldest first; part of a scheduling pass,
-  // after pending jobs were placed. Skipped when neither capacity nor a cooldown changed since the
-  // last look.
-  void GrowLocked(std::optional<std::vector<NodeCapacity>>* caps) REQUIRES(mu_);
-  // priority.cc: priorities and preemption (priority_policy.h). Pending jobs in the order a pass
-  // places them: higher priority first, submit order within a priority.
-  std::vector<std::string> PendingByPriorityLocked() const REQUIRES(mu_);
-  // Whether waiting job `a` goes before `b`: higher priority, or equal and submitted earlier.
-  bool OutranksLocked(const JobEntry& a, const JobEntry& b) const REQUIRES(mu_);
-  // `caps` as `job` may use them: nodes reserved for a job it does not outrank get reserved_for.
-  std::vector<NodeCapacity> WithReservationsLocked(const JobEntry& job, const std::vector<NodeCapacity>& caps) const
-      REQUIRES(mu_);
-  // `job` did not fit on `caps` (as WithReservationsLocked gave them): plans what lower-priority
-  // jobs give up for it (PlanForWaitingJob), stops them, reserves the nodes it counts on, and
-  // returns what its reason should add ("" for nothing).
-  std::string MakeRoomLocked(JobEntry& job, const std::vector<NodeCapacity>& caps) REQUIRES(mu_);
-  // Ends the attempt as a preemption ("preempted: <what>", a `preempted` event), not counted; the
-  // ranks stop with a checkpoint and the job goes back to the queue when it does not fit.
-  Status PreemptLocked(JobEntry& job, const std::string& what) REQUIRES(mu_);
-  void ReleaseReservationsLocked(const std::string& job_id) REQUIRES(mu_);
-  // Reservations of jobs that no longer wait (started, cancelled, ended) are forgotten.
-  void DropStaleReservationsLocked() REQUIRES(mu_);
-  // Makes the nodes reserved for `job_id` exactly `nodes`, in the store first, then in reserved_.
-  Status SetReservationsLocked(const std::string& job_id, const std::vector<std::string>& nodes) REQUIRES(mu_);
-  void OnRankExitLocked(JobEntry& job, int rank, const v1::RankStatus& status) REQUIRES(mu_);
+  // Declares `node` LOST (stored first) and ends what ran there.
   void MarkNodeLostLocked(NodeEntry& node, const std::string& reason) REQUIRES(mu_);
-  void ForgiveLastFailureLocked(JobEntry& job, const std::string& cause) REQUIRES(mu_);
-  std::chrono::milliseconds BackoffFor(int restarts) const;
-
-  // agents.cc: what workers report, and what they are told.
-  void ApplyRankReportsLocked(NodeEntry& node) REQUIRES(mu_);
-  // The ranks `node` should run, and the spec of every attempt that has a desired rank the node's
-  // last report did not list (a listed rank was started: its worker needs the spec no more), so the
-  // spec travels once per attempt and node rather than in every reply.
-  void DesiredForLocked(const NodeEntry& node, google::protobuf::RepeatedPtrField<v1::RankAssignment>* out,
-                        google::protobuf::RepeatedPtrField<v1::AttemptSpec>* specs) const REQUIRES(mu_);
-
   // The heartbeat interval to tell `node` (NodeTable::HeartbeatInterval, with the jobs' view of
   // which of its ranks are still wanted).
   std::chrono::milliseconds HeartbeatIntervalLocked(const NodeEntry& node) const REQUIRES(mu_);
@@ -228,24 +169,12 @@ class Controller {
   CondVar changed_;  // notified (under mu_) whenever a job's version is bumped
   // Only used under mu_, so that a transaction and the memory it describes change together.
   const std::unique_ptr<Store> store_ PT_GUARDED_BY(mu_);
-  // Every unfinished job and the newest finished ones; the one way a job changes (Apply).
+  // The managers, in the order they are built (each may use the ones before it).
   JobTable jobs_ GUARDED_BY(mu_);
-  // The nodes: registration, fencing, liveness, heartbeat pace.
   NodeTable nodes_ GUARDED_BY(mu_);
-  uint64_t capacity_epoch_ GUARDED_BY(mu_) = 1;
-  uint64_t last_pass_epoch_ GUARDED_BY(mu_) = 0;
-  int64_t attempts_created_ GUARDED_BY(mu_) = 0;  // over all jobs, ever: picks each attempt's MASTER_PORT
-  // GrowLocked: capacity_epoch_ at its last look, and the earliest end of a cooldown that held a
-  // grow then (0: none).
-  uint64_t grow_epoch_ GUARDED_BY(mu_) = 0;
-  int64_t grow_retry_ms_ GUARDED_BY(mu_) = 0;
-  // Nodes held for a waiting job (node -> job id): the free ones it counts on and the ones being
-  // freed for it, so no job it outranks takes them before it starts. Written through to the store
-  // (table reservations), so a controller restart while victims stop keeps them held.
-  std::map<std::string, std::string> reserved_ GUARDED_BY(mu_);
-  // What ranks report (steps, evals, checkpoints), and the progress flushed to the store.
   ProgressTracker progress_ GUARDED_BY(mu_);
-
+  AttemptLifecycle lifecycle_ GUARDED_BY(mu_);
+  JobScheduler scheduler_ GUARDED_BY(mu_);
 
   // Submits are written in groups, one transaction for all that arrived meanwhile (group_commit.h).
   SubmitBatch submits_{[this](const std::vector<SubmitBatch::Item*>& batch) { CommitSubmits(batch); }};

@@ -1,11 +1,11 @@
-// Controller: priorities and preemption (docs/architecture.md, "Priorities and preemption"). The
-// decisions are PlanForWaitingJob's (priority_policy.h); this file gathers its inputs under the
-// lock, carries the plan out and keeps the reservations.
+// JobScheduler: priorities and preemption (docs/architecture.md, "Priorities and preemption"). The
+// decisions are PlanForWaitingJob's (priority_policy.h); this file gathers its inputs, carries the
+// plan out and keeps the reservations.
 #include <algorithm>
 #include <set>
 
 #include "common/logging.h"
-#include "controller/controller.h"
+#include "controller/job_scheduler.h"
 #include "controller/priority_policy.h"
 
 namespace eft::controller {
@@ -18,33 +18,33 @@ int64_t Order(const std::string& id) {
 
 }  // namespace
 
-bool Controller::OutranksLocked(const JobEntry& a, const JobEntry& b) const {
+bool JobScheduler::Outranks(const JobEntry& a, const JobEntry& b) const {
   if (a.rec.spec.priority() != b.rec.spec.priority()) return a.rec.spec.priority() > b.rec.spec.priority();
   return Order(a.rec.id) < Order(b.rec.id);
 }
 
-std::vector<std::string> Controller::PendingByPriorityLocked() const {
-  std::vector<std::string> ids = jobs_.index().Pending();  // submit order
-  std::stable_sort(ids.begin(), ids.end(), [this](const std::string& a, const std::string& b) REQUIRES(mu_) {
-    return jobs_.At(a).rec.spec.priority() > jobs_.At(b).rec.spec.priority();
+std::vector<std::string> JobScheduler::PendingByPriority() const {
+  std::vector<std::string> ids = jobs_->index().Pending();  // submit order
+  std::stable_sort(ids.begin(), ids.end(), [this](const std::string& a, const std::string& b) {
+    return jobs_->At(a).rec.spec.priority() > jobs_->At(b).rec.spec.priority();
   });
   return ids;
 }
 
-std::vector<NodeCapacity> Controller::WithReservationsLocked(const JobEntry& job,
+std::vector<NodeCapacity> JobScheduler::WithReservations(const JobEntry& job,
                                                              const std::vector<NodeCapacity>& caps) const {
   std::vector<NodeCapacity> out = caps;
   for (auto& cap : out) {
     auto it = reserved_.find(cap.name);
     if (it == reserved_.end() || it->second == job.rec.id) continue;
-    const JobEntry* holder = jobs_.Find(it->second);
-    if (holder != nullptr && OutranksLocked(job, *holder)) continue;
+    const JobEntry* holder = jobs_->Find(it->second);
+    if (holder != nullptr && Outranks(job, *holder)) continue;
     cap.reserved_for = it->second;
   }
   return out;
 }
 
-Status Controller::SetReservationsLocked(const std::string& job_id, const std::vector<std::string>& nodes) {
+Status JobScheduler::SetReservations(const std::string& job_id, const std::vector<std::string>& nodes) {
   std::set<std::string> want(nodes.begin(), nodes.end());
   std::set<std::string> have;
   for (const auto& [node, holder] : reserved_) {
@@ -62,12 +62,12 @@ Status Controller::SetReservationsLocked(const std::string& job_id, const std::v
     }
     holder = job_id;
   }
-  CapacityChangedLocked();
+  CapacityChanged();
   return Status::Ok();
 }
 
-void Controller::ReleaseReservationsLocked(const std::string& job_id) {
-  Status s = SetReservationsLocked(job_id, {});
+void JobScheduler::ReleaseReservations(const std::string& job_id) {
+  Status s = SetReservations(job_id, {});
   if (s.ok()) return;
   // Forgotten in memory all the same: the job no longer waits, and Load drops the stored rows of
   // jobs that do not wait, so a stale row never holds a node.
@@ -81,29 +81,20 @@ void Controller::ReleaseReservationsLocked(const std::string& job_id) {
       ++it;
     }
   }
-  if (changed) CapacityChangedLocked();
+  if (changed) CapacityChanged();
 }
 
-void Controller::DropStaleReservationsLocked() {
+void JobScheduler::DropStaleReservations() {
   std::set<std::string> stale;
   for (const auto& [node, id] : reserved_) {
-    const JobEntry* j = jobs_.Find(id);
+    const JobEntry* j = jobs_->Find(id);
     if (j == nullptr || !j->waits()) stale.insert(id);
   }
-  for (const auto& id : stale) ReleaseReservationsLocked(id);
+  for (const auto& id : stale) ReleaseReservations(id);
 }
 
-Status Controller::PreemptLocked(JobEntry& j, const std::string& what) {
-  // The same planned stop as a resize (ResizeLocked): out of the desired state, SIGTERM, a
-  // checkpoint, exit 75; not counted against max_restarts. When its ranks are gone and it does not
-  // fit (its nodes are reserved for the job that preempted it) it waits QUEUED (TryPlaceLocked).
-  std::vector<EventRecord> events{jobs_.MakeEvent(j, kPreemptedEvent, what)};
-  return EndAttemptLocked(j, PreemptedEndReason(what), v1::ATTEMPT_END_PREEMPTED, Outcome::kRestart,
-                          std::move(events));
-}
-
-std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapacity>& caps) {
-  if (nodes_.AnyUnknown()) {
+std::string JobScheduler::MakeRoom(JobEntry& j, const std::vector<NodeCapacity>& caps) {
+  if (nodes_->AnyUnknown()) {
     // Right after a controller restart, until every node has re-registered (or is LOST after
     // heartbeat_timeout): the stops decided before the restart may still be under way there.
     // Reservations loaded from the store stay as they are.
@@ -120,7 +111,7 @@ std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapaci
     PriorityNode n;
     n.name = cap.name;
     n.usable = cap.ready && !cap.drained && cap.reserved_for.empty();
-    const NodeEntry* node = nodes_.Find(cap.name);
+    const NodeEntry* node = nodes_->Find(cap.name);
     n.slots = node == nullptr ? 0 : node->rec.slots;
     n.free_slots = static_cast<int>(cap.free_slots.size());
     auto r = reserved_.find(cap.name);
@@ -128,8 +119,8 @@ std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapaci
     nodes.push_back(std::move(n));
   }
   std::vector<PriorityRunning> running;
-  for (const auto& id : jobs_.index().Active()) {
-    const JobEntry& a = jobs_.At(id);
+  for (const auto& id : jobs_->index().Active()) {
+    const JobEntry& a = jobs_->At(id);
     if (!a.current()) continue;
     PriorityRunning r;
     r.id = id;
@@ -146,23 +137,23 @@ std::string Controller::MakeRoomLocked(JobEntry& j, const std::vector<NodeCapaci
     // Say on the waiting job what is done for it, then do it. A stop the store refuses is retried
     // by the next pass (nothing was reserved for it).
     JobChange c{j.rec, {}, {}, {}};
-    c.events.push_back(jobs_.MakeEvent(j, "making_room", plan.reason));
-    if (!jobs_.Apply(j, std::move(c)).ok()) return plan.reason;
+    c.events.push_back(jobs_->MakeEvent(j, "making_room", plan.reason));
+    if (!jobs_->Apply(j, std::move(c)).ok()) return plan.reason;
     for (const auto& s : plan.shrinks) {
-      JobEntry& victim = jobs_.At(s.job);
-      if (!ResizeLocked(victim, ResizeReason::kShrink, ShrinkWhat(s, waiting)).ok()) return plan.reason;
+      JobEntry& victim = jobs_->At(s.job);
+      if (!lifecycle_->Resize(victim, ResizeReason::kShrink, ShrinkWhat(s, waiting)).ok()) return plan.reason;
     }
     for (const auto& id : plan.preempt) {
-      if (!PreemptLocked(jobs_.At(id), PreemptWhat(waiting)).ok()) return plan.reason;
+      if (!lifecycle_->Preempt(jobs_->At(id), PreemptWhat(waiting)).ok()) return plan.reason;
     }
-    nodes_.ExpectTransition(plan.reserve);  // free ones too: the waiting job starts there
+    nodes_->ExpectTransition(plan.reserve);  // free ones too: the waiting job starts there
   }
   // Hold exactly what the plan counts on. Not stored: the next pass tries again (the stops above
   // are stored, and it waits for them either way).
-  Status held = SetReservationsLocked(j.rec.id, plan.reserve);
+  Status held = SetReservations(j.rec.id, plan.reserve);
   if (!held.ok()) {
     EFT_LOG(ERROR) << "job " << j.rec.id << ": could not store its reservations (" << held << "); retrying";
-    CapacityChangedLocked();
+    CapacityChanged();
   }
   return plan.reason;
 }
