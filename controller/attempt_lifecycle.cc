@@ -26,7 +26,7 @@ std::string Seconds(std::chrono::milliseconds ms) {
   return os.str();
 }
 
-// "exited with code 78 (out of memory)": how OnRankExitLocked words an out-of-memory end.
+// "exited with code 78 (out of memory)": how OnRankExit words an out-of-memory end.
 std::string OutOfMemoryExit() {
   const int code = rank::ToInt(rank::ExitCode::kOutOfMemory);
   return "exited with code " + std::to_string(code) + " (" + rank::ExitCodeMeaning(code) + ")";
@@ -259,7 +259,7 @@ Status AttemptLifecycle::Resize(JobEntry& j, ResizeReason reason, const std::str
 Status AttemptLifecycle::Preempt(JobEntry& j, const std::string& what) {
   // The same planned stop as a resize (Resize): out of the desired state, SIGTERM, a
   // checkpoint, exit 75; not counted against max_restarts. When its ranks are gone and it does not
-  // fit (its nodes are reserved for the job that preempted it) it waits QUEUED (TryPlaceLocked).
+  // fit (its nodes are reserved for the job that preempted it) it waits QUEUED (JobScheduler::TryPlace).
   std::vector<EventRecord> events{jobs_->MakeEvent(j, kPreemptedEvent, what)};
   return End(j, PreemptedEndReason(what), v1::ATTEMPT_END_PREEMPTED, Outcome::kRestart,
                           std::move(events));

@@ -1,6 +1,5 @@
-// Controller: creation, loading, the client-facing API, write-through (Apply) and the job index.
-// The state machine is in lifecycle.cc, the worker-facing side in agents.cc, the conversions to
-// eft.v1 messages in wire.cc.
+// Controller: creation and wiring of the managers, loading, the client-facing API, the tick. The
+// worker-facing side is agents.cc; the state and its rules are the managers' (controller.h).
 #include "controller/controller.h"
 
 #include <algorithm>

@@ -44,7 +44,7 @@ struct JobEntry {
   std::vector<RankView> ranks;  // of the newest attempt while the job is STARTING/RUNNING
   SteadyTime stop_deadline{};   // RECOVERING: stop waiting for old ranks to be reported gone
   // When the last attempt ended, and whether that end counted against max_restarts: a node found
-  // LOST shortly after a counted rank failure was most likely its cause (see MarkNodeLostLocked).
+  // LOST shortly after a counted rank failure was most likely its cause (AttemptLifecycle::OnNodeLost).
   SteadyTime ended_at{};
   bool end_counted = false;
   std::string spec_json;  // the normalized spec, sent once per attempt and node (AttemptSpec)
@@ -57,7 +57,7 @@ struct JobEntry {
   std::array<int64_t, kResizeReasons.size()> resizes{};
   int64_t preemptions = 0;          // counted from `preempted` events
   int64_t checkpoint_failures = 0;  // counted from `checkpoint_failed` events
-  // The current attempt has not reported a step yet: its nodes keep fast heartbeats (pace.cc).
+  // The current attempt has not reported a step yet: its nodes keep fast heartbeats (NodeTable).
   bool awaiting_first_step = false;
   // Why the job last did not grow although a node was free, so it is logged once, not every pass.
   std::string grow_held;

@@ -140,7 +140,7 @@ void JobScheduler::TryPlace(JobEntry& j, std::optional<std::vector<NodeCapacity>
   if (!p.placed) {
     j.unplaceable_epoch = capacity_epoch_;
     std::string reason = "waiting for nodes: " + p.why_not;
-    // Jobs of lower priority may give way (priority.cc); either way the reason says for whom it waits.
+    // Jobs of lower priority may give way (job_scheduler_priorities.cc); either way the reason says for whom it waits.
     const std::string more = MakeRoom(j, mine);
     if (!more.empty()) reason += "; " + more;
     if (j.rec.state == v1::JOB_STATE_RECOVERING && j.current() && EndedForPlannedStop(*j.current())) {

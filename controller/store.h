@@ -1,10 +1,8 @@
-// Store: the controller's durable state in one SQLite file.
-//
-// Opened in WAL mode with synchronous=FULL, so a call that returned OK survives a crash of the
-// process or the machine. The schema is versioned (PRAGMA user_version) and migrated forward on
-// Open; a database from a newer controller is refused. Every method is one transaction unless it
-// runs inside RunInTransaction, which groups several writes atomically. Not thread-safe: the
-// controller serialises calls under its own lock.
+// Store: the controller's durable state in one SQLite file (database.h: WAL, synchronous=FULL, so
+// a call that returned OK survives a crash of the process or the machine), one struct per table
+// (records.h). The schema's migrations are here; Open brings any older file to kSchemaVersion. Every
+// method is one transaction unless it runs inside RunInTransaction, which groups several writes
+// atomically. Not thread-safe: the controller serialises calls under its own lock.
 #pragma once
 
 #include <functional>
@@ -16,10 +14,8 @@
 #include <vector>
 
 #include "common/status.h"
+#include "controller/database.h"
 #include "controller/records.h"
-
-struct sqlite3;
-struct sqlite3_stmt;
 
 namespace eft::controller {
 
@@ -27,17 +23,14 @@ class Store {
  public:
   // Creates the file (and its parent directory) if missing and migrates it to the current schema.
   static Result<std::unique_ptr<Store>> Open(const std::string& path);
-  ~Store();
-  Store(const Store&) = delete;
-  Store& operator=(const Store&) = delete;
 
   static constexpr int kSchemaVersion = 6;
-  int schema_version() const;
-  const std::string& path() const { return path_; }
+  int schema_version() const { return db_->schema_version(); }
+  const std::string& path() const { return db_->path(); }
 
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back and returns the error if `body` or the
   // commit fails. Nested calls join the outer transaction.
-  Status RunInTransaction(const std::function<Status()>& body);
+  Status RunInTransaction(const std::function<Status()>& body) { return db_->RunInTransaction(body); }
 
   // Jobs. InsertJob assigns job->id.
   Status InsertJob(JobRecord* job);
@@ -53,7 +46,6 @@ class Store {
   Status InsertAttempt(const AttemptRecord& attempt);
   Status UpdateAttempt(const AttemptRecord& attempt);
   Result<std::vector<AttemptRecord>> LoadAttempts(const std::string& job_id);  // ascending number
-  Result<std::vector<AttemptRecord>> LoadUnfinishedAttempts();  // end_ms == 0, any job
   // Only the reached_step column: what a rank's step report changes, so it costs one small UPDATE
   // (the controller writes it when the step advanced, one transaction per heartbeat).
   Status UpdateReachedStep(const std::string& job_id, int32_t number, int64_t reached_step);
@@ -74,8 +66,6 @@ class Store {
   // Forgets a checkpoint that was deleted from disk; a path not stored is not an error.
   Status DeleteCheckpoint(const std::string& job_id, const std::string& path);
   Result<std::vector<CheckpointRecord>> LoadCheckpoints(const std::string& job_id);  // ascending step
-  // The newest (highest step, then latest time) checkpoint of the job, if any.
-  Result<std::optional<CheckpointRecord>> LatestCheckpoint(const std::string& job_id);
 
   // Job events (decisions with reasons), append-only.
   Status AppendEvent(const EventRecord& event);
@@ -93,27 +83,9 @@ class Store {
   Result<int64_t> NextCounter(const std::string& name);
 
  private:
-  class Statement;  // a borrowed cached statement (store_statement.h)
+  explicit Store(std::unique_ptr<Database> db);
 
-  Store(sqlite3* db, std::string path);
-  Status Configure();
-  Status Migrate();
-  Status CheckIntegrity();
-  // Returns the cached prepared statement for `sql` (compiled on first use).
-  Result<Statement> Prepare(const char* sql);
-  // Runs `sql` with `params` bound in order; Query converts each row with `convert` (store_statement.h).
-  template <typename... Params>
-  Status Write(const char* sql, const Params&... params);
-  template <typename Record, typename Convert, typename... Params>
-  Result<std::vector<Record>> Query(const char* sql, Convert convert, const Params&... params);
-  Status RunNested(const std::function<Status()>& body);
-  void RollbackAfterError(const char* sql);
-
-  sqlite3* db_;
-  std::string path_;
-  int schema_version_ = 0;
-  int transaction_depth_ = 0;
-  std::unordered_map<std::string, sqlite3_stmt*> statements_;
+  const std::unique_ptr<Database> db_;
 };
 
 }  // namespace eft::controller

@@ -6,7 +6,7 @@
 
 #include "controller/store.h"
 #include "spec/job_spec.h"
-#include "controller/store_statement.h"
+#include "controller/database_statement.h"
 
 namespace eft::controller {
 namespace {
@@ -44,7 +44,7 @@ Result<std::string> NodesToJson(const std::vector<std::string>& nodes) {
 // ---- records <-> rows --------------------------------------------------------------------------
 //
 // Rows are checked, not trusted: a damaged or hand-edited row becomes DATA_LOSS naming the record
-// rather than a half-filled struct. (Templates because Store::Statement is private.)
+// rather than a half-filled struct.
 
 namespace {
 
@@ -160,7 +160,7 @@ Status Store::InsertJob(JobRecord* job) {
   Status status = [&]() -> Status {
     EFT_ASSIGN_OR_RETURN(std::string spec, SpecToJson(job->spec));
     EFT_ASSIGN_OR_RETURN(std::string state, StateName(job->state));
-    Status write = Write("INSERT INTO jobs (" EFT_JOB_COLUMNS ") VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    Status write = db_->Write("INSERT INTO jobs (" EFT_JOB_COLUMNS ") VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          job->request_id, spec, state, job->reason, job->create_ms, job->start_ms, job->end_ms,
                          job->attempt, job->restarts, job->not_before_ms, job->owner);
     if (write.code() == StatusCode::kAlreadyExists) {
@@ -169,7 +169,7 @@ Status Store::InsertJob(JobRecord* job) {
     return write;
   }();
   if (!status.ok()) return status.WithContext("inserting job");
-  job->id = std::to_string(sqlite3_last_insert_rowid(db_));
+  job->id = std::to_string(db_->last_insert_rowid());
   return status;
 }
 
@@ -178,7 +178,7 @@ Status Store::UpdateJob(const JobRecord& job) {
     EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job.id));
     EFT_ASSIGN_OR_RETURN(std::string spec, SpecToJson(job.spec));
     EFT_ASSIGN_OR_RETURN(std::string state, StateName(job.state));
-    Status write = Write(
+    Status write = db_->Write(
         "UPDATE jobs SET request_id = ?, spec = ?, state = ?, reason = ?, start_ms = ?, end_ms = ?, attempt = ?, "
         "restarts = ?, not_before_ms = ? WHERE id = ?",
         job.request_id, spec, state, job.reason, job.start_ms, job.end_ms, job.attempt, job.restarts,
@@ -186,14 +186,14 @@ Status Store::UpdateJob(const JobRecord& job) {
     if (write.code() == StatusCode::kAlreadyExists) {
       return Status::AlreadyExists("another job has request_id '" + job.request_id + "'");
     }
-    if (write.ok() && sqlite3_changes(db_) == 0) return Status::NotFound("no such job");
+    if (write.ok() && db_->changes() == 0) return Status::NotFound("no such job");
     return write;
   }();
   return status.WithContext("updating job " + job.id);
 }
 
 Result<std::vector<JobRecord>> Store::LoadJobs() {
-  return WithContext(Query<JobRecord>("SELECT " EFT_JOB_COLUMNS " FROM jobs ORDER BY id", JobFromRow<Statement>),
+  return WithContext(db_->Query<JobRecord>("SELECT " EFT_JOB_COLUMNS " FROM jobs ORDER BY id", JobFromRow<Database::Statement>),
                      "loading jobs");
 }
 
@@ -201,17 +201,17 @@ Result<std::optional<JobRecord>> Store::FindJobByRequestId(const std::string& re
   // '' means "no key": many jobs share it and none of them is the answer.
   if (request_id.empty()) return std::optional<JobRecord>();
   // The redundant `!= ''` lets SQLite use the partial index, which it cannot prove applies to `= ?`.
-  return WithContext(First(Query<JobRecord>("SELECT " EFT_JOB_COLUMNS
+  return WithContext(First(db_->Query<JobRecord>("SELECT " EFT_JOB_COLUMNS
                                             " FROM jobs WHERE request_id = ? AND request_id != ''",
-                                            JobFromRow<Statement>, request_id)),
+                                            JobFromRow<Database::Statement>, request_id)),
                      "finding job with request_id '" + request_id + "'");
 }
 
 Result<std::optional<JobRecord>> Store::LoadJob(const std::string& id) {
   auto job_id = ParseJobId(id);
   if (!job_id.ok()) return std::optional<JobRecord>();  // not an id this store hands out
-  return WithContext(First(Query<JobRecord>("SELECT " EFT_JOB_COLUMNS " FROM jobs WHERE id = ?",
-                                            JobFromRow<Statement>, *job_id)),
+  return WithContext(First(db_->Query<JobRecord>("SELECT " EFT_JOB_COLUMNS " FROM jobs WHERE id = ?",
+                                            JobFromRow<Database::Statement>, *job_id)),
                      "loading job " + id);
 }
 
@@ -220,9 +220,9 @@ Result<std::vector<JobRecord>> Store::ListJobs(int64_t max_id, const std::vector
   std::string names;
   for (v1::JobState s : states) names += "," + v1::JobState_Name(s);
   if (!names.empty()) names += ",";
-  return WithContext(Query<JobRecord>("SELECT " EFT_JOB_COLUMNS " FROM jobs WHERE id <= ? AND "
+  return WithContext(db_->Query<JobRecord>("SELECT " EFT_JOB_COLUMNS " FROM jobs WHERE id <= ? AND "
                                       "(? = '' OR instr(?, ',' || state || ',') > 0) ORDER BY id DESC LIMIT ?",
-                                      JobFromRow<Statement>, max_id, names, names, limit),
+                                      JobFromRow<Database::Statement>, max_id, names, names, limit),
                      "listing jobs");
 }
 
@@ -233,7 +233,7 @@ Status Store::InsertAttempt(const AttemptRecord& a) {
     EFT_ASSIGN_OR_RETURN(int64_t job_id, ParseJobId(a.job_id));
     EFT_ASSIGN_OR_RETURN(std::string nodes, NodesToJson(a.nodes));
     EFT_ASSIGN_OR_RETURN(std::string end, EndName(a.end));
-    return MissingJobIsNotFound(Write("INSERT INTO attempts (" EFT_ATTEMPT_COLUMNS
+    return MissingJobIsNotFound(db_->Write("INSERT INTO attempts (" EFT_ATTEMPT_COLUMNS
                                       ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                       job_id, a.number, a.world_size, a.ranks_per_node, nodes,
                                       nlohmann::json(a.slots).dump(), a.master_addr, a.master_port, a.resume_from,
@@ -247,13 +247,13 @@ Status Store::UpdateAttempt(const AttemptRecord& a) {
     EFT_ASSIGN_OR_RETURN(int64_t job_id, ParseJobId(a.job_id));
     EFT_ASSIGN_OR_RETURN(std::string nodes, NodesToJson(a.nodes));
     EFT_ASSIGN_OR_RETURN(std::string end, EndName(a.end));
-    EFT_RETURN_IF_ERROR(Write(
+    EFT_RETURN_IF_ERROR(db_->Write(
         "UPDATE attempts SET world_size = ?, ranks_per_node = ?, nodes = ?, slots = ?, master_addr = ?, "
         "master_port = ?, resume_from = ?, start_ms = ?, end_ms = ?, end_reason = ?, reached_step = ?, "
         "end_kind = ? WHERE job_id = ? AND number = ?",
         a.world_size, a.ranks_per_node, nodes, nlohmann::json(a.slots).dump(), a.master_addr, a.master_port,
         a.resume_from, a.start_ms, a.end_ms, a.end_reason, a.reached_step, end, job_id, a.number));
-    return sqlite3_changes(db_) == 0 ? Status::NotFound("no such attempt") : Status::Ok();
+    return db_->changes() == 0 ? Status::NotFound("no such attempt") : Status::Ok();
   }();
   return status.WithContext("updating attempt " + std::to_string(a.number) + " of job " + a.job_id);
 }
@@ -261,25 +261,19 @@ Status Store::UpdateAttempt(const AttemptRecord& a) {
 Result<std::vector<AttemptRecord>> Store::LoadAttempts(const std::string& job_id) {
   auto attempts = [&]() -> Result<std::vector<AttemptRecord>> {
     EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
-    return Query<AttemptRecord>("SELECT " EFT_ATTEMPT_COLUMNS " FROM attempts WHERE job_id = ? ORDER BY number",
-                                AttemptFromRow<Statement>, id);
+    return db_->Query<AttemptRecord>("SELECT " EFT_ATTEMPT_COLUMNS " FROM attempts WHERE job_id = ? ORDER BY number",
+                                AttemptFromRow<Database::Statement>, id);
   }();
   return WithContext(std::move(attempts), "loading attempts of job " + job_id);
 }
 
-Result<std::vector<AttemptRecord>> Store::LoadUnfinishedAttempts() {
-  return WithContext(Query<AttemptRecord>("SELECT " EFT_ATTEMPT_COLUMNS
-                                          " FROM attempts WHERE end_ms = 0 ORDER BY job_id, number",
-                                          AttemptFromRow<Statement>),
-                     "loading unfinished attempts");
-}
 
 Status Store::UpdateReachedStep(const std::string& job_id, int32_t number, int64_t reached_step) {
   Status status = [&]() -> Status {
     EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
     EFT_RETURN_IF_ERROR(
-        Write("UPDATE attempts SET reached_step = ? WHERE job_id = ? AND number = ?", reached_step, id, number));
-    return sqlite3_changes(db_) == 0 ? Status::NotFound("no such attempt") : Status::Ok();
+        db_->Write("UPDATE attempts SET reached_step = ? WHERE job_id = ? AND number = ?", reached_step, id, number));
+    return db_->changes() == 0 ? Status::NotFound("no such attempt") : Status::Ok();
   }();
   return status.WithContext("storing the step attempt " + std::to_string(number) + " of job " + job_id + " reached");
 }
@@ -290,10 +284,10 @@ Status Store::SetReservations(const std::string& job_id, const std::vector<std::
   Status status = [&]() -> Status {
     EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
     return RunInTransaction([&]() -> Status {
-      EFT_RETURN_IF_ERROR(Write("DELETE FROM reservations WHERE job_id = ?", id));
+      EFT_RETURN_IF_ERROR(db_->Write("DELETE FROM reservations WHERE job_id = ?", id));
       for (const auto& node : nodes) {
         // A node is held for one job: the newest plan takes it over.
-        EFT_RETURN_IF_ERROR(MissingJobIsNotFound(Write(
+        EFT_RETURN_IF_ERROR(MissingJobIsNotFound(db_->Write(
             "INSERT INTO reservations (node, job_id) VALUES (?, ?) ON CONFLICT (node) DO UPDATE SET job_id = "
             "excluded.job_id",
             node, id)));
@@ -306,8 +300,8 @@ Status Store::SetReservations(const std::string& job_id, const std::vector<std::
 
 Result<std::vector<std::pair<std::string, std::string>>> Store::LoadReservations() {
   using Row = std::pair<std::string, std::string>;
-  return WithContext(Query<Row>("SELECT node, job_id FROM reservations ORDER BY node",
-                                [](const Statement& row) -> Result<Row> {
+  return WithContext(db_->Query<Row>("SELECT node, job_id FROM reservations ORDER BY node",
+                                [](const Database::Statement& row) -> Result<Row> {
                                   return Row{row.Text(0), std::to_string(row.Int(1))};
                                 }),
                      "loading reservations");
@@ -316,7 +310,7 @@ Result<std::vector<std::pair<std::string, std::string>>> Store::LoadReservations
 // ---- nodes -------------------------------------------------------------------------------------
 
 Status Store::UpsertNode(const NodeRecord& n) {
-  return Write(
+  return db_->Write(
              "INSERT INTO nodes (name, address, slots, drained, version, registered_ms, lost, state_reason) "
              "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET address = excluded.address, "
              "slots = excluded.slots, drained = excluded.drained, version = excluded.version, "
@@ -326,9 +320,9 @@ Status Store::UpsertNode(const NodeRecord& n) {
 }
 
 Result<std::vector<NodeRecord>> Store::LoadNodes() {
-  return WithContext(Query<NodeRecord>("SELECT name, address, slots, drained, version, registered_ms, lost, "
+  return WithContext(db_->Query<NodeRecord>("SELECT name, address, slots, drained, version, registered_ms, lost, "
                                        "state_reason FROM nodes ORDER BY name",
-                                       NodeFromRow<Statement>),
+                                       NodeFromRow<Database::Statement>),
                      "loading nodes");
 }
 
@@ -338,7 +332,7 @@ Status Store::InsertCheckpoint(const CheckpointRecord& c) {
   Status status = [&]() -> Status {
     EFT_ASSIGN_OR_RETURN(int64_t job_id, ParseJobId(c.job_id));
     // DO NOTHING: workers relay events at least once, so the same checkpoint may arrive again.
-    return MissingJobIsNotFound(Write("INSERT INTO checkpoints (" EFT_CHECKPOINT_COLUMNS
+    return MissingJobIsNotFound(db_->Write("INSERT INTO checkpoints (" EFT_CHECKPOINT_COLUMNS
                                       ") VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, path) DO NOTHING",
                                       job_id, c.step, c.kind, c.path, c.bytes, c.attempt, c.time_ms));
   }();
@@ -348,7 +342,7 @@ Status Store::InsertCheckpoint(const CheckpointRecord& c) {
 Status Store::DeleteCheckpoint(const std::string& job_id, const std::string& path) {
   Status status = [&]() -> Status {
     EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
-    return Write("DELETE FROM checkpoints WHERE job_id = ? AND path = ?", id, path);
+    return db_->Write("DELETE FROM checkpoints WHERE job_id = ? AND path = ?", id, path);
   }();
   return status.WithContext("forgetting checkpoint " + path + " of job " + job_id);
 }
@@ -356,9 +350,9 @@ Status Store::DeleteCheckpoint(const std::string& job_id, const std::string& pat
 Result<std::vector<CheckpointRecord>> Store::LoadCheckpoints(const std::string& job_id) {
   auto checkpoints = [&]() -> Result<std::vector<CheckpointRecord>> {
     EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
-    return Query<CheckpointRecord>("SELECT " EFT_CHECKPOINT_COLUMNS
+    return db_->Query<CheckpointRecord>("SELECT " EFT_CHECKPOINT_COLUMNS
                                    " FROM checkpoints WHERE job_id = ? ORDER BY step, time_ms, id",
-                                   CheckpointFromRow<Statement>, id);
+                                   CheckpointFromRow<Database::Statement>, id);
   }();
   return WithContext(std::move(checkpoints), "loading checkpoints of job " + job_id);
 }
@@ -371,12 +365,12 @@ Status Store::SaveLossPoints(const std::string& job_id, LossCurve curve, size_t 
     for (size_t i = from; i < points.size(); ++i) {
       const LossPointRecord& p = points[i];
       EFT_RETURN_IF_ERROR(MissingJobIsNotFound(
-          Write("INSERT INTO loss_points (job_id, curve, idx, step, value, samples) VALUES (?, ?, ?, ?, ?, ?) "
+          db_->Write("INSERT INTO loss_points (job_id, curve, idx, step, value, samples) VALUES (?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (job_id, curve, idx) DO UPDATE SET step = excluded.step, value = excluded.value, "
                 "samples = excluded.samples",
                 id, c, static_cast<int64_t>(i), p.step, p.value, p.samples)));
     }
-    return Write("DELETE FROM loss_points WHERE job_id = ? AND curve = ? AND idx >= ?", id, c,
+    return db_->Write("DELETE FROM loss_points WHERE job_id = ? AND curve = ? AND idx >= ?", id, c,
                  static_cast<int64_t>(points.size()));
   });
   return status.WithContext("storing the loss history of job " + job_id);
@@ -385,9 +379,9 @@ Status Store::SaveLossPoints(const std::string& job_id, LossCurve curve, size_t 
 Result<std::vector<LossPointRecord>> Store::LoadLossPoints(const std::string& job_id, LossCurve curve) {
   auto points = [&]() -> Result<std::vector<LossPointRecord>> {
     EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
-    return Query<LossPointRecord>(
+    return db_->Query<LossPointRecord>(
         "SELECT step, value, samples FROM loss_points WHERE job_id = ? AND curve = ? ORDER BY idx",
-        [](const Statement& row) -> Result<LossPointRecord> {
+        [](const Database::Statement& row) -> Result<LossPointRecord> {
           return LossPointRecord{row.Int(0), row.Real(1), row.Int(2)};
         },
         id, static_cast<int64_t>(curve));
@@ -395,22 +389,13 @@ Result<std::vector<LossPointRecord>> Store::LoadLossPoints(const std::string& jo
   return WithContext(std::move(points), "loading the loss history of job " + job_id);
 }
 
-Result<std::optional<CheckpointRecord>> Store::LatestCheckpoint(const std::string& job_id) {
-  auto latest = [&]() -> Result<std::optional<CheckpointRecord>> {
-    EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
-    return First(Query<CheckpointRecord>("SELECT " EFT_CHECKPOINT_COLUMNS " FROM checkpoints WHERE job_id = ? "
-                                         "ORDER BY step DESC, time_ms DESC, id DESC LIMIT 1",
-                                         CheckpointFromRow<Statement>, id));
-  }();
-  return WithContext(std::move(latest), "finding the latest checkpoint of job " + job_id);
-}
 
 // ---- events and counters -----------------------------------------------------------------------
 
 Status Store::AppendEvent(const EventRecord& e) {
   Status status = [&]() -> Status {
     EFT_ASSIGN_OR_RETURN(int64_t job_id, ParseJobId(e.job_id));
-    return MissingJobIsNotFound(Write("INSERT INTO events (job_id, time_ms, type, attempt, message) "
+    return MissingJobIsNotFound(db_->Write("INSERT INTO events (job_id, time_ms, type, attempt, message) "
                                       "VALUES (?, ?, ?, ?, ?)",
                                       job_id, e.time_ms, e.type, e.attempt, e.message));
   }();
@@ -421,9 +406,9 @@ Result<std::vector<EventRecord>> Store::LoadEvents(const std::string& job_id) {
   auto events = [&]() -> Result<std::vector<EventRecord>> {
     EFT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
     // By id, not time: wall clocks step back; the append order is the order decisions were taken.
-    return Query<EventRecord>("SELECT job_id, time_ms, type, attempt, message FROM events WHERE job_id = ? "
+    return db_->Query<EventRecord>("SELECT job_id, time_ms, type, attempt, message FROM events WHERE job_id = ? "
                               "ORDER BY id",
-                              EventFromRow<Statement>, id);
+                              EventFromRow<Database::Statement>, id);
   }();
   return WithContext(std::move(events), "loading events of job " + job_id);
 }
@@ -431,10 +416,10 @@ Result<std::vector<EventRecord>> Store::LoadEvents(const std::string& job_id) {
 Result<int64_t> Store::NextCounter(const std::string& name) {
   // Query steps the statement to its end, which is where the autocommit write commits: the value
   // is durable before it is handed out.
-  auto values = Query<int64_t>(
+  auto values = db_->Query<int64_t>(
       "INSERT INTO counters (name, value) VALUES (?, 1) ON CONFLICT (name) DO UPDATE SET value = value + 1 "
       "RETURNING value",
-      [](const Statement& row) -> Result<int64_t> { return row.Int(0); }, name);
+      [](const Database::Statement& row) -> Result<int64_t> { return row.Int(0); }, name);
   if (!values.ok()) return values.status().WithContext("advancing counter " + name);
   if (values->size() != 1) return Status::Internal("advancing counter " + name + ": RETURNING gave no value");
   return values->front();

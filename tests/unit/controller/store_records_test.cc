@@ -128,11 +128,6 @@ TEST_F(StoreTest, AttemptsRoundTrip) {
   ASSERT_EQ(attempts->size(), 2u);
   EXPECT_EQ(Tie((*attempts)[0]), Tie(a1));
   EXPECT_EQ(Tie((*attempts)[1]), Tie(a2));
-  auto unfinished = store->LoadUnfinishedAttempts();
-  ASSERT_TRUE(unfinished.ok());
-  ASSERT_EQ(unfinished->size(), 2u);
-  EXPECT_EQ(Tie((*unfinished)[0]), Tie(a2));
-  EXPECT_EQ(Tie((*unfinished)[1]), Tie(b1));
 }
 
 // The step an attempt reached is written alone as reports arrive, and with the rest at its end.
@@ -189,10 +184,11 @@ TEST_F(StoreTest, NodesAreUpserted) {
   EXPECT_EQ(Tie((*nodes)[1]), Tie(b));
 }
 
-TEST_F(StoreTest, CheckpointsAreStoredOnceAndLatestIsHighestStep) {
+// In step order, a step written twice (by two attempts) in time order: the last is the newest.
+TEST_F(StoreTest, CheckpointsAreStoredOnceInStepThenTimeOrder) {
   auto store = OpenStore();
   std::string job = AddJob(store.get()), other = AddJob(store.get());
-  EXPECT_FALSE(store->LatestCheckpoint(job)->has_value());
+  EXPECT_TRUE(store->LoadCheckpoints(job)->empty());
   CheckpointRecord c100{job, 100, "sharded", "/ckpt/step-100", 10, 1, 1000};
   CheckpointRecord c300{job, 300, "full", "/ckpt/step-300", 30, 2, 3000};
   CheckpointRecord c200{job, 200, "sharded", "/ckpt/step-200", 20, 1, 2000};
@@ -208,14 +204,11 @@ TEST_F(StoreTest, CheckpointsAreStoredOnceAndLatestIsHighestStep) {
   EXPECT_EQ(Tie((*all)[0]), Tie(c100));
   EXPECT_EQ(Tie((*all)[1]), Tie(c200));
   EXPECT_EQ(Tie((*all)[2]), Tie(c300));
-  auto latest = store->LatestCheckpoint(job);
-  ASSERT_TRUE(latest.ok() && latest->has_value());
-  EXPECT_EQ(Tie(**latest), Tie(c300));
 
   // Same step written twice (e.g. by two attempts): the later one wins.
   CheckpointRecord c300b{job, 300, "sharded", "/ckpt/a2/step-300", 31, 3, 4000};
   ASSERT_TRUE(store->InsertCheckpoint(c300b).ok());
-  EXPECT_EQ(Tie(**store->LatestCheckpoint(job)), Tie(c300b));
+  EXPECT_EQ(Tie(store->LoadCheckpoints(job)->back()), Tie(c300b));
   EXPECT_EQ(store->InsertCheckpoint({"5", 1, "sharded", "/x", 1, 1, 1}).code(), StatusCode::kNotFound);
 
   // Retention deleted step-100 and step-300 of attempt 2: forgotten, and a later save of the same
@@ -224,7 +217,7 @@ TEST_F(StoreTest, CheckpointsAreStoredOnceAndLatestIsHighestStep) {
   ASSERT_TRUE(store->DeleteCheckpoint(job, "/ckpt/a2/step-300").ok());
   EXPECT_TRUE(store->DeleteCheckpoint(job, "/not/stored").ok());
   EXPECT_EQ(store->LoadCheckpoints(job)->size(), 2u);
-  EXPECT_EQ(Tie(**store->LatestCheckpoint(job)), Tie(c300));
+  EXPECT_EQ(Tie(store->LoadCheckpoints(job)->back()), Tie(c300));
   ASSERT_TRUE(store->InsertCheckpoint(c100).ok());
   EXPECT_EQ(store->LoadCheckpoints(job)->size(), 3u);
   EXPECT_EQ(store->LoadCheckpoints(other)->size(), 1u);

@@ -1,6 +1,6 @@
-// Store internals shared by store.cc (opening, schema, transactions) and store_records.cc (rows
-// <-> records): the borrowed statement and the Write/Query templates built on it. Not for other
-// code: everything here works on the raw SQLite handle.
+// Database internals shared by database.cc (opening, migrations, transactions) and store_records.cc
+// (rows <-> records): the borrowed statement and the Write/Query templates built on it. Not for
+// other code: everything here works on the raw SQLite handle.
 #pragma once
 
 #include <sqlite3.h>
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "controller/store.h"
+#include "controller/database.h"
 
 namespace eft::controller {
 
@@ -25,7 +25,7 @@ using internal::SqliteError;
 
 // A cached statement borrowed for one use. Bind() fills parameters left to right; the destructor
 // resets the statement, which ends its implicit read transaction and readies it for the next user.
-class Store::Statement {
+class Database::Statement {
  public:
   Statement(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
   Statement(Statement&& other) noexcept
@@ -84,14 +84,14 @@ class Store::Statement {
 };
 
 template <typename... Params>
-Status Store::Write(const char* sql, const Params&... params) {
+Status Database::Write(const char* sql, const Params&... params) {
   EFT_ASSIGN_OR_RETURN(Statement statement, Prepare(sql));
   (statement.Bind(params), ...);
   return statement.Run();
 }
 
 template <typename Record, typename Convert, typename... Params>
-Result<std::vector<Record>> Store::Query(const char* sql, Convert convert, const Params&... params) {
+Result<std::vector<Record>> Database::Query(const char* sql, Convert convert, const Params&... params) {
   EFT_ASSIGN_OR_RETURN(Statement select, Prepare(sql));
   (select.Bind(params), ...);
   std::vector<Record> records;
