@@ -121,10 +121,11 @@ void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
     registered = registered_;
   }
   if (deadline.count() > 0 && registered) HeartbeatOnce();
-  shipper_.reset();  // pushes what is left of the logs once
   work_.reset();
   io_.stop();
   io_thread_.join();
+  // After the io thread, whose OnExit and StartRank use it: a rank exiting now must not find it gone.
+  shipper_.reset();  // pushes what is left of the logs once
   supervisor_.reset();  // SIGKILLs whatever still runs
   work_dir_lock_.reset();
 }

@@ -138,7 +138,7 @@ class WorkerAgent {
   std::unique_ptr<ProcessSupervisor> supervisor_;  // used on the io thread only
   std::thread io_thread_;
   std::thread heartbeat_thread_;
-  std::unique_ptr<LogShipper> shipper_;
+  std::unique_ptr<LogShipper> shipper_;  // from Start() to Shutdown(); the io thread uses it
   // io thread only: the spec of each attempt this node has a rank of, from the AttemptSpecs of
   // replies (the controller sends each one once; see PlanReconcile for when it is forgotten).
   std::map<AttemptId, std::string> specs_;
