@@ -13,17 +13,17 @@ RealClock* RealClock::Get() {
 }
 
 SteadyTime ManualClock::Now() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return SteadyTime(elapsed_);
 }
 
 int64_t ManualClock::WallMillis() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return wall_millis_ + ToMillis(elapsed_);
 }
 
 void ManualClock::Advance(Duration d) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   elapsed_ += d;
 }
 

@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
+
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace eft {
 
@@ -31,14 +33,14 @@ class RealClock final : public Clock {
 class ManualClock final : public Clock {
  public:
   explicit ManualClock(int64_t wall_millis = 1'700'000'000'000) : wall_millis_(wall_millis) {}
-  SteadyTime Now() const override;
-  int64_t WallMillis() const override;
-  void Advance(Duration d);
+  SteadyTime Now() const override EXCLUDES(mu_);
+  int64_t WallMillis() const override EXCLUDES(mu_);
+  void Advance(Duration d) EXCLUDES(mu_);
 
  private:
-  mutable std::mutex mu_;
-  Duration elapsed_{0};
-  int64_t wall_millis_;
+  mutable Mutex mu_;
+  Duration elapsed_ GUARDED_BY(mu_){0};
+  const int64_t wall_millis_;  // the wall clock at elapsed_ == 0; never changes
 };
 
 inline int64_t ToMillis(Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }

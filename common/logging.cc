@@ -5,13 +5,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <mutex>
+
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace eft {
 namespace {
 
-std::mutex g_mu;
-std::string g_program = "eft";
+// Also keeps two lines from interleaving on stderr.
+Mutex g_mu;
+std::string g_program GUARDED_BY(g_mu) = "eft";
 
 LogLevel InitialLevel() {
   LogLevel level = LogLevel::kInfo;
@@ -34,7 +37,7 @@ char LevelLetter(LogLevel level) {
 }  // namespace
 
 void SetLogProgram(std::string name) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  MutexLock lock(&g_mu);
   g_program = std::move(name);
 }
 
@@ -59,7 +62,7 @@ LogMessage::~LogMessage() {
   gmtime_r(&secs, &tm);
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
-  std::lock_guard<std::mutex> lock(g_mu);
+  MutexLock lock(&g_mu);
   std::fprintf(stderr, "%s.%03dZ %c %s] %s\n", stamp, millis, LevelLetter(level_), g_program.c_str(),
                stream_.str().c_str());
   std::fflush(stderr);

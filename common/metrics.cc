@@ -168,11 +168,11 @@ class CallbackFamily final : public FamilyBase {
                  MetricsCallback fn)
       : FamilyBase(std::move(name), std::move(help), type, std::move(label_names)), fn_(std::move(fn)) {}
 
-  void AppendText(std::string* out) const override {
+  void AppendText(std::string* out) const override EXCLUDES(mu_) {
     std::vector<CallbackSample> samples;
     {
       // Held across the call so that Retire() waits for a callback in flight.
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (retired_) return;
       samples = fn_();
     }
@@ -205,16 +205,16 @@ class CallbackFamily final : public FamilyBase {
     }
   }
 
-  void Retire() override {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Retire() override EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     retired_ = true;
     fn_ = nullptr;  // release what the callback captured now, not when the last scrape lets go
   }
 
  private:
-  mutable std::mutex mu_;
-  bool retired_ = false;
-  MetricsCallback fn_;
+  mutable Mutex mu_;
+  bool retired_ GUARDED_BY(mu_) = false;
+  MetricsCallback fn_ GUARDED_BY(mu_);
 };
 
 Status ValidateHelp(const std::string& name, const std::string& help) {
@@ -250,7 +250,7 @@ std::shared_ptr<T> MetricFamily<T>::Lookup(std::span<const S> values) {
   const bool utf8 = AllUtf8(values);
   std::vector<std::string> repaired;
   if (!utf8) repaired = SanitizedKey(values);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = utf8 ? children_.find(values) : children_.find(repaired);
   if (it != children_.end()) return it->second;
   std::shared_ptr<T> child;
@@ -271,7 +271,7 @@ bool MetricFamily<T>::Erase(std::span<const S> values) {
   const bool utf8 = AllUtf8(values);
   std::vector<std::string> repaired;
   if (!utf8) repaired = SanitizedKey(values);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = utf8 ? children_.find(values) : children_.find(repaired);
   if (it == children_.end()) return false;
   children_.erase(it);
@@ -280,13 +280,13 @@ bool MetricFamily<T>::Erase(std::span<const S> values) {
 
 template <typename T>
 void MetricFamily<T>::Clear() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   children_.clear();
 }
 
 template <typename T>
 size_t MetricFamily<T>::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return children_.size();
 }
 
@@ -294,7 +294,7 @@ template <typename T>
 void MetricFamily<T>::AppendText(std::string* out) const {
   AppendHeader(out, *this);
   // Formatting under the lock is cheap and only delays WithLabels/Remove; cached handles never lock.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [values, child] : children_) AppendChild(out, *this, values, *child);
 }
 
@@ -312,7 +312,7 @@ Status MetricsRegistry::Register(std::shared_ptr<FamilyBase> family) {
   if (family->type() == MetricType::kHistogram) {
     for (const char* suffix : {"_bucket", "_sum", "_count"}) names.push_back(family->name() + suffix);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const std::string& n : names) {
     auto it = taken_names_.find(n);
     if (it == taken_names_.end()) continue;
@@ -378,7 +378,7 @@ Status MetricsRegistry::AddCallback(MetricType type, const std::string& name, co
 Status MetricsRegistry::Unregister(const std::string& name) {
   std::shared_ptr<FamilyBase> family;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = families_.find(name);
     if (it == families_.end()) return Status::NotFound("metric \"" + name + "\" is not registered");
     family = std::move(it->second);
@@ -395,7 +395,7 @@ std::string MetricsRegistry::Serialize() const {
   {
     // Copy and release, so callbacks run without the registry lock (they may take the caller's locks,
     // and registration from another thread must not wait behind a slow callback).
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     families.reserve(families_.size());
     for (const auto& entry : families_) families.push_back(entry.second);
   }

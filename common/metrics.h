@@ -54,13 +54,14 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/utf8.h"  // IsValidUtf8
 
 namespace eft {
@@ -176,35 +177,37 @@ class MetricFamily final : public metrics_internal::FamilyBase {
                std::shared_ptr<const std::vector<double>> bounds);
 
   // The child for these label values, created at 0 on first use.
-  std::shared_ptr<T> WithLabels(std::initializer_list<std::string_view> values) {
+  std::shared_ptr<T> WithLabels(std::initializer_list<std::string_view> values) EXCLUDES(mu_) {
     return Lookup(std::span<const std::string_view>(values.begin(), values.size()));
   }
-  std::shared_ptr<T> WithLabels(const std::vector<std::string>& values) {
+  std::shared_ptr<T> WithLabels(const std::vector<std::string>& values) EXCLUDES(mu_) {
     return Lookup(std::span<const std::string>(values));
   }
   // The only child of a family without labels.
-  std::shared_ptr<T> Get() { return WithLabels({}); }
+  std::shared_ptr<T> Get() EXCLUDES(mu_) { return WithLabels({}); }
 
   // Drops one child (its series disappears from the next scrape); false if it did not exist.
-  bool Remove(std::initializer_list<std::string_view> values) {
+  bool Remove(std::initializer_list<std::string_view> values) EXCLUDES(mu_) {
     return Erase(std::span<const std::string_view>(values.begin(), values.size()));
   }
-  bool Remove(const std::vector<std::string>& values) { return Erase(std::span<const std::string>(values)); }
+  bool Remove(const std::vector<std::string>& values) EXCLUDES(mu_) {
+    return Erase(std::span<const std::string>(values));
+  }
   // Drops every child.
-  void Clear();
-  size_t size() const;
+  void Clear() EXCLUDES(mu_);
+  size_t size() const EXCLUDES(mu_);
 
-  void AppendText(std::string* out) const override;
+  void AppendText(std::string* out) const override EXCLUDES(mu_);
 
  private:
   template <typename S>
-  std::shared_ptr<T> Lookup(std::span<const S> values);
+  std::shared_ptr<T> Lookup(std::span<const S> values) EXCLUDES(mu_);
   template <typename S>
-  bool Erase(std::span<const S> values);
+  bool Erase(std::span<const S> values) EXCLUDES(mu_);
 
-  std::shared_ptr<const std::vector<double>> bounds_;  // histograms only
-  mutable std::mutex mu_;
-  std::map<std::vector<std::string>, std::shared_ptr<T>, metrics_internal::LabelsLess> children_;
+  const std::shared_ptr<const std::vector<double>> bounds_;  // histograms only; set at construction
+  mutable Mutex mu_;
+  std::map<std::vector<std::string>, std::shared_ptr<T>, metrics_internal::LabelsLess> children_ GUARDED_BY(mu_);
 };
 
 using CounterFamily = MetricFamily<Counter>;
@@ -230,28 +233,30 @@ class MetricsRegistry {
   MetricsRegistry& operator=(const MetricsRegistry&) = delete;
 
   Result<CounterFamily*> AddCounter(const std::string& name, const std::string& help,
-                                    const std::vector<std::string>& label_names = {});
+                                    const std::vector<std::string>& label_names = {}) EXCLUDES(mu_);
   Result<GaugeFamily*> AddGauge(const std::string& name, const std::string& help,
-                                const std::vector<std::string>& label_names = {});
+                                const std::vector<std::string>& label_names = {}) EXCLUDES(mu_);
   // `buckets`: strictly increasing finite upper bounds; a trailing +Inf is accepted and dropped.
   Result<HistogramFamily*> AddHistogram(const std::string& name, const std::string& help,
                                         const std::vector<std::string>& label_names = {},
-                                        const std::vector<double>& buckets = DefaultHistogramBuckets());
+                                        const std::vector<double>& buckets = DefaultHistogramBuckets())
+      EXCLUDES(mu_);
   // A counter or gauge family whose samples `fn` produces at every Serialize().
   Status AddCallback(MetricType type, const std::string& name, const std::string& help,
-                     const std::vector<std::string>& label_names, MetricsCallback fn);
+                     const std::vector<std::string>& label_names, MetricsCallback fn) EXCLUDES(mu_);
 
   // Removes a family of any kind; NotFound if absent. Pointers to it dangle afterwards.
-  Status Unregister(const std::string& name);
+  Status Unregister(const std::string& name) EXCLUDES(mu_);
 
-  std::string Serialize() const;
+  std::string Serialize() const EXCLUDES(mu_);
 
  private:
-  Status Register(std::shared_ptr<metrics_internal::FamilyBase> family);
+  Status Register(std::shared_ptr<metrics_internal::FamilyBase> family) EXCLUDES(mu_);
 
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<metrics_internal::FamilyBase>, std::less<>> families_;
-  std::map<std::string, std::string, std::less<>> taken_names_;  // sample or family name -> owner family
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<metrics_internal::FamilyBase>, std::less<>> families_ GUARDED_BY(mu_);
+  // Sample or family name -> owner family.
+  std::map<std::string, std::string, std::less<>> taken_names_ GUARDED_BY(mu_);
 };
 
 // Exposition helpers, public for tests and for anyone writing the format by hand.

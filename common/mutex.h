@@ -55,6 +55,14 @@ class CondVar {
     lock.release();  // still locked: the caller's MutexLock unlocks it
   }
 
+  // Waits until `done()` is true. `done` runs with `mu` held.
+  template <typename Predicate>
+  void Wait(Mutex* mu, Predicate done) REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+    cv_.wait(lock, std::move(done));
+    lock.release();
+  }
+
   // Waits until `done()` is true or `timeout` has passed; returns `done()`. `done` runs with `mu`
   // held.
   template <typename Rep, typename Period, typename Predicate>

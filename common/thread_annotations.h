@@ -1,8 +1,9 @@
 // Lock annotations that clang's -Wthread-safety checks at compile time: which mutex guards which
 // member (GUARDED_BY), which functions must be called with it held (REQUIRES) or without it
 // (EXCLUDES). Under clang they expand to its thread-safety attributes; under other compilers to
-// nothing, so they cost nothing and change no behaviour. The unit test controller_thread_safety
-// compiles the controller with clang and -Werror=thread-safety, so a violated annotation fails it.
+// nothing, so they cost nothing and change no behaviour. The unit tests thread_safety.* compile the
+// libraries of common/, controller/, worker/ and trainer/ with clang and -Werror=thread-safety
+// (tests/unit/thread_safety_check.py), so a violated annotation fails them.
 //
 // Names as in clang's documentation ("Thread Safety Analysis"). gRPC's headers bring in Abseil's
 // legacy macros of the same names (absl/base/internal/thread_annotations.h) that expand to the same

@@ -265,15 +265,15 @@ Result<std::unique_ptr<Authenticator>> Authenticator::Load(const std::string& to
 Status Authenticator::Reload() {
   if (tokens_file_.empty()) return Status::Ok();
   EFT_ASSIGN_OR_RETURN(auto fresh, Load(tokens_file_, join_token_file_));
-  std::lock_guard<std::mutex> lock(mu_);
-  std::lock_guard<std::mutex> lock2(fresh->mu_);
+  MutexLock lock(&mu_);
+  MutexLock lock2(&fresh->mu_);
   users_ = fresh->users_;
   join_ = fresh->join_;
   return Status::Ok();
 }
 
 size_t Authenticator::user_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return users_->size();
 }
 
@@ -287,7 +287,7 @@ Result<Principal> Authenticator::Authenticate(const std::string& header) const {
   std::shared_ptr<const std::vector<TokenEntry>> users;
   std::optional<Sha256Digest> join;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     users = users_;
     join = join_;
   }

@@ -15,12 +15,13 @@
 
 #include <array>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace eft::controller {
 
@@ -86,20 +87,22 @@ class Authenticator {
   Authenticator(std::vector<TokenEntry> users, std::optional<Sha256Digest> join);
 
   // Re-reads both files; on error keeps the old ones and returns the error.
-  Status Reload();
+  Status Reload() EXCLUDES(mu_);
 
   // From the raw Authorization header value. UNAUTHENTICATED when absent or unknown.
-  Result<Principal> Authenticate(const std::string& authorization_header) const;
+  Result<Principal> Authenticate(const std::string& authorization_header) const EXCLUDES(mu_);
   // Authenticate + Authorize; `action` kAgent takes only the join token, the others only user tokens.
   Result<Principal> Check(const std::string& authorization_header, Action action,
-                          const std::string& job_owner = "") const;
-  size_t user_count() const;
+                          const std::string& job_owner = "") const EXCLUDES(mu_);
+  size_t user_count() const EXCLUDES(mu_);
 
  private:
+  // Set by Load before the Authenticator is shared, read-only after.
   std::string tokens_file_, join_token_file_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const std::vector<TokenEntry>> users_;
-  std::optional<Sha256Digest> join_;
+  // Reload swaps both at once; a check copies them out and compares without the lock.
+  mutable Mutex mu_;
+  std::shared_ptr<const std::vector<TokenEntry>> users_ GUARDED_BY(mu_);
+  std::optional<Sha256Digest> join_ GUARDED_BY(mu_);
 };
 
 }  // namespace eft::controller

@@ -259,7 +259,7 @@ void ControllerMetrics::OnCheckpoint(const CheckpointReport& r) {
   const std::string kind = CheckpointKindLabel(r.kind);
   if (r.seconds >= 0) {
     save_seconds_->WithLabels({kind})->Observe(r.seconds);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     last_save_seconds_[r.job_id] = r.seconds;
   }
   if (r.stall_seconds >= 0) stall_seconds_->WithLabels({kind})->Observe(r.stall_seconds);
@@ -269,7 +269,7 @@ Samples ControllerMetrics::LastSaveSeconds(const ControllerSnapshot& snapshot) {
   std::set<std::string> shown;
   for (const Job& j : snapshot.jobs) shown.insert(j.id);
   Samples out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // Jobs that left the snapshot (old terminal ones) never come back: forget them, keeping the map
   // as bounded as the series. (A job submitted and checkpointed after the snapshot was taken would
   // lose its value until its next checkpoint: not worth a lock across the scrape.)

@@ -19,13 +19,14 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "controller/controller.h"
 
 namespace eft::controller {
@@ -48,7 +49,7 @@ class ControllerMetrics {
   // The registry's whole exposition (other modules' families included), with one controller
   // snapshot shared by this module's families. Serializing the registry directly also works; each
   // family then takes its own snapshot.
-  std::string Scrape();
+  std::string Scrape() EXCLUDES(mu_);
 
  private:
   ControllerMetrics(MetricsRegistry* registry, Controller* controller, ControllerMetricsOptions options)
@@ -63,18 +64,20 @@ class ControllerMetrics {
              SnapshotFn fn);
   // The same, one sample per job of the snapshot, label "job".
   Status AddPerJob(MetricType type, const std::string& name, const std::string& help, JobFn value);
-  void OnCheckpoint(const CheckpointReport& report);
-  std::vector<CallbackSample> LastSaveSeconds(const ControllerSnapshot& snapshot);
+  void OnCheckpoint(const CheckpointReport& report) EXCLUDES(mu_);
+  std::vector<CallbackSample> LastSaveSeconds(const ControllerSnapshot& snapshot) EXCLUDES(mu_);
 
-  MetricsRegistry* registry_;
-  Controller* controller_;
-  ControllerMetricsOptions options_;
+  // Set by Create (RegisterAll) before the families and the observer can run, read-only after.
+  MetricsRegistry* const registry_;
+  Controller* const controller_;
+  const ControllerMetricsOptions options_;
   std::vector<std::string> registered_;  // family names, for the destructor
   HistogramFamily* save_seconds_ = nullptr;
   HistogramFamily* stall_seconds_ = nullptr;
 
-  std::mutex mu_;
-  std::map<std::string, double> last_save_seconds_;  // job id -> seconds of its newest checkpoint
+  Mutex mu_;
+  // Job id -> seconds of its newest checkpoint.
+  std::map<std::string, double> last_save_seconds_ GUARDED_BY(mu_);
 };
 
 // The `kind` label of checkpoint histograms: "sharded", "full", or "other" (the value comes from a

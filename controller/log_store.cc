@@ -27,7 +27,7 @@ Result<int64_t> LogStore::Append(const LogId& id, int64_t offset, std::string_vi
   if (!IsJobId(id.job_id) || id.attempt < 0 || id.rank < 0 || offset < 0) {
     return Status::InvalidArgument("bad log id or offset");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&append_mu_);
   std::string path = PathOf(id);
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);

@@ -7,12 +7,13 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace eft::controller {
 
@@ -31,7 +32,7 @@ class LogStore {
   explicit LogStore(std::string root);
 
   // Stores `data`, which starts at byte `offset` of the log. Returns the log's size afterwards.
-  Result<int64_t> Append(const LogId& id, int64_t offset, std::string_view data);
+  Result<int64_t> Append(const LogId& id, int64_t offset, std::string_view data) EXCLUDES(append_mu_);
   // Current size in bytes (0 when there is no log yet).
   int64_t Size(const LogId& id) const;
   // Up to `max_bytes` from `offset`; empty at or past the end.
@@ -41,8 +42,10 @@ class LogStore {
 
  private:
   std::string PathOf(const LogId& id) const;
-  std::string root_;
-  mutable std::mutex mu_;
+  const std::string root_;
+  // Guards no member but the files: Appends run one at a time, so two pushes of one log cannot both
+  // write past the end they read. Reads take no lock: a log only ever grows.
+  Mutex append_mu_;
 };
 
 }  // namespace eft::controller

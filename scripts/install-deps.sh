@@ -8,7 +8,7 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   g++ cmake ninja-build pkg-config ccache
-  # clang: the controller_thread_safety test checks the lock annotations with -Wthread-safety
+  # clang: the thread_safety.* tests check the lock annotations with -Wthread-safety
   clang
   # control plane: gRPC/Protobuf, SQLite, Boost.Asio/Beast, config and CLI parsing
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler

@@ -94,7 +94,7 @@ Status WorkerAgent::Start() {
 void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
   if (!io_thread_.joinable()) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     draining_ = true;
   }
   // Stop every rank as if the controller no longer wanted it, then keep reporting until they are gone.
@@ -102,7 +102,7 @@ void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
   auto until = std::chrono::steady_clock::now() + deadline;
   while (std::chrono::steady_clock::now() < until) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       bool live = false;
       for (const auto& [k, r] : ranks_) live |= r.status.state() == v1::RANK_STATE_RUNNING ||
                                                 r.status.state() == v1::RANK_STATE_STOPPING;
@@ -111,17 +111,23 @@ void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  wake_cv_.notify_all();
+  wake_cv_.NotifyAll();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   // One last report, so the controller learns how the ranks ended without waiting for the timeout.
-  if (deadline.count() > 0 && registered_) HeartbeatOnce();
-  shipper_.reset();  // pushes what is left of the logs once
+  bool registered;
+  {
+    MutexLock lock(&mu_);
+    registered = registered_;
+  }
+  if (deadline.count() > 0 && registered) HeartbeatOnce();
   work_.reset();
   io_.stop();
   io_thread_.join();
+  // After the io thread, whose OnExit and StartRank use it: a rank exiting now must not find it gone.
+  shipper_.reset();  // pushes what is left of the logs once
   launcher_.reset();  // SIGKILLs whatever still runs
   work_dir_lock_.reset();
 }
@@ -129,7 +135,7 @@ void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
 WorkerStats WorkerAgent::Stats() {
   WorkerStats s;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [key, r] : ranks_) {
       ++s.ranks_by_state[r.status.state()];
       if (r.status.state() == v1::RANK_STATE_RUNNING || r.status.state() == v1::RANK_STATE_STOPPING) {
@@ -158,9 +164,9 @@ WorkerStats WorkerAgent::Stats() {
 // Heartbeats
 
 void WorkerAgent::WakeHeartbeat() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   wake_ = true;
-  wake_cv_.notify_all();
+  wake_cv_.NotifyAll();
 }
 
 std::vector<v1::RankStatus> WorkerAgent::SnapshotRanks(std::vector<Key>* ended) {
@@ -183,22 +189,28 @@ void WorkerAgent::MarkEndsReported(const std::vector<Key>& ended) {
 
 void WorkerAgent::HeartbeatLoop() {
   while (true) {
-    bool ok = fenced_ || (registered_ ? HeartbeatOnce() : RegisterOnce());
-    std::unique_lock<std::mutex> lock(mu_);
+    bool fenced, registered;
+    {
+      MutexLock lock(&mu_);
+      fenced = fenced_;
+      registered = registered_;
+    }
+    bool ok = fenced || (registered ? HeartbeatOnce() : RegisterOnce());
+    MutexLock lock(&mu_);
     if (stop_) break;
     if (fenced_) {  // nothing to say to the controller any more; wait for Shutdown
-      wake_cv_.wait(lock, [&] { return stop_; });
+      wake_cv_.Wait(&mu_, [&]() REQUIRES(mu_) { return stop_; });
       break;
     }
     if (retry_wait_) {  // the controller is finding out whether this node's previous worker lives
       auto wait = *retry_wait_;
       retry_wait_.reset();
-      wake_cv_.wait_for(lock, wait, [&] { return stop_; });
+      wake_cv_.WaitFor(&mu_, wait, [&]() REQUIRES(mu_) { return stop_; });
       if (stop_) break;
       continue;
     }
     if (ok && !registered_) continue;  // told to re-register: do it now
-    wake_cv_.wait_for(lock, interval_, [&] { return wake_ || stop_; });
+    wake_cv_.WaitFor(&mu_, interval_, [&]() REQUIRES(mu_) { return wake_ || stop_; });
     wake_ = false;
     if (stop_) break;
   }
@@ -207,7 +219,7 @@ void WorkerAgent::HeartbeatLoop() {
 void WorkerAgent::OnFenced(const std::string& why) {
   EFT_LOG(ERROR) << "the controller fenced this worker: " << why;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     fenced_ = true;
     registered_ = false;
     draining_ = true;
@@ -226,9 +238,11 @@ bool WorkerAgent::RegisterOnce() {
   req.set_incarnation(incarnation_);
   if (work_dir_lock_) req.set_previous_incarnation(work_dir_lock_->previous_incarnation());
   std::vector<Key> ended;
+  std::chrono::milliseconds retry_every;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& s : SnapshotRanks(&ended)) *req.add_ranks() = std::move(s);
+    retry_every = interval_;
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + config_.rpc_timeout);
@@ -239,16 +253,16 @@ bool WorkerAgent::RegisterOnce() {
     if (controller_reachable_ && (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
                                   s.error_code() == grpc::StatusCode::PERMISSION_DENIED)) {
       EFT_LOG(ERROR) << "the controller " << config_.controller << " refused this worker: " << s.error_message()
-                     << " (check --join-token-file / EFT_JOIN_TOKEN; retrying every " << interval_.count() << " ms)";
+                     << " (check --join-token-file / EFT_JOIN_TOKEN; retrying every " << retry_every.count() << " ms)";
     } else if (controller_reachable_) {
       const std::string cause = DescribeUnreachable(s, config_.controller);
       if (!cause.empty()) {
         EFT_LOG(WARNING) << "cannot register: " << cause << "; is eft-controller running, and is "
                          << config_.controller << " its --listen address? (--controller HOST:PORT; retrying every "
-                         << interval_.count() << " ms)";
+                         << retry_every.count() << " ms)";
       } else {
         EFT_LOG(WARNING) << "cannot register with " << config_.controller << ": " << s.error_message()
-                         << " (retrying every " << interval_.count() << " ms)";
+                         << " (retrying every " << retry_every.count() << " ms)";
       }
     }
     controller_reachable_ = false;
@@ -265,7 +279,7 @@ bool WorkerAgent::RegisterOnce() {
     EFT_LOG(WARNING) << "the controller holds node " << config_.name << " for another worker that heartbeated "
                      << "lately; asking again in " << resp.retry_after_ms() << " ms (if that worker is alive, "
                      << "this one is refused: every worker needs its own --name)";
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     retry_wait_ = std::chrono::milliseconds(resp.retry_after_ms());
     return true;
   }
@@ -273,7 +287,7 @@ bool WorkerAgent::RegisterOnce() {
   EFT_LOG(INFO) << "registered with " << config_.controller << " as " << config_.name << " (incarnation "
                 << incarnation_ << "), " << resp.desired_size() << " ranks desired";
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     MarkEndsReported(ended);
     registered_ = true;
     if (resp.heartbeat_interval_ms() > 0) interval_ = std::chrono::milliseconds(resp.heartbeat_interval_ms());
@@ -290,7 +304,7 @@ bool WorkerAgent::HeartbeatOnce() {
   req.set_incarnation(incarnation_);
   std::vector<Key> ended;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     req.set_shutting_down(draining_);
     for (auto& s : SnapshotRanks(&ended)) *req.add_ranks() = std::move(s);
     size_t n = 0;
@@ -321,7 +335,7 @@ bool WorkerAgent::HeartbeatOnce() {
     return true;
   }
   ++heartbeats_;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!pending_events_.empty() && pending_events_.front().seq() <= resp.acked_event_seq()) {
     pending_events_.pop_front();
   }
@@ -351,7 +365,7 @@ void WorkerAgent::Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAss
   bool changed = false;
   ReconcilePlan plan;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::map<Key, KnownRank> known;
     for (const auto& [key, r] : ranks_) known[key] = {r.status.state(), r.end_reported};
     plan = PlanReconcile(desired, known, have_spec, draining_);
@@ -402,7 +416,7 @@ void WorkerAgent::StartRank(const v1::RankAssignment& a, const std::string& spec
   Key key = RankIdOf(a.key());
   ProcessSupervisor::Id id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     id = next_id_++;
     r.id = id;
   }
@@ -419,7 +433,7 @@ void WorkerAgent::StartRank(const v1::RankAssignment& a, const std::string& spec
                   << ", slot " << a.slot() << ")";
     shipper_->Track(a.key(), spec.log_path);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (r.status.state() == v1::RANK_STATE_FAILED_TO_START) {
     ++rank_start_failures_;
   } else {
@@ -433,7 +447,7 @@ void WorkerAgent::StartRank(const v1::RankAssignment& a, const std::string& spec
 void WorkerAgent::OnExit(ProcessSupervisor::Id id, ProcessExit exit) {
   v1::RankKey key;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = by_id_.find(id);
     if (it == by_id_.end()) return;
     LocalRank& r = ranks_.at(it->second);
@@ -454,7 +468,7 @@ void WorkerAgent::OnExit(ProcessSupervisor::Id id, ProcessExit exit) {
 }
 
 void WorkerAgent::OnEventLine(ProcessSupervisor::Id id, const std::string& line) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_id_.find(id);
   if (it == by_id_.end() || line.empty()) return;
   v1::RankEvent e;

@@ -10,16 +10,16 @@
 //
 // Threads: an io thread owns the RankLauncher (rank processes must be forked from a thread that
 // lives as long as they do, because of PR_SET_PDEATHSIG) and the attempt specs, a heartbeat thread
-// does the RPCs, and the LogShipper has its own. `mu_` guards the rank table and pending events.
+// does the RPCs, and the LogShipper has its own. `mu_` guards the rank table, pending events and
+// the heartbeat state, and clang checks it (common/thread_annotations.h): every member it guards is
+// GUARDED_BY(mu_); the members without it say which thread owns them.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -30,7 +30,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "eft/v1/agent.grpc.pb.h"
 #include "worker/log_shipper.h"
 #include "worker/rank_launcher.h"
@@ -89,10 +91,10 @@ class WorkerAgent {
   Status Start();
   // Stops every rank (SIGTERM, then SIGKILL after its grace period), reports their exits to the
   // controller if it can within `deadline`, and stops the threads.
-  void Shutdown(std::chrono::milliseconds deadline);
+  void Shutdown(std::chrono::milliseconds deadline) EXCLUDES(mu_);
 
   // Thread-safe (takes the agent's lock briefly), between Start() and Shutdown().
-  WorkerStats Stats();
+  WorkerStats Stats() EXCLUDES(mu_);
 
  private:
   using Key = RankId;
@@ -104,61 +106,65 @@ class WorkerAgent {
     bool end_reported = false;  // see KnownRank
   };
 
-  void HeartbeatLoop();
+  void HeartbeatLoop() EXCLUDES(mu_);
   // Each returns whether the controller answered; RegisterOnce may set retry_wait_ or fenced_.
-  bool RegisterOnce();
-  bool HeartbeatOnce();
-  void OnFenced(const std::string& why);  // heartbeat thread
+  bool RegisterOnce() EXCLUDES(mu_);
+  bool HeartbeatOnce() EXCLUDES(mu_);
+  void OnFenced(const std::string& why) EXCLUDES(mu_);  // heartbeat thread
   // io thread: `desired` and `specs` of one reply.
-  void Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired, const AttemptSpecs& specs);
-  void StartRank(const v1::RankAssignment& a, const std::string& spec_json);  // io thread
-  void OnExit(ProcessSupervisor::Id id, ProcessExit exit);
-  void OnEventLine(ProcessSupervisor::Id id, const std::string& line);
-  void WakeHeartbeat();
-  // Under mu_. `ended`: the keys of the ranks listed in their final state.
-  std::vector<v1::RankStatus> SnapshotRanks(std::vector<Key>* ended);
-  // Under mu_: a report listing `ended` was answered.
-  void MarkEndsReported(const std::vector<Key>& ended);
+  void Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired, const AttemptSpecs& specs)
+      EXCLUDES(mu_);
+  void StartRank(const v1::RankAssignment& a, const std::string& spec_json) EXCLUDES(mu_);  // io thread
+  void OnExit(ProcessSupervisor::Id id, ProcessExit exit) EXCLUDES(mu_);
+  void OnEventLine(ProcessSupervisor::Id id, const std::string& line) EXCLUDES(mu_);
+  void WakeHeartbeat() EXCLUDES(mu_);
+  // `ended`: the keys of the ranks listed in their final state.
+  std::vector<v1::RankStatus> SnapshotRanks(std::vector<Key>* ended) REQUIRES(mu_);
+  // A report listing `ended` was answered.
+  void MarkEndsReported(const std::vector<Key>& ended) REQUIRES(mu_);
   std::string LogPath(const v1::RankKey& key) const;
 
+  // Set at construction, read-only after: no lock needed.
   WorkerConfig config_;
   ControllerEndpoint endpoint_;  // config_.endpoint with its address
   AgentDeps deps_;               // new_stub, clock and new_launcher set
   std::string incarnation_;
-  std::optional<WorkDirLock> work_dir_lock_;  // from Start() to the end of Shutdown()
-  std::unique_ptr<v1::AgentService::StubInterface> stub_;  // heartbeat thread only
+  // Set by Start() before the threads start, reset by Shutdown() after they are joined.
+  std::optional<WorkDirLock> work_dir_lock_;
+  // Heartbeat thread only (and Shutdown's last report, once that thread is joined).
+  std::unique_ptr<v1::AgentService::StubInterface> stub_;
 
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   std::unique_ptr<RankLauncher> launcher_;  // used on the io thread only
   std::thread io_thread_;
   std::thread heartbeat_thread_;
-  std::unique_ptr<LogShipper> shipper_;
+  std::unique_ptr<LogShipper> shipper_;  // from Start() to Shutdown(); the io thread uses it
   // io thread only: the spec of each attempt this node has a rank of, from the AttemptSpecs of
   // replies (the controller sends each one once; see PlanReconcile for when it is forgotten).
   std::map<AttemptId, std::string> specs_;
 
-  std::mutex mu_;
-  std::condition_variable wake_cv_;
-  bool wake_ = false;
-  bool stop_ = false;
-  bool registered_ = false;
-  bool draining_ = false;  // shutting down: run nothing new
-  bool fenced_ = false;    // another worker holds the node name: register and run nothing, ever
+  Mutex mu_;
+  CondVar wake_cv_;  // notified when wake_ or stop_ is set
+  bool wake_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool registered_ GUARDED_BY(mu_) = false;
+  bool draining_ GUARDED_BY(mu_) = false;  // shutting down: run nothing new
+  bool fenced_ GUARDED_BY(mu_) = false;    // another worker holds the node name: register and run nothing, ever
   // Set by a RegisterResponse.retry_after_ms: the next Register waits this instead of the interval.
-  std::optional<std::chrono::milliseconds> retry_wait_;
-  std::chrono::milliseconds interval_;
-  std::map<Key, LocalRank> ranks_;
-  std::map<ProcessSupervisor::Id, Key> by_id_;
-  ProcessSupervisor::Id next_id_ = 1;
-  std::deque<v1::RankEvent> pending_events_;
-  uint64_t next_seq_ = 1;
+  std::optional<std::chrono::milliseconds> retry_wait_ GUARDED_BY(mu_);
+  std::chrono::milliseconds interval_ GUARDED_BY(mu_);
+  std::map<Key, LocalRank> ranks_ GUARDED_BY(mu_);
+  std::map<ProcessSupervisor::Id, Key> by_id_ GUARDED_BY(mu_);
+  ProcessSupervisor::Id next_id_ GUARDED_BY(mu_) = 1;
+  std::deque<v1::RankEvent> pending_events_ GUARDED_BY(mu_);
+  uint64_t next_seq_ GUARDED_BY(mu_) = 1;
   std::atomic<bool> controller_reachable_{true};
-  // Under mu_, except the RPC counts, which the heartbeat thread bumps without it.
-  std::map<std::string, uint64_t> rank_exits_;
-  uint64_t rank_starts_ = 0;
-  uint64_t rank_restarts_ = 0;
-  uint64_t rank_start_failures_ = 0;
+  // Under mu_, except the RPC counts, which the heartbeat thread bumps without it (atomics).
+  std::map<std::string, uint64_t> rank_exits_ GUARDED_BY(mu_);
+  uint64_t rank_starts_ GUARDED_BY(mu_) = 0;
+  uint64_t rank_restarts_ GUARDED_BY(mu_) = 0;
+  uint64_t rank_start_failures_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> registrations_{0};
   std::atomic<uint64_t> heartbeats_{0};
   std::atomic<uint64_t> heartbeat_failures_{0};

@@ -174,18 +174,18 @@ void GpuMonitor::Start() {
 
 void GpuMonitor::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void GpuMonitor::Loop() {
   while (true) {
     (void)PollOnce();
-    std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_for(lock, interval_, [&] { return stop_; })) return;
+    MutexLock lock(&mu_);
+    if (cv_.WaitFor(&mu_, interval_, [&]() REQUIRES(mu_) { return stop_; })) return;
   }
 }
 
@@ -193,7 +193,7 @@ Status GpuMonitor::PollOnce() {
   Result<std::string> text = query_->Run(timeout_);
   Result<std::vector<GpuReading>> readings =
       text.ok() ? ParseNvidiaSmiCsv(*text) : Result<std::vector<GpuReading>>(text.status());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!readings.ok()) {
     ++failures_;
     latest_.clear();
@@ -209,12 +209,12 @@ Status GpuMonitor::PollOnce() {
 }
 
 std::vector<GpuReading> GpuMonitor::Latest() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return latest_;
 }
 
 uint64_t GpuMonitor::failures() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return failures_;
 }
 

@@ -10,17 +10,17 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace eft::worker {
 
@@ -62,26 +62,29 @@ class GpuMonitor {
 
   // Polls at once, then every interval on a thread of its own.
   void Start();
-  void Stop();
+  void Stop() EXCLUDES(mu_);
   // One poll on the calling thread (what the thread does; tests call it directly).
-  Status PollOnce();
+  Status PollOnce() EXCLUDES(mu_);
 
-  std::vector<GpuReading> Latest() const;  // empty until a poll succeeded, and after one failed
-  uint64_t failures() const;               // polls that failed
+  std::vector<GpuReading> Latest() const EXCLUDES(mu_);  // empty until a poll succeeded, and after one failed
+  uint64_t failures() const EXCLUDES(mu_);               // polls that failed
 
  private:
-  void Loop();
+  void Loop() EXCLUDES(mu_);
 
-  std::unique_ptr<GpuQuery> query_;
-  std::chrono::milliseconds interval_;
-  std::chrono::milliseconds timeout_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  bool logged_failure_ = false;
-  std::vector<GpuReading> latest_;
-  uint64_t failures_ = 0;
-  std::thread thread_;
+  // Set at construction, read-only after. The query runs without mu_ (it may take seconds), so
+  // scrapes never wait for nvidia-smi.
+  const std::unique_ptr<GpuQuery> query_;
+  const std::chrono::milliseconds interval_;
+  const std::chrono::milliseconds timeout_;
+
+  mutable Mutex mu_;
+  CondVar cv_;  // notified when stop_ is set
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool logged_failure_ GUARDED_BY(mu_) = false;
+  std::vector<GpuReading> latest_ GUARDED_BY(mu_);
+  uint64_t failures_ GUARDED_BY(mu_) = 0;
+  std::thread thread_;  // started by Start, joined by Stop: the owner's thread only
 };
 
 // One GPU of this worker with the job using it.

@@ -31,24 +31,24 @@ void AddJoinToken(const ControllerEndpoint& controller, grpc::ClientContext* ctx
 LogShipper::LogShipper(ControllerEndpoint controller, std::string node_name, std::chrono::milliseconds interval,
                        std::chrono::milliseconds rpc_timeout)
     : controller_(std::move(controller)),
-      stub_(NewAgentStub(controller_)),
       node_name_(std::move(node_name)),
       interval_(interval),
-      rpc_timeout_(rpc_timeout) {}
+      rpc_timeout_(rpc_timeout),
+      stub_(NewAgentStub(controller_)) {}
 
 LogShipper::~LogShipper() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void LogShipper::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 void LogShipper::Track(const v1::RankKey& key, const std::string& path) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   File& f = files_[path];
   f.key = key;
   f.path = path;
@@ -56,30 +56,33 @@ void LogShipper::Track(const v1::RankKey& key, const std::string& path) {
 }
 
 void LogShipper::Untrack(const v1::RankKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [path, f] : files_) {
     if (KeyText(f.key) == KeyText(key)) f.done = true;
   }
   wake_ = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void LogShipper::Wake() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   wake_ = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void LogShipper::Loop() {
   while (true) {
     bool sent = PushOnce();
-    std::unique_lock<std::mutex> lock(mu_);
-    if (stop_) break;
-    // More to send: go again at once; otherwise wait for the interval or a wake-up.
-    if (!sent) cv_.wait_for(lock, interval_, [&] { return wake_ || stop_; });
-    wake_ = false;
-    if (stop_) {
-      lock.unlock();
+    bool stopped_while_waiting = false;
+    {
+      MutexLock lock(&mu_);
+      if (stop_) break;
+      // More to send: go again at once; otherwise wait for the interval or a wake-up.
+      if (!sent) cv_.WaitFor(&mu_, interval_, [&]() REQUIRES(mu_) { return wake_ || stop_; });
+      wake_ = false;
+      stopped_while_waiting = stop_;
+    }
+    if (stopped_while_waiting) {
       PushOnce();
       break;
     }
@@ -91,7 +94,7 @@ bool LogShipper::PushOnce() {
   req.set_node_name(node_name_);
   size_t total = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto it = files_.begin(); it != files_.end();) {
       File& f = it->second;
       struct stat st {};
@@ -132,7 +135,7 @@ bool LogShipper::PushOnce() {
     stub_ = NewAgentStub(controller_);
     return false;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   bool progressed = false;
   for (const auto& c : resp.committed()) {
     for (auto& [path, f] : files_) {

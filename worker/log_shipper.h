@@ -8,13 +8,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "eft/v1/agent.grpc.pb.h"
 #include "worker/worker_config.h"
 
@@ -40,11 +40,11 @@ class LogShipper {
   ~LogShipper();  // one last push attempt, then stops
 
   void Start();
-  void Track(const v1::RankKey& key, const std::string& path);
+  void Track(const v1::RankKey& key, const std::string& path) EXCLUDES(mu_);
   // The rank is gone: forget the file once it is fully shipped.
-  void Untrack(const v1::RankKey& key);
+  void Untrack(const v1::RankKey& key) EXCLUDES(mu_);
   // Pushes now instead of at the next interval.
-  void Wake();
+  void Wake() EXCLUDES(mu_);
 
   struct Stats {
     uint64_t bytes_shipped = 0;  // bytes the controller confirmed
@@ -59,22 +59,26 @@ class LogShipper {
     int64_t confirmed = 0;
     bool done = false;
   };
-  void Loop();
-  bool PushOnce();  // returns whether anything was sent
+  void Loop() EXCLUDES(mu_);
+  bool PushOnce() EXCLUDES(mu_);  // returns whether anything was sent
 
-  ControllerEndpoint controller_;
-  std::unique_ptr<v1::AgentService::Stub> stub_;  // replaced after a failed call (see NewAgentStub)
-  std::string node_name_;
-  std::chrono::milliseconds interval_;
-  std::chrono::milliseconds rpc_timeout_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool wake_ = false;
-  bool stop_ = false;
-  std::map<std::string, File> files_;  // by path
+  // Set at construction, read-only after.
+  const ControllerEndpoint controller_;
+  const std::string node_name_;
+  const std::chrono::milliseconds interval_;
+  const std::chrono::milliseconds rpc_timeout_;
+  // Used only by the shipping thread (PushOnce), so no lock; replaced after a failed call (see
+  // NewAgentStub).
+  std::unique_ptr<v1::AgentService::Stub> stub_;
+
+  Mutex mu_;
+  CondVar cv_;  // notified (under mu_) when wake_ or stop_ is set
+  bool wake_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::map<std::string, File> files_ GUARDED_BY(mu_);  // by path
   std::atomic<uint64_t> bytes_shipped_{0};
   std::atomic<uint64_t> push_failures_{0};
-  std::thread thread_;
+  std::thread thread_;  // started by Start, joined by the destructor: the owner's thread only
 };
 
 }  // namespace eft::worker

@@ -59,7 +59,7 @@ std::vector<int64_t> GlobalSampler::StepExamples(int64_t epoch, int64_t step_in_
                             std::to_string(step_in_epoch) + " is outside [0, " + std::to_string(steps_per_epoch()) +
                             ")");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (cached_epoch_ != epoch) {
     cached_perm_ = EpochPermutation(num_examples_, seed_, epoch);
     cached_epoch_ = epoch;

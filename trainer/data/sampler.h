@@ -10,9 +10,10 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "trainer/data/batch.h"
 #include "trainer/data/token_dataset.h"
 
@@ -48,14 +49,14 @@ class GlobalSampler {
   // Example indices of step `step_in_epoch` of `epoch`, in order. Throws std::out_of_range for a step
   // outside [0, steps_per_epoch()) or a negative epoch. The epoch's permutation is cached, so walking
   // an epoch step by step costs one shuffle; safe to call from several threads.
-  std::vector<int64_t> StepExamples(int64_t epoch, int64_t step_in_epoch) const;
+  std::vector<int64_t> StepExamples(int64_t epoch, int64_t step_in_epoch) const EXCLUDES(mu_);
 
  private:
-  int64_t num_examples_, global_batch_size_;
-  uint64_t seed_;
-  mutable std::mutex mu_;
-  mutable int64_t cached_epoch_ = -1;
-  mutable std::vector<int64_t> cached_perm_;
+  const int64_t num_examples_, global_batch_size_;
+  const uint64_t seed_;
+  mutable Mutex mu_;
+  mutable int64_t cached_epoch_ GUARDED_BY(mu_) = -1;
+  mutable std::vector<int64_t> cached_perm_ GUARDED_BY(mu_);
 };
 
 // The examples rank `rank` of `world` computes for one step (positions rank, rank + world, ... of

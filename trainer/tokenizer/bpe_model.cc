@@ -304,7 +304,7 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids, std::v
   std::string key;
   if (cacheable) {
     key.assign(word);
-    std::lock_guard<std::mutex> lock(cache_mu_);
+    MutexLock lock(&cache_mu_);
     auto it = cache_.find(key);
     if (it != cache_.end()) {
       ids->insert(ids->end(), it->second.ids.begin(), it->second.ids.end());
@@ -318,7 +318,7 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids, std::v
   ids->insert(ids->end(), w.ids.begin(), w.ids.end());
   lengths->insert(lengths->end(), w.lengths.begin(), w.lengths.end());
   if (cacheable) {
-    std::lock_guard<std::mutex> lock(cache_mu_);
+    MutexLock lock(&cache_mu_);
     if (cache_.size() < kCacheCapacity) cache_.emplace(std::move(key), std::move(w));
   }
 }

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,7 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace eft::trainer::tok {
 
@@ -28,7 +29,8 @@ class BpeModel {
 
   // Appends the tokens of `word`, each with the length in bytes of `word` it covers (a
   // byte-fallback or unknown token may cover zero bytes after the first of its character).
-  void Tokenize(std::string_view word, std::vector<int32_t>* ids, std::vector<uint32_t>* lengths) const;
+  void Tokenize(std::string_view word, std::vector<int32_t>* ids, std::vector<uint32_t>* lengths) const
+      EXCLUDES(cache_mu_);
 
   // The id of a token in tokenizer.json's spelling.
   std::optional<int32_t> TokenToId(std::string_view token) const;
@@ -66,6 +68,7 @@ class BpeModel {
   void ApplyMerges(std::vector<int32_t>* ids, std::vector<uint32_t>* lengths) const;
   void InitialSymbols(std::string_view word, std::vector<int32_t>* ids, std::vector<uint32_t>* lengths) const;
 
+  // Set by FromJson before the model is shared, read-only after: no lock.
   bool byte_level_ = false;
   bool ignore_merges_ = false;
   bool byte_fallback_ = false;
@@ -78,8 +81,8 @@ class BpeModel {
   int32_t fallback_ids_[256];                         // byte_fallback: the id of <0xXX>
   MergeTable merges_;
 
-  mutable std::mutex cache_mu_;
-  mutable std::unordered_map<std::string, CachedWord> cache_;
+  mutable Mutex cache_mu_;
+  mutable std::unordered_map<std::string, CachedWord> cache_ GUARDED_BY(cache_mu_);
 };
 
 }  // namespace eft::trainer::tok

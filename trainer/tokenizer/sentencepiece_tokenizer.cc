@@ -7,9 +7,10 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 #include <unordered_map>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "trainer/tokenizer/added_tokens.h"
 #include "trainer/tokenizer/tokenizer.h"
 
@@ -29,11 +30,11 @@ struct SpmApi {
 };
 
 Result<const SpmApi*> LoadSpmApi() {
-  static std::mutex mu;
-  static SpmApi api;
-  static std::string error;
-  static bool tried = false;
-  std::lock_guard<std::mutex> lock(mu);
+  static Mutex mu;
+  static SpmApi api GUARDED_BY(mu);  // read-only once `tried`: callers keep the pointer
+  static std::string error GUARDED_BY(mu);
+  static bool tried GUARDED_BY(mu) = false;
+  MutexLock lock(&mu);
   if (!tried) {
     tried = true;
     std::vector<std::string> candidates;

@@ -28,7 +28,11 @@ CpuBf16Support DetectCpuBf16() {
   // libgcc's cpuid reading also checks that the OS saves the AVX-512 state (XCR0).
   __builtin_cpu_init();
   s.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+#if defined(__clang__) && __clang_major__ < 19
+  s.amx_bf16 = false;  // clang knows this name from 19 on; before, it refuses to compile it
+#else
   s.amx_bf16 = __builtin_cpu_supports("amx-bf16");
+#endif
 #endif
   // ATen's vectorised kernels: default and avx2 have no bf16 instructions.
   if (const char* cap = std::getenv("ATEN_CPU_CAPABILITY"); cap != nullptr) {
