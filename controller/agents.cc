@@ -23,6 +23,7 @@ Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req
   v1::RegisterResponse out;
   out.set_heartbeat_interval_ms(static_cast<int32_t>(HeartbeatIntervalLocked(node).count()));
   lifecycle_.DesiredFor(node, out.mutable_desired(), out.mutable_attempt_specs());
+  lifecycle_.StopNowFor(node, out.mutable_stop_now());
   return out;
 }
 
@@ -39,6 +40,7 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
   lifecycle_.OnRankReports(node);
   scheduler_.MaybePass();
   lifecycle_.DesiredFor(node, out.mutable_desired(), out.mutable_attempt_specs());
+  lifecycle_.StopNowFor(node, out.mutable_stop_now());
   // After this heartbeat's reports and decisions: a stop or start they caused is seen here.
   out.set_heartbeat_interval_ms(static_cast<int32_t>(HeartbeatIntervalLocked(node).count()));
   return out;

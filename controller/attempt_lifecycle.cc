@@ -433,4 +433,14 @@ void AttemptLifecycle::DesiredFor(const NodeEntry& node,
   }
 }
 
+void AttemptLifecycle::StopNowFor(const NodeEntry& node, google::protobuf::RepeatedPtrField<v1::RankKey>* out) const {
+  for (const auto& r : node.reported) {
+    if (!IsLive(r)) continue;
+    const JobEntry* j = jobs_->Find(r.key().job_id());
+    const int number = r.key().attempt();
+    if (j == nullptr || number < 1 || number > static_cast<int>(j->attempts.size())) continue;
+    if (EndedUnplanned(j->attempts[number - 1])) *out->Add() = r.key();
+  }
+}
+
 }  // namespace eft::controller

@@ -69,6 +69,9 @@ class AttemptLifecycle {
   // travels once per attempt and node rather than in every reply.
   void DesiredFor(const NodeEntry& node, google::protobuf::RepeatedPtrField<v1::RankAssignment>* out,
                   google::protobuf::RepeatedPtrField<v1::AttemptSpec>* specs) const;
+  // The live ranks `node` reports whose attempt ended unplanned (EndedUnplanned): to be killed at
+  // once, without the stop grace.
+  void StopNowFor(const NodeEntry& node, google::protobuf::RepeatedPtrField<v1::RankKey>* out) const;
 
  private:
   void OnRankExit(JobEntry& job, int rank, const v1::RankStatus& status);

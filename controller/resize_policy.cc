@@ -104,6 +104,19 @@ bool EndedForPlannedStop(const AttemptRecord& attempt) {
   return attempt.end == v1::ATTEMPT_END_RESIZED || attempt.end == v1::ATTEMPT_END_PREEMPTED;
 }
 
+bool EndedUnplanned(const AttemptRecord& attempt) {
+  switch (attempt.end) {
+    case v1::ATTEMPT_END_RANK_FAILED:
+    case v1::ATTEMPT_END_OUT_OF_MEMORY:
+    case v1::ATTEMPT_END_NODE_LOST:
+    case v1::ATTEMPT_END_RANK_LOST:
+    case v1::ATTEMPT_END_PORT_BUSY:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string EvictWhat(const std::string& node, int from, int to, int min_nodes) {
   std::string out = node + " drained with --evict, " + NodesText(from, to);
   if (to < min_nodes) out += ", below nodes.min " + std::to_string(min_nodes) + ": the job waits for nodes";

@@ -82,6 +82,9 @@ inline constexpr const char* kPreemptedEvent = "preempted";
 std::string PreemptedEndReason(const std::string& what);
 // A resize or a preemption: the ranks were asked to stop with a checkpoint.
 bool EndedForPlannedStop(const AttemptRecord& attempt);
+// Ended because a rank failed or vanished, ran out of memory, could not rendezvous, or a node was
+// lost: the ranks left cannot save a consistent checkpoint, and may hang in a collective.
+bool EndedUnplanned(const AttemptRecord& attempt);
 
 // What draining `node` with --evict does to a job on `from` nodes that can continue on `to` (the
 // other nodes of its attempt plus free ones, at most nodes.max): "node1 drained with --evict, 3 -> 2

@@ -292,8 +292,8 @@ bool WorkerAgent::RegisterOnce() {
     registered_ = true;
     if (resp.heartbeat_interval_ms() > 0) interval_ = std::chrono::milliseconds(resp.heartbeat_interval_ms());
   }
-  boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs()] {
-    Reconcile(desired, specs);
+  boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs(), stop = resp.stop_now()] {
+    Reconcile(desired, specs, stop);
   });
   return true;
 }
@@ -347,8 +347,8 @@ bool WorkerAgent::HeartbeatOnce() {
   }
   // A controller that does not know this worker (above) took nothing from the request.
   MarkEndsReported(ended);
-  boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs()] {
-    Reconcile(desired, specs);
+  boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs(), stop = resp.stop_now()] {
+    Reconcile(desired, specs, stop);
   });
   return true;
 }
@@ -357,7 +357,7 @@ bool WorkerAgent::HeartbeatOnce() {
 // Reconciliation (io thread)
 
 void WorkerAgent::Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired,
-                            const AttemptSpecs& specs) {
+                            const AttemptSpecs& specs, const google::protobuf::RepeatedPtrField<v1::RankKey>& stop_now) {
   if (!launcher_) return;
   for (const auto& spec : specs) specs_[{spec.job_id(), spec.attempt()}] = spec.spec_json();
   std::set<AttemptId> have_spec;
@@ -376,6 +376,20 @@ void WorkerAgent::Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAss
                     << grace.count() << " ms): no longer desired";
       launcher_->Stop(r.id, grace);
       r.status.set_state(v1::RANK_STATE_STOPPING);
+      changed = true;
+    }
+    for (const v1::RankKey& k : stop_now) {
+      auto it = ranks_.find(RankIdOf(k));
+      if (it == ranks_.end() || it->second.killed) continue;
+      LocalRank& r = it->second;
+      const v1::RankState state = r.status.state();
+      if (state != v1::RANK_STATE_RUNNING && state != v1::RANK_STATE_STOPPING) continue;
+      EFT_LOG(WARNING) << "killing " << Describe(k) << " (pid " << r.status.pid()
+                       << ") now: its attempt ended unplanned, so it cannot save a checkpoint and may be "
+                          "blocked in a collective with a peer that is gone";
+      launcher_->Stop(r.id, std::chrono::milliseconds(0));
+      r.status.set_state(v1::RANK_STATE_STOPPING);
+      r.killed = true;
       changed = true;
     }
     for (const Key& key : plan.forget) {

@@ -104,6 +104,7 @@ class WorkerAgent {
     v1::RankStatus status;
     ProcessSupervisor::Id id = 0;
     bool end_reported = false;  // see KnownRank
+    bool killed = false;        // killed without its grace (stop_now)
   };
 
   void HeartbeatLoop() EXCLUDES(mu_);
@@ -112,8 +113,9 @@ class WorkerAgent {
   bool HeartbeatOnce() EXCLUDES(mu_);
   void OnFenced(const std::string& why) EXCLUDES(mu_);  // heartbeat thread
   // io thread: `desired` and `specs` of one reply.
-  void Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired, const AttemptSpecs& specs)
-      EXCLUDES(mu_);
+  // `stop_now`: ranks to kill without their grace (HeartbeatResponse.stop_now).
+  void Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired, const AttemptSpecs& specs,
+                 const google::protobuf::RepeatedPtrField<v1::RankKey>& stop_now = {}) EXCLUDES(mu_);
   void StartRank(const v1::RankAssignment& a, const std::string& spec_json) EXCLUDES(mu_);  // io thread
   void OnExit(ProcessSupervisor::Id id, ProcessExit exit) EXCLUDES(mu_);
   void OnEventLine(ProcessSupervisor::Id id, const std::string& line) EXCLUDES(mu_);

@@ -92,6 +92,54 @@ TEST(ControlPlane, WorkerKilledMidJobRestartsAtSmallerWorldSizeFromCheckpoint) {
   EXPECT_EQ(result.value("world_size", 0), 2);
 }
 
+// A node that stops answering without closing its sockets (SIGSTOP: the worker and its rank freeze,
+// as behind a network partition) leaves the survivors blocked in a collective with its rank. They
+// cannot save the stop checkpoint (a sharded save needs every rank) nor even see SIGTERM's request
+// before the collective returns: the controller has them killed at once (HeartbeatResponse.stop_now)
+// instead of after stop_grace_seconds (60 s here), so the job goes on within seconds of the loss.
+TEST(ControlPlane, SurvivorsBlockedByAFrozenNodeAreKilledAtOnce) {
+  ClusterOptions o;
+  TestCluster c(o);
+  c.StartAll();
+  v1::JobSpec spec = c.WorkloadJob("frozen", 2, 3, 40, 100, 5);
+  spec.mutable_fault_tolerance()->set_stop_grace_seconds(60);  // and Gloo's timeout is 30 s
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(spec, &job).ok());
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.checkpoints_size() >= 2 || IsTerminal(j); }, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << DescribeJob(job);
+  ASSERT_EQ(job.attempts(0).nodes(2), "node2");
+  std::vector<pid_t> first = c.RankPids("frozen", 1);
+  ASSERT_EQ(first.size(), 3u);
+  const pid_t frozen_rank = static_cast<pid_t>(std::atoi(ReadFile(c.dir() + "/pids/frozen/attempt-1/rank-2.pid").c_str()));
+  ASSERT_GT(frozen_rank, 0);
+
+  const auto frozen_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(c.worker(2).pid(), SIGSTOP), 0);
+  ASSERT_EQ(::kill(frozen_rank, SIGSTOP), 0);
+  const bool survivors_gone = WaitUntil(
+      [&] {
+        for (pid_t p : first) {
+          if (p != frozen_rank && ProcessAlive(p)) return false;
+        }
+        return true;
+      },
+      std::chrono::milliseconds(static_cast<int>(o.heartbeat_timeout_s * 1000) + 4000));
+  const auto gone_after = std::chrono::steady_clock::now() - frozen_at;
+  EXPECT_TRUE(survivors_gone) << "the survivors of attempt 1 waited for their stop grace";
+  std::printf("survivors of the frozen node killed %lld ms after it froze\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(gone_after).count()));
+
+  job = c.WaitForJob(job.id(), IsTerminal, 90s);
+  c.KillWorker(2);  // its frozen rank dies with it (PR_SET_PDEATHSIG sends SIGKILL, which a stopped process takes)
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(job);
+  ASSERT_EQ(job.attempts_size(), 2) << DescribeJob(job);
+  EXPECT_EQ(job.attempts(0).end(), v1::ATTEMPT_END_NODE_LOST);
+  EXPECT_EQ(job.attempts(1).world_size(), 2);
+  EXPECT_EQ(job.restarts(), 0);
+  auto result = Result(c, "frozen");
+  EXPECT_EQ(result.value("acc", -1.0), 40.0 * 41 / 2) << "a step was lost or repeated: " << result.dump();
+}
+
 TEST(ControlPlane, ControllerKilledMidJobKeepsTheAttemptRunning) {
   TestCluster c;
   c.StartAll();

@@ -77,9 +77,14 @@ TEST_F(ControllerTest, NodeLossRestartsOnSurvivorsFromNewestCheckpointWithoutCou
   EXPECT_NE(job.attempts(0).end_reason().find("node n3 lost"), std::string::npos) << job.attempts(0).end_reason();
   EXPECT_EQ(v1::AttemptEnd_Name(job.attempts(0).end()), "ATTEMPT_END_NODE_LOST");
   EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING) << "waits for the survivors' ranks to be reported gone";
-  // The survivors are told to stop at once: their ranks are no longer desired.
+  // The survivors are told to stop at once: their ranks are no longer desired, and they are killed
+  // without the stop grace (a sharded save needs the lost rank too; they may hang in a collective).
   auto h1 = Heartbeat("n1", {Rank(r0, v1::RANK_STATE_STOPPING)});
   EXPECT_EQ(h1.desired_size(), 0);
+  ASSERT_EQ(h1.stop_now_size(), 1);
+  EXPECT_EQ(h1.stop_now(0).job_id(), id);
+  EXPECT_EQ(h1.stop_now(0).attempt(), 1);
+  EXPECT_EQ(h1.stop_now(0).rank(), r0.key().rank());
   Heartbeat("n2", {Rank(d["n2"].desired(0), v1::RANK_STATE_EXITED, 0, 15)});
   h1 = Heartbeat("n1", {Rank(r0, v1::RANK_STATE_EXITED, 75)});
   job = Job(id);

@@ -177,6 +177,37 @@ TEST_F(WorkerAgentTest, ARankStillStoppingIsAskedOnceAndReportedStoppingUntilItE
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.heartbeats.back().ranks_size() == 0; }));
 }
 
+// A rank whose attempt ended unplanned (its peer failed or was lost) is killed without its grace,
+// also when it is already stopping with one; once, however many replies list it.
+TEST_F(WorkerAgentTest, ARankListedInStopNowIsKilledAtOnce) {
+  const RankId key{"job-9", 1, 0};
+  controller_.SetDesired({Rank("job-9", 1, 0, dir_ + "/rank0.env")});
+  controller_.SetSpec("job-9", 1, "{}");
+  ranks_.IgnoreStops();
+  StartAgent();
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
+
+  controller_.SetDesired({});
+  v1::RankKey k;
+  k.set_job_id("job-9");
+  k.set_attempt(1);
+  k.set_rank(0);
+  v1::RankKey unknown = k;
+  unknown.set_rank(7);
+  controller_.SetStopNow({k, unknown});
+  ASSERT_TRUE(Eventually([&] { return ranks_.stops().size() >= 2; }));
+  size_t seen = 0;
+  controller_.Inspect([&] { seen = controller_.heartbeats.size(); });
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.heartbeats.size() >= seen + 3; }));
+  const auto stops = ranks_.stops();
+  ASSERT_EQ(stops.size(), 2u) << "asked to stop once with its grace, killed once";
+  EXPECT_EQ(stops[0].grace, std::chrono::seconds(5));
+  EXPECT_EQ(stops[1].key, key);
+  EXPECT_EQ(stops[1].grace, std::chrono::milliseconds(0));
+  ASSERT_TRUE(ranks_.Exit(key, ProcessExit{0, SIGKILL}));
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_EXITED); }));
+}
+
 TEST_F(WorkerAgentTest, ShutdownStopsRanksAndReportsTheirExit) {
   const RankId key{"job-3", 1, 0};
   controller_.SetDesired({Rank("job-3", 1, 0, dir_ + "/rank0.env")});

@@ -56,6 +56,11 @@ class FakeController final : public v1::AgentService::Service {
     retries_ = n;
     retry_ms_ = ms;
   }
+  // From now on every heartbeat reply lists `keys` in stop_now.
+  void SetStopNow(std::vector<v1::RankKey> keys) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_now_ = std::move(keys);
+  }
   // From now on every reply fences the worker with `why`.
   void Fence(const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -105,6 +110,7 @@ class FakeController final : public v1::AgentService::Service {
       resp->set_fenced(fenced_);
     } else {
       Answer(req->ranks(), resp->mutable_desired(), resp->mutable_attempt_specs());
+      for (const auto& k : stop_now_) *resp->add_stop_now() = k;
     }
     cv_.notify_all();
     return grpc::Status::OK;
@@ -174,6 +180,7 @@ class FakeController final : public v1::AgentService::Service {
   bool ack_events_ = false;
   int retries_ = 0, retry_ms_ = 0;
   std::string fenced_;
+  std::vector<v1::RankKey> stop_now_;
   uint64_t acked_ = 0;
   uint64_t max_seq_ = 0;  // the newest event received
 };
