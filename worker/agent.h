@@ -111,7 +111,7 @@ class WorkerAgent {
   void OnFenced(const std::string& why);  // heartbeat thread
   // io thread: `desired` and `specs` of one reply.
   void Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired, const AttemptSpecs& specs);
-  void StartRank(const v1::RankAssignment& a, const std::string& spec_json);  // io thread
+  void StartRank(const v1::RankAssignment& a, const v1::JobSpec& spec);  // io thread
   void OnExit(ProcessSupervisor::Id id, ProcessExit exit);
   void OnEventLine(ProcessSupervisor::Id id, const std::string& line);
   void WakeHeartbeat();
@@ -136,7 +136,7 @@ class WorkerAgent {
   std::unique_ptr<LogShipper> shipper_;
   // io thread only: the spec of each attempt this node has a rank of, from the AttemptSpecs of
   // replies (the controller sends each one once; see PlanReconcile for when it is forgotten).
-  std::map<AttemptId, std::string> specs_;
+  std::map<AttemptId, v1::JobSpec> specs_;
 
   std::mutex mu_;
   std::condition_variable wake_cv_;
