@@ -426,7 +426,7 @@ void AttemptLifecycle::DesiredFor(const NodeEntry& node,
         v1::AttemptSpec* s = specs->Add();
         s->set_job_id(id);
         s->set_attempt(a.number);
-        s->set_spec_json(j.spec_json);
+        *s->mutable_spec() = spec;
         spec_sent = true;
       }
     }

@@ -47,7 +47,6 @@ struct JobEntry {
   // LOST shortly after a counted rank failure was most likely its cause (AttemptLifecycle::OnNodeLost).
   SteadyTime ended_at{};
   bool end_counted = false;
-  std::string spec_json;  // the normalized spec, sent once per attempt and node (AttemptSpec)
   // The highest step the current attempt reached: the step it resumed from, then the newest it
   // reported (0: a fresh start, or not known: an attempt stored before schema 3). What the next
   // attempt's resume is measured against ("N steps lost"). Stored in the attempt's row

@@ -7,7 +7,6 @@
 #include "common/logging.h"
 #include "controller/rank_events.h"
 #include "controller/wire.h"
-#include "spec/job_spec.h"
 
 namespace eft::controller {
 
@@ -67,7 +66,6 @@ Result<JobEntry> JobTable::LoadEntry(JobRecord rec) {
     j.eval_loss.push_back(LossSeries::FromPoints(std::move(eval)));
   }
   for (const auto& e : j.events) Count(e, &j);
-  j.spec_json = eft::spec::JobSpecToJson(j.rec.spec).dump();
   if (j.current()) j.reached_step = j.current()->reached_step;
   return j;
 }
@@ -138,7 +136,6 @@ Result<std::vector<JobTable::Inserted>> JobTable::Insert(const std::vector<NewJo
   });
   if (!s.ok()) return s;
   for (JobEntry& j : created) {
-    j.spec_json = eft::spec::JobSpecToJson(j.rec.spec).dump();
     EFT_LOG(INFO) << "job " << j.rec.id << " submitted (" << j.rec.spec.name() << ")";
     File(std::move(j));
   }

@@ -157,7 +157,7 @@ Result<TrainConfig> LoadConfig(const std::string& config_path, const std::vector
   if (!document.ok()) return document.status();
   auto spec = LoadJobSpec(std::move(*document), overrides);
   if (!spec.ok()) return config_path.empty() ? spec.status() : spec.status().WithContext(config_path);
-  return TrainConfigFromJobSpec(*spec);
+  return TrainConfigFromJobSpec(std::move(*spec));
 }
 
 // `eft-train train`'s command line.
@@ -219,10 +219,10 @@ int Train(const TrainArgs& args) {
                             .world = env->world,
                             .device = trainer ? trainer->device().str() : "",
                             .step = trainer ? trainer->completed_steps() + 1 : 0,
-                            .micro_batch_size = config->micro_batch_size,
-                            .max_seq_len = config->max_seq_len,
-                            .activation_checkpointing = config->activation_checkpointing,
-                            .sharding = config->sharding};
+                            .micro_batch_size = config->spec.training().micro_batch_size(),
+                            .max_seq_len = config->spec.data().max_seq_len(),
+                            .activation_checkpointing = config->spec.training().activation_checkpointing() == "full",
+                            .sharding = config->spec.parallel().sharding()};
       const std::string message = DescribeOutOfMemory(*oom, c);
       std::fprintf(stderr, "eft-train: %s\n", message.c_str());
       ReportFatalError(message, kExitOutOfMemory);

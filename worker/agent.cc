@@ -359,9 +359,9 @@ bool WorkerAgent::HeartbeatOnce() {
 void WorkerAgent::Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired,
                             const AttemptSpecs& specs, const google::protobuf::RepeatedPtrField<v1::RankKey>& stop_now) {
   if (!launcher_) return;
-  for (const auto& spec : specs) specs_[{spec.job_id(), spec.attempt()}] = spec.spec_json();
+  for (const auto& s : specs) specs_[{s.job_id(), s.attempt()}] = s.spec();
   std::set<AttemptId> have_spec;
-  for (const auto& [attempt, json] : specs_) have_spec.insert(attempt);
+  for (const auto& [attempt, spec] : specs_) have_spec.insert(attempt);
   bool changed = false;
   ReconcilePlan plan;
   {
@@ -414,13 +414,13 @@ std::string WorkerAgent::LogPath(const v1::RankKey& k) const {
          std::to_string(k.rank()) + ".log";
 }
 
-void WorkerAgent::StartRank(const v1::RankAssignment& a, const std::string& spec_json) {
+void WorkerAgent::StartRank(const v1::RankAssignment& a, const v1::JobSpec& job_spec) {
   LaunchSpec spec;
   spec.argv.assign(a.command().begin(), a.command().end());
   spec.log_path = LogPath(a.key());
   NodeFacts node{config_.name, config_.gpu_ids, OwnDirectory(), std::nullopt};
   if (const char* path = std::getenv("PATH")) node.path = path;
-  spec.env = BuildRankEnv(a, spec_json, node);
+  spec.env = BuildRankEnv(a, job_spec, node);
 
   LocalRank r;
   r.assignment = a;

@@ -116,7 +116,7 @@ class WorkerAgent {
   // `stop_now`: ranks to kill without their grace (HeartbeatResponse.stop_now).
   void Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired, const AttemptSpecs& specs,
                  const google::protobuf::RepeatedPtrField<v1::RankKey>& stop_now = {}) EXCLUDES(mu_);
-  void StartRank(const v1::RankAssignment& a, const std::string& spec_json) EXCLUDES(mu_);  // io thread
+  void StartRank(const v1::RankAssignment& a, const v1::JobSpec& spec) EXCLUDES(mu_);  // io thread
   void OnExit(ProcessSupervisor::Id id, ProcessExit exit) EXCLUDES(mu_);
   void OnEventLine(ProcessSupervisor::Id id, const std::string& line) EXCLUDES(mu_);
   void WakeHeartbeat() EXCLUDES(mu_);
@@ -144,7 +144,7 @@ class WorkerAgent {
   std::unique_ptr<LogShipper> shipper_;  // from Start() to Shutdown(); the io thread uses it
   // io thread only: the spec of each attempt this node has a rank of, from the AttemptSpecs of
   // replies (the controller sends each one once; see PlanReconcile for when it is forgotten).
-  std::map<AttemptId, std::string> specs_;
+  std::map<AttemptId, v1::JobSpec> specs_;
 
   Mutex mu_;
   CondVar wake_cv_;  // notified when wake_ or stop_ is set

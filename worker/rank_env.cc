@@ -1,10 +1,11 @@
 #include "worker/rank_env.h"
 
 #include "common/rank_protocol.h"
+#include "spec/job_spec.h"
 
 namespace eft::worker {
 
-std::map<std::string, std::string> BuildRankEnv(const v1::RankAssignment& a, const std::string& spec_json,
+std::map<std::string, std::string> BuildRankEnv(const v1::RankAssignment& a, const v1::JobSpec& spec,
                                                 const NodeFacts& node) {
   namespace env = rank::env;
   std::map<std::string, std::string> out(a.env().begin(), a.env().end());
@@ -23,7 +24,7 @@ std::map<std::string, std::string> BuildRankEnv(const v1::RankAssignment& a, con
   out[env::kJobId] = k.job_id();
   out[env::kAttempt] = std::to_string(k.attempt());
   out[env::kNodeName] = node.name;
-  out[env::kJobSpec] = spec_json;
+  out[env::kJobSpec] = spec::JobSpecToJson(spec).dump();
   out[env::kResumeFrom] = a.resume_from();
   // One GPU per rank; on a CPU node (or a slot without a GPU) none at all, so that frameworks do not
   // grab a device by accident.

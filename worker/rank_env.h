@@ -25,8 +25,10 @@ struct NodeFacts {
   std::optional<std::string> path;  // the worker's PATH (nullopt: unset)
 };
 
-// `spec_json` is the attempt's AttemptSpec.spec_json (EFT_JOB_SPEC).
-std::map<std::string, std::string> BuildRankEnv(const v1::RankAssignment& assignment, const std::string& spec_json,
+// `spec` is the attempt's AttemptSpec.spec, the normalized job spec. A rank is another process, so
+// EFT_JOB_SPEC carries it as text: its proto JSON mapping (spec::JobSpecToJson), which eft-train reads
+// back with spec::JobSpecFromJson, the same schema at both ends.
+std::map<std::string, std::string> BuildRankEnv(const v1::RankAssignment& assignment, const v1::JobSpec& spec,
                                                 const NodeFacts& node);
 
 }  // namespace eft::worker

@@ -63,7 +63,7 @@ Result<AdapterConfig> ReadAdapterConfig(const std::string& dir) {
       return bad("target_modules: " + m.dump() + " is not one of the decoder's linear layers");
     }
   }
-  for (const std::string& k : known) {  // layer order, as TrainConfig orders them
+  for (const std::string& k : known) {  // layer order, as LoraTargetModules orders them
     if (std::find(modules.begin(), modules.end(), json(k)) != modules.end()) c.target_modules.push_back(k);
   }
   c.base_model = j.value("base_model_name_or_path", "");

@@ -40,7 +40,7 @@ int ConfigureThreads(const TrainConfig& config, const RankEnv& env) {
 
 Result<c10::Device> ChooseRankDevice(const TrainConfig& config, const RankEnv& env) {
   DeviceRequest request;
-  request.requested = config.device;
+  request.requested = config.spec.training().device();
   request.cuda_devices = VisibleCudaDevices();
   request.assigned = GpuAssignedByLauncher();
   request.local_rank = env.local_rank;
@@ -49,9 +49,9 @@ Result<c10::Device> ChooseRankDevice(const TrainConfig& config, const RankEnv& e
   EFT_ASSIGN_OR_RETURN(c10::Device device, ChooseDevice(request));
   if (device.is_cpu() && request.cuda_devices > 0 && env.rank == 0) {
     EFT_LOG(WARNING) << "training on the CPU although " << request.cuda_devices << " GPU(s) are visible: "
-                     << (config.device == "cpu" ? "spec.training.device is cpu"
-                                                : std::to_string(request.local_world) +
-                                                      " local ranks cannot each have their own");
+                     << (request.requested == "cpu" ? "spec.training.device is cpu"
+                                                    : std::to_string(request.local_world) +
+                                                          " local ranks cannot each have their own");
   }
   return device;
 }
@@ -98,23 +98,25 @@ Status CheckWeightsMatchConfig(const SafetensorsDir& weights, const ModelConfig&
 
 Result<ShardingOptions> BuildShardingOptions(const TrainConfig& config, const PrecisionChoice& precision,
                                              c10::Device device) {
-  EFT_ASSIGN_OR_RETURN(ShardingStrategy strategy, ParseShardingStrategy(config.sharding));
-  ShardingOptions sharding(strategy, config.activation_checkpointing);
+  EFT_ASSIGN_OR_RETURN(ShardingStrategy strategy, ParseShardingStrategy(config.spec.parallel().sharding()));
+  ShardingOptions sharding(strategy, config.spec.training().activation_checkpointing() == "full");
   sharding.compute_dtype = precision.dtype;
   sharding.device = device;
   return sharding;
 }
 
 LoraOptions BuildLoraOptions(const TrainConfig& config) {
-  LoraOptions lora;
-  if (!config.lora.enabled) return lora;  // docs/lora.md
-  lora.enabled = true;
-  lora.r = config.lora.r;
-  lora.scale = config.lora.scale();
-  lora.dropout = config.lora.dropout;
-  lora.modules = config.lora.target_modules;
-  lora.seed = config.seed;
-  return lora;
+  const v1::TrainingSpec& training = config.spec.training();
+  LoraOptions options;
+  if (!training.has_lora()) return options;  // docs/lora.md
+  const v1::LoraSpec& lora = training.lora();
+  options.enabled = true;
+  options.r = lora.r();
+  options.scale = LoraScale(lora);
+  options.dropout = lora.dropout();
+  options.modules = LoraTargetModules(lora);
+  options.seed = static_cast<uint64_t>(training.seed());
+  return options;
 }
 
 Result<std::unique_ptr<ShardedLlama>> BuildModel(const ModelConfig& model, const SafetensorsDir& weights,
@@ -128,26 +130,42 @@ Result<std::unique_ptr<ShardedLlama>> BuildModel(const ModelConfig& model, const
 }
 
 std::unique_ptr<AdamW> BuildOptimizer(const TrainConfig& config, ShardedLlama& model) {
-  auto optimizer = std::make_unique<AdamW>(config.adamw);
+  AdamWConfig adamw;  // betas and epsilon are PyTorch's defaults; the spec has none of them
+  adamw.weight_decay = config.spec.training().weight_decay();
+  auto optimizer = std::make_unique<AdamW>(adamw);
   for (FlatParamUnit* u : model.trainable_units()) optimizer->AddParam(u->shard(), u->grad(), u->decay_mask());
   return optimizer;
 }
 
+ScheduleConfig BuildSchedule(const TrainConfig& config) {
+  const v1::TrainingSpec& training = config.spec.training();
+  const v1::ScheduleSpec& schedule = training.schedule();
+  ScheduleConfig s;
+  s.type = schedule.type();
+  s.lr = training.lr();
+  s.min_lr = schedule.min_lr();
+  s.warmup_ratio = schedule.warmup_ratio();
+  s.warmup_steps = schedule.warmup_steps();
+  return s;
+}
+
 Result<CheckpointPolicy> BuildCheckpointPolicy(const TrainConfig& config) {
-  const std::optional<FullWriteMode> full_write = FullWriteModeFromName(config.full_write);
+  const v1::CheckpointSpec& checkpoint = config.spec.checkpoint();
+  const std::optional<FullWriteMode> full_write = FullWriteModeFromName(checkpoint.full_write());
   if (!full_write) {
-    return Status::InvalidArgument("spec.checkpoint.full_write (\"" + config.full_write +
+    return Status::InvalidArgument("spec.checkpoint.full_write (\"" + checkpoint.full_write() +
                                    "\") must be one of parallel, rank0");
   }
   CheckpointPolicy policy{};
-  policy.root = config.checkpoint_dir;
-  policy.every_steps = config.checkpoint_every_steps;
-  policy.full_every_steps = config.checkpoint_full_every_steps;
-  policy.keep_last = config.keep_last;
-  policy.hf_files.model_dirs = {config.model};
-  if (config.chat_template != "auto") policy.hf_files.chat_template = config.chat_template;
-  policy.require_resume = config.require_resume;
-  policy.keep_best = config.keep_best;
+  policy.root = checkpoint.dir();
+  policy.every_steps = checkpoint.every_steps();
+  policy.full_every_steps = checkpoint.full_every_steps();
+  policy.keep_last = checkpoint.keep_last();
+  policy.hf_files.model_dirs = {config.spec.model()};
+  const std::string& chat_template = config.spec.data().chat_template();
+  if (chat_template != "auto") policy.hf_files.chat_template = chat_template;
+  policy.require_resume = checkpoint.require_resume();
+  policy.keep_best = checkpoint.keep_best();
   policy.full_write = *full_write;
   return policy;
 }

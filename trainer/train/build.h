@@ -1,8 +1,9 @@
-// The pieces of a training run, each built from the TrainConfig (the spec's view) by one function,
+// The pieces of a training run, each built from the TrainConfig (the normalized spec) by one function,
 // as TorchTitan's build_model / parallelize / build_optimizers / checkpoint manager: Trainer::Create
 // calls them in order. Every option struct below the trainer (ShardingOptions, LoraOptions,
-// CheckpointPolicy, AdamWConfig) is filled here from the config and nowhere else, so a job's
-// defaults are the spec's alone (spec/job_spec.cc) and a new field has one place to be wired.
+// CheckpointPolicy, AdamWConfig, ScheduleConfig) is filled here from the spec's fields and nowhere
+// else, so a job's defaults are the spec's alone (spec/job_spec.cc) and a new field has one place to
+// be wired.
 //
 // Errors in the configuration or the model directory are InvalidArgument or NotFound (the caller
 // exits 2); those of the rendezvous are the communicator's (trainer/parallel/communicator.h).
@@ -17,6 +18,7 @@
 #include "trainer/io/safetensors.h"
 #include "trainer/model/model_config.h"
 #include "trainer/optim/adamw.h"
+#include "trainer/optim/schedule.h"
 #include "trainer/parallel/sharded_llama.h"
 #include "trainer/parallel/timed_communicator.h"
 #include "trainer/train/launch.h"
@@ -55,6 +57,8 @@ Result<std::unique_ptr<ShardedLlama>> BuildModel(const ModelConfig& model, const
 
 // AdamW over the model's trainable units (the adapters under LoRA).
 std::unique_ptr<AdamW> BuildOptimizer(const TrainConfig& config, ShardedLlama& model);
+// training.lr and training.schedule.
+ScheduleConfig BuildSchedule(const TrainConfig& config);
 
 // spec.checkpoint: where, how often, retention, the full save's write path.
 // hf_files: what every output directory (full checkpoint, final model or adapter) carries besides

@@ -56,7 +56,9 @@ double Percent(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * static_
 }  // namespace
 
 int RunPrepare(const TrainConfig& c) {
-  auto model = ModelConfig::FromHfDir(c.model);
+  const v1::DataSpec& data = c.spec.data();
+  const v1::TrainingSpec& training = c.spec.training();
+  auto model = ModelConfig::FromHfDir(c.spec.model());
   if (!model.ok()) {
     std::fprintf(stderr, "eft-train prepare: %s\n", model.status().message().c_str());
     return ExitCode(model.status());
@@ -67,42 +69,45 @@ int RunPrepare(const TrainConfig& c) {
     return ExitCode(text.status());
   }
   Progress progress;
-  auto data = PrepareTrainingData(c, model->vocab_size, text->pipeline(),
-                                  [&](int64_t done, int64_t total) { progress(done, total); });
-  if (!data.ok()) {
-    std::fprintf(stderr, "eft-train prepare: %s\n", data.status().message().c_str());
-    return ExitCode(data.status());
+  auto prepared = PrepareTrainingData(c, model->vocab_size, text->pipeline(),
+                                      [&](int64_t done, int64_t total) { progress(done, total); });
+  if (!prepared.ok()) {
+    std::fprintf(stderr, "eft-train prepare: %s\n", prepared.status().message().c_str());
+    return ExitCode(prepared.status());
   }
-  const SftBuildStats& st = data->stats;
-  std::printf("data              %s\n", c.train_data.c_str());
+  const SftBuildStats& st = prepared->stats;
+  std::printf("data              %s\n", data.train().c_str());
   for (const auto& [file, format] : st.formats) std::printf("format            %s\n", format.c_str());
   std::printf("lines             %lld\n", static_cast<long long>(st.lines));
   std::printf("examples          %lld\n", static_cast<long long>(st.examples));
   std::printf("  bad lines       %lld skipped%s%s\n", static_cast<long long>(st.skipped_bad),
               st.first_bad.empty() ? "" : ", first: ", st.first_bad.c_str());
   std::printf("  truncated       %lld (to %lld tokens)\n", static_cast<long long>(st.truncated),
-              static_cast<long long>(c.max_seq_len));
+              static_cast<long long>(data.max_seq_len()));
   std::printf("  dropped         %lld (too long, truncation: drop)\n", static_cast<long long>(st.dropped_long));
   std::printf("  nothing trained %lld skipped\n", static_cast<long long>(st.no_trained));
   std::printf("tokens            %lld (%.1f%% trained, loss_on %s)\n", static_cast<long long>(st.tokens),
-              Percent(st.trained_tokens, st.tokens), c.loss_on.c_str());
-  int64_t sequences = data->documents.size();
-  if (c.packing && sequences > 0) {
+              Percent(st.trained_tokens, st.tokens), data.loss_on().c_str());
+  int64_t sequences = prepared->documents.size();
+  if (data.packing() && sequences > 0) {
     PackingStats packing;
-    TokenDataset packed = PackDataset(data->documents, c.max_seq_len, &packing);
+    TokenDataset packed = PackDataset(prepared->documents, data.max_seq_len(), &packing);
     sequences = packed.size();
     std::printf("packing           %lld sequences of up to %lld tokens, %.1f%% of their tokens real\n",
-                static_cast<long long>(sequences), static_cast<long long>(c.max_seq_len), 100 * packing.efficiency());
+                static_cast<long long>(sequences), static_cast<long long>(data.max_seq_len()),
+                100 * packing.efficiency());
   } else {
     std::printf("packing           off: %lld sequences\n", static_cast<long long>(sequences));
   }
   if (sequences > 0) {
-    GlobalSampler sampler(sequences, c.global_batch_size, c.seed);
+    GlobalSampler sampler(sequences, training.global_batch_size(), static_cast<uint64_t>(training.seed()));
     std::printf("steps             %lld per epoch (global batch %lld), %lld for %lld epochs\n",
-                static_cast<long long>(sampler.steps_per_epoch()), static_cast<long long>(c.global_batch_size),
-                static_cast<long long>(sampler.steps_per_epoch() * c.epochs), static_cast<long long>(c.epochs));
+                static_cast<long long>(sampler.steps_per_epoch()), static_cast<long long>(training.global_batch_size()),
+                static_cast<long long>(sampler.steps_per_epoch() * training.epochs()),
+                static_cast<long long>(training.epochs()));
   }
-  std::printf("token cache       %s (%s)\n", data->cache_file.c_str(), data->from_cache ? "reused" : "built now");
+  std::printf("token cache       %s (%s)\n", prepared->cache_file.c_str(),
+              prepared->from_cache ? "reused" : "built now");
   return 0;
 }
 

@@ -20,8 +20,8 @@ namespace {
 
 // spec.command runs eft-train itself, under a wrapper (numactl, nsys, a test's signal mask) or with
 // extra flags: its spec is still the trainer's.
-bool CommandRunsTheTrainer(const v1::JobSpec& s) {
-  for (const auto& arg : s.command()) {
+bool CommandRunsTheTrainer(const v1::JobSpec& spec) {
+  for (const auto& arg : spec.command()) {
     const size_t slash = arg.rfind('/');
     if ((slash == std::string::npos ? arg : arg.substr(slash + 1)) == "eft-train") return true;
   }
@@ -30,82 +30,38 @@ bool CommandRunsTheTrainer(const v1::JobSpec& s) {
 
 }  // namespace
 
-Result<TrainConfig> TrainConfigFromJobSpec(const v1::JobSpec& s) {
-  if (s.command_size() > 0) {
-    if (!CommandRunsTheTrainer(s)) {
-      return Status::InvalidArgument("spec.command is set (" + s.command(0) +
+Result<TrainConfig> TrainConfigFromJobSpec(v1::JobSpec spec) {
+  EFT_RETURN_IF_ERROR(spec::NormalizeJobSpec(&spec));
+  if (spec.command_size() > 0) {
+    if (!CommandRunsTheTrainer(spec)) {
+      return Status::InvalidArgument("spec.command is set (" + spec.command(0) +
                                      " ...): that job runs its own program, not eft-train; remove spec.command "
                                      "to train spec.model with eft-train");
     }
     // NormalizeJobSpec asks for these only when command is empty.
-    if (s.model().empty()) return Status::InvalidArgument("spec.model is required when spec.command runs eft-train");
-    if (s.data().train().empty()) {
+    if (spec.model().empty()) {
+      return Status::InvalidArgument("spec.model is required when spec.command runs eft-train");
+    }
+    if (spec.data().train().empty()) {
       return Status::InvalidArgument("spec.data.train is required when spec.command runs eft-train");
     }
   }
   TrainConfig c;
-  c.name = s.name();
-  c.model = s.model();
-
-  const v1::DataSpec& d = s.data();
-  c.train_data = d.train();
-  c.data_format = d.format();
-  c.chat_template = d.chat_template();
-  c.max_seq_len = d.max_seq_len();
-  c.packing = d.packing();
-  c.loss_on = d.loss_on();
-  c.train_on_eos = d.train_on_eos();
-  c.on_bad_line = d.on_bad_line();
-  c.truncation = d.truncation();
-  c.data_cache_dir = d.cache_dir();
-
-  const v1::TrainingSpec& t = s.training();
-  c.epochs = t.epochs();
-  c.global_batch_size = t.global_batch_size();
-  c.micro_batch_size = t.micro_batch_size();
-  c.schedule.lr = t.lr();
-  c.schedule.type = t.schedule().type();
-  c.schedule.warmup_ratio = t.schedule().warmup_ratio();
-  c.schedule.warmup_steps = t.schedule().warmup_steps();
-  c.schedule.min_lr = t.schedule().min_lr();
-  c.adamw.weight_decay = t.weight_decay();
-  c.max_grad_norm = t.max_grad_norm();
-  c.precision = t.precision();
-  c.activation_checkpointing = t.activation_checkpointing() == "full";
-  c.sharding = s.parallel().sharding();
-  c.seed = static_cast<uint64_t>(t.seed());
-  c.device = t.device();
-  c.max_steps = t.max_steps();
-  if (t.has_lora()) {
-    const v1::LoraSpec& l = t.lora();
-    c.lora.enabled = true;
-    c.lora.r = l.r();
-    c.lora.alpha = l.alpha();
-    c.lora.dropout = l.dropout();
-    c.lora.init_from = l.init_from();
-    // Layer order whatever the spec's order, so the same set of modules is the same run.
-    const bool all = l.target_modules_size() == 1 && l.target_modules(0) == "all-linear";
-    for (const std::string& m : spec::LoraModuleNames()) {
-      if (all || std::find(l.target_modules().begin(), l.target_modules().end(), m) != l.target_modules().end()) {
-        c.lora.target_modules.push_back(m);
-      }
-    }
-  }
-
-  const v1::CheckpointSpec& k = s.checkpoint();
-  c.checkpoint_dir = k.dir();
-  c.checkpoint_every_steps = k.every_steps();
-  c.checkpoint_full_every_steps = k.full_every_steps();
-  c.keep_last = k.keep_last();
-  c.require_resume = k.require_resume();
-  for (const v1::EvalSet& set : d.eval()) c.eval_sets.push_back({set.name(), set.path()});
-  c.eval_fraction = d.eval_fraction();
-  c.eval_every_steps = t.eval_every_steps();
-  c.keep_best = k.keep_best();
-  c.merge_lora = k.merge_lora();
-  c.full_write = k.full_write().empty() ? "parallel" : k.full_write();  // unnormalized specs too
+  c.spec = std::move(spec);
   return c;
 }
+
+std::vector<std::string> LoraTargetModules(const v1::LoraSpec& lora) {
+  const auto& listed = lora.target_modules();
+  const bool all = listed.size() == 1 && listed[0] == "all-linear";
+  std::vector<std::string> modules;
+  for (const std::string& m : spec::LoraModuleNames()) {
+    if (all || std::find(listed.begin(), listed.end(), m) != listed.end()) modules.push_back(m);
+  }
+  return modules;
+}
+
+double LoraScale(const v1::LoraSpec& lora) { return lora.alpha() / static_cast<double>(lora.r()); }
 
 Status ApplyOverride(const std::string& assignment, json* spec) {
   auto eq = assignment.find('=');
@@ -140,50 +96,53 @@ Status ApplyOverride(const std::string& assignment, json* spec) {
 
 const std::vector<std::string>& FieldsTheTrainerIgnores() {
   static const auto* kIgnored = new std::vector<std::string>{
+      "name",  // the controller's handle on the job
       "resources.nodes.min",  "resources.nodes.max",
       "resources.gpus_per_node",  // the launcher's: it starts that many ranks
       "resources.grow", "resources.resize_cooldown_seconds",  // the controller's (resizing)
       "fault_tolerance.max_restarts", "fault_tolerance.stop_grace_seconds",
-      "command",                  // a job with a command does not run eft-train
       "env",                      // the worker puts it in every rank's environment
       "priority",                 // the controller's (scheduling)
   };
   return *kIgnored;
 }
 
-static nlohmann::json CompatibilityRecordWithoutLora(const TrainConfig& c, const ModelConfig& model, int64_t examples, int64_t tokens);
-
-nlohmann::json CompatibilityRecord(const TrainConfig& c, const ModelConfig& model, int64_t examples, int64_t tokens) {
-  nlohmann::json record = CompatibilityRecordWithoutLora(c, model, examples, tokens);
-  // Only for LoRA runs, so full fine-tuning checkpoints written before LoRA existed still resume.
+nlohmann::json CompatibilityRecord(const TrainConfig& config, const ModelConfig& model, int64_t examples,
+                                   int64_t tokens) {
+  const v1::DataSpec& data = config.spec.data();
+  const v1::TrainingSpec& training = config.spec.training();
+  const v1::ScheduleSpec& schedule = training.schedule();
+  nlohmann::json record = {
+      {"model", model.ToHfJson()},
+      {"data.examples", examples},
+      {"data.tokens", tokens},
+      {"data.max_seq_len", data.max_seq_len()},
+      {"data.packing", data.packing()},
+      {"data.loss_on", data.loss_on()},
+      {"data.train_on_eos", data.train_on_eos()},
+      {"data.truncation", data.truncation()},
+      {"training.global_batch_size", training.global_batch_size()},
+      {"training.epochs", training.epochs()},
+      {"training.max_steps", training.max_steps()},  // with epochs, the LR schedule's length
+      // Unsigned, as the samplers take it, so records stay comparable with those already saved.
+      {"training.seed", static_cast<uint64_t>(training.seed())},
+      {"training.lr", training.lr()},
+      {"training.schedule.type", schedule.type()},
+      {"training.schedule.warmup_ratio", schedule.warmup_ratio()},
+      {"training.schedule.min_lr", schedule.min_lr()},
+      {"training.weight_decay", training.weight_decay()},
+      {"training.max_grad_norm", training.max_grad_norm()}};
   // Only when set, so checkpoints written before warmup_steps existed still resume.
-  if (c.schedule.warmup_steps > 0) record["training.schedule.warmup_steps"] = c.schedule.warmup_steps;
-  if (c.lora.enabled) {
-    record["training.lora"] = {{"r", c.lora.r}, {"alpha", c.lora.alpha}, {"dropout", c.lora.dropout},
-                               {"target_modules", c.lora.target_modules}};
+  if (schedule.warmup_steps() > 0) record["training.schedule.warmup_steps"] = schedule.warmup_steps();
+  // Only for LoRA runs, so full fine-tuning checkpoints written before LoRA existed still resume.
+  if (training.has_lora()) {
+    const v1::LoraSpec& lora = training.lora();
+    record["training.lora"] = {{"r", lora.r()},
+                               {"alpha", lora.alpha()},
+                               {"dropout", lora.dropout()},
+                               {"target_modules", LoraTargetModules(lora)}};
   }
   return record;
-}
-
-static nlohmann::json CompatibilityRecordWithoutLora(const TrainConfig& c, const ModelConfig& model, int64_t examples, int64_t tokens) {
-  return {{"model", model.ToHfJson()},
-          {"data.examples", examples},
-          {"data.tokens", tokens},
-          {"data.max_seq_len", c.max_seq_len},
-          {"data.packing", c.packing},
-          {"data.loss_on", c.loss_on},
-          {"data.train_on_eos", c.train_on_eos},
-          {"data.truncation", c.truncation},
-          {"training.global_batch_size", c.global_batch_size},
-          {"training.epochs", c.epochs},
-          {"training.max_steps", c.max_steps},  // with epochs, the LR schedule's length
-          {"training.seed", c.seed},
-          {"training.lr", c.schedule.lr},
-          {"training.schedule.type", c.schedule.type},
-          {"training.schedule.warmup_ratio", c.schedule.warmup_ratio},
-          {"training.schedule.min_lr", c.schedule.min_lr},
-          {"training.weight_decay", c.adamw.weight_decay},
-          {"training.max_grad_norm", c.max_grad_norm}};
 }
 
 }  // namespace eft::trainer

@@ -62,21 +62,25 @@ static_assert(std::atomic<bool>::is_always_lock_free);
 }  // namespace
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env, TrainerDeps deps) {
-  EFT_RETURN_IF_ERROR(ValidateSchedule(config.schedule));  // the schedule's own precondition
+  const ScheduleConfig schedule = BuildSchedule(config);
+  EFT_RETURN_IF_ERROR(ValidateSchedule(schedule));  // the schedule's own precondition
   EFT_ASSIGN_OR_RETURN(const CheckpointPolicy policy, BuildCheckpointPolicy(config));
   EFT_ASSIGN_OR_RETURN(const ProfileWindow profile, ParseProfileWindow(config.profile_steps, config.profile_dir));
-  if (config.merge_lora && config.output_dir.empty() && config.checkpoint_dir.empty()) {
+  if (config.spec.checkpoint().merge_lora() && config.output_dir.empty() && config.spec.checkpoint().dir().empty()) {
     return Status::InvalidArgument("spec.checkpoint.merge_lora: the merged model goes to <--output-dir>/merged or "
                                    "<spec.checkpoint.dir>/merged; set one of them");
   }
   std::unique_ptr<Trainer> t(new Trainer(std::move(config), std::move(env), deps));
+  t->schedule_ = schedule;
   const TrainConfig& c = t->config_;
+  const v1::TrainingSpec& training = c.spec.training();
   const int threads = ConfigureThreads(c, t->env_);
 
   // The model directory and the data first: their errors are the user's, and cost no rendezvous.
-  EFT_ASSIGN_OR_RETURN(ModelConfig model_config, ModelConfig::FromHfDir(c.model));
-  EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDir::Open(c.model));
-  EFT_RETURN_IF_ERROR(CheckWeightsMatchConfig(*weights, model_config, c.model));
+  const std::string& model_dir = c.spec.model();
+  EFT_ASSIGN_OR_RETURN(ModelConfig model_config, ModelConfig::FromHfDir(model_dir));
+  EFT_ASSIGN_OR_RETURN(auto weights, SafetensorsDir::Open(model_dir));
+  EFT_RETURN_IF_ERROR(CheckWeightsMatchConfig(*weights, model_config, model_dir));
   EFT_ASSIGN_OR_RETURN(const PackingStats packing, t->PrepareData(model_config.vocab_size));
 
   EFT_ASSIGN_OR_RETURN(t->device_, ChooseRankDevice(c, t->env_));
@@ -84,20 +88,21 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   t->device_guard_ = std::make_unique<c10::DeviceGuard>(t->device_);
   EFT_ASSIGN_OR_RETURN(t->comm_, ConnectRanks(t->env_, t->device_, t->clock_));
   EFT_ASSIGN_OR_RETURN(const PrecisionChoice precision,
-                       AgreePrecision(c.precision, t->device_, DetectCpuBf16(), GetGpuProperties(t->device_),
+                       AgreePrecision(training.precision(), t->device_, DetectCpuBf16(), GetGpuProperties(t->device_),
                                       t->comm_.get()));
   EFT_ASSIGN_OR_RETURN(const ShardingOptions sharding, BuildShardingOptions(c, precision, t->device_));
   t->peak_ = ChoosePeakFlops(c.peak_tflops, t->device_, GetGpuProperties(t->device_).name, precision.dtype);
   t->hooks_->StallIfAsked("load");
-  EFT_ASSIGN_OR_RETURN(t->model_, BuildModel(model_config, *weights, c.model, t->comm_.get(), sharding,
+  EFT_ASSIGN_OR_RETURN(t->model_, BuildModel(model_config, *weights, model_dir, t->comm_.get(), sharding,
                                              BuildLoraOptions(c)));
-  if (c.lora.enabled) EFT_RETURN_IF_ERROR(t->InitAdapters());
+  if (training.has_lora()) EFT_RETURN_IF_ERROR(t->InitAdapters());
   t->pad_token_id_ = model_config.pad_token_id >= 0 ? model_config.pad_token_id : 0;
   t->optimizer_ = BuildOptimizer(c, *t->model_);
 
-  t->sampler_ = std::make_unique<GlobalSampler>(t->dataset_.size(), c.global_batch_size, c.seed);
-  t->total_steps_ = c.epochs * t->sampler_->steps_per_epoch();
-  if (c.max_steps > 0) t->total_steps_ = std::min(t->total_steps_, c.max_steps);
+  t->sampler_ = std::make_unique<GlobalSampler>(t->dataset_.size(), training.global_batch_size(),
+                                                static_cast<uint64_t>(training.seed()));
+  t->total_steps_ = training.epochs() * t->sampler_->steps_per_epoch();
+  if (training.max_steps() > 0) t->total_steps_ = std::min<int64_t>(t->total_steps_, training.max_steps());
 
   t->checkpointer_ = std::make_unique<Checkpointer>(policy, t->comm_.get(), t->model_.get(), t->optimizer_.get(),
                                                     &t->events_, t->hooks_, t->clock_);
@@ -110,18 +115,20 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
 
 Result<PackingStats> Trainer::PrepareData(int64_t vocab_size) {
   const TrainConfig& c = config_;
+  const v1::DataSpec& data_spec = c.spec.data();
   EFT_ASSIGN_OR_RETURN(LoadedText text, LoadTextPipeline(c));
   hooks_->StallIfAsked("tokenize");
   EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareTrainingData(c, vocab_size, text.pipeline()));
   dataset_ = std::move(data.documents);
   if (dataset_.size() == 0) {
-    return Status::InvalidArgument("spec.data.train: " + c.train_data + " holds no usable examples (" +
+    return Status::InvalidArgument("spec.data.train: " + data_spec.train() + " holds no usable examples (" +
                                    data.stats.ToJson().dump() + ")");
   }
   documents_ = dataset_.stats();
   if (env_.rank == 0) {
     const SftBuildStats& st = data.stats;
-    EFT_LOG(INFO) << "data: " << st.examples << " examples from " << st.lines << " lines of " << c.train_data << " ("
+    EFT_LOG(INFO) << "data: " << st.examples << " examples from " << st.lines << " lines of " << data_spec.train()
+                  << " ("
                   << (data.from_cache ? "read from " : "built into ") << data.cache_file << "); "
                   << st.tokens << " tokens, " << st.trained_tokens << " trained, " << st.truncated << " truncated, "
                   << st.dropped_long << " dropped as too long, " << st.skipped_bad << " bad lines skipped"
@@ -130,17 +137,18 @@ Result<PackingStats> Trainer::PrepareData(int64_t vocab_size) {
   }
   EFT_RETURN_IF_ERROR(PrepareEval(vocab_size, text.pipeline()));
   PackingStats packing;
-  if (c.packing) dataset_ = PackDataset(dataset_, c.max_seq_len, &packing);
+  if (data_spec.packing()) dataset_ = PackDataset(dataset_, data_spec.max_seq_len(), &packing);
   return packing;
 }
 
 Status Trainer::ResumeIfAsked() {
   // A retry whose controller knew of no checkpoint (the save's event was lost, or the controller
   // itself was replaced, as on a Slurm requeue) still resumes from what is on disk.
-  if (env_.resume_from.empty() && env_.attempt > 1 && !config_.checkpoint_dir.empty()) {
+  const std::string& checkpoint_dir = config_.spec.checkpoint().dir();
+  if (env_.resume_from.empty() && env_.attempt > 1 && !checkpoint_dir.empty()) {
     if (env_.rank == 0) {
       EFT_LOG(INFO) << "attempt " << env_.attempt << " without EFT_RESUME_FROM: looking for a checkpoint in "
-                    << config_.checkpoint_dir;
+                    << checkpoint_dir;
     }
     env_.resume_from = "auto";
   }
@@ -155,41 +163,43 @@ Status Trainer::ResumeIfAsked() {
 
 void Trainer::LogStart(const ModelConfig& model, const PackingStats& packing, const PrecisionChoice& precision,
                        int threads) const {
-  const TrainConfig& c = config_;
+  const v1::JobSpec& spec = config_.spec;
   const DatasetStats& st = documents_;
-  if (c.packing) {
+  if (spec.data().packing()) {
     EFT_LOG(INFO) << "packed " << packing.documents << " documents into " << packing.rows << " sequences of up to "
-                  << c.max_seq_len << " tokens (" << static_cast<int>(packing.efficiency() * 1000) / 10.0
+                  << spec.data().max_seq_len() << " tokens (" << static_cast<int>(packing.efficiency() * 1000) / 10.0
                   << "% tokens, the rest padding)";
   }
   EFT_LOG(INFO) << "eft-train: " << model.model_type << " " << model.NumParameters() / 1e6 << "M parameters, world size "
                 << env_.world << " (" << env_.source << ", " << comm_->backend() << "), " << st.examples
                 << " examples (" << st.tokens << " tokens, " << st.truncated << " truncated), " << total_steps_
-                << " steps of " << c.global_batch_size << " sequences, " << precision.name << " (" << precision.reason
-                << "), sharding " << c.sharding << ", activation checkpointing "
-                << (c.activation_checkpointing ? "full" : "none") << ", on " << device_.str() << KernelsNote(device_)
+                << " steps of " << spec.training().global_batch_size() << " sequences, " << precision.name << " ("
+                << precision.reason << "), sharding " << spec.parallel().sharding() << ", activation checkpointing "
+                << spec.training().activation_checkpointing() << ", on " << device_.str() << KernelsNote(device_)
                 << ", " << threads << " threads per rank" << PeakNote(peak_);
 }
 
 Status Trainer::PrepareEval(int64_t vocab_size, const TextPipeline& text) {
-  const TrainConfig& c = config_;
-  if (c.eval_fraction > 0) {
-    EFT_ASSIGN_OR_RETURN(HeldOutSplit split, SplitHeldOut(dataset_, c.eval_fraction));
+  const v1::DataSpec& data = config_.spec.data();
+  const double eval_fraction = data.eval_fraction();
+  if (eval_fraction > 0) {
+    EFT_ASSIGN_OR_RETURN(HeldOutSplit split, SplitHeldOut(dataset_, eval_fraction));
     dataset_ = std::move(split.train);
-    eval_sets_.push_back({"eval", std::move(split.eval), "a held-out " + std::to_string(c.eval_fraction) + " of " + c.train_data});
+    eval_sets_.push_back(
+        {"eval", std::move(split.eval), "a held-out " + std::to_string(eval_fraction) + " of " + data.train()});
   }
-  for (const EvalSetConfig& set : c.eval_sets) {
-    EFT_ASSIGN_OR_RETURN(PreparedData data, PrepareEvalData(c, set, vocab_size, text));
-    eval_sets_.push_back({set.name, std::move(data.documents), set.path});
+  for (const v1::EvalSet& set : data.eval()) {
+    EFT_ASSIGN_OR_RETURN(PreparedData prepared, PrepareEvalData(config_, set, vocab_size, text));
+    eval_sets_.push_back({set.name(), std::move(prepared.documents), set.path()});
   }
-  if (eval_sets_.empty() && c.keep_best) {
+  if (eval_sets_.empty() && config_.spec.checkpoint().keep_best()) {
     return Status::InvalidArgument("spec.checkpoint.keep_best needs eval data: set spec.data.eval or "
                                    "spec.data.eval_fraction");
   }
   for (EvalSet& set : eval_sets_) {
     if (set.data.stats().trained_tokens == 0) {
-      return Status::InvalidArgument(std::string(c.eval_fraction > 0 ? "spec.data.eval_fraction" : "spec.data.eval") +
-                                     (c.eval_fraction > 0 ? "" : " " + set.name) + ": the eval set (" +
+      return Status::InvalidArgument(std::string(eval_fraction > 0 ? "spec.data.eval_fraction" : "spec.data.eval") +
+                                     (eval_fraction > 0 ? "" : " " + set.name) + ": the eval set (" +
                                      std::to_string(set.data.size()) +
                                      " examples) has no trained tokens to compute a loss on");
     }
@@ -197,7 +207,7 @@ Status Trainer::PrepareEval(int64_t vocab_size, const TextPipeline& text) {
       EFT_LOG(INFO) << "eval set " << set.name << ": " << set.data.size() << " examples, "
                     << set.data.stats().trained_tokens << " trained tokens, from " << set.source;
     }
-    if (c.packing) set.data = PackDataset(set.data, c.max_seq_len);
+    if (data.packing()) set.data = PackDataset(set.data, data.max_seq_len());
   }
   return Status::Ok();
 }
@@ -205,15 +215,17 @@ Status Trainer::PrepareEval(int64_t vocab_size, const TextPipeline& text) {
 bool Trainer::EvalDue(bool last) const {
   if (eval_sets_.empty()) return false;
   if (last) return true;
-  if (config_.eval_every_steps > 0) return step_ % config_.eval_every_steps == 0;
-  const int64_t full = config_.checkpoint_full_every_steps;
+  const int64_t every = config_.spec.training().eval_every_steps();
+  if (every > 0) return step_ % every == 0;
+  const int64_t full = config_.spec.checkpoint().full_every_steps();
   return checkpointer_->enabled() && full > 0 && step_ % full == 0;
 }
 
 void Trainer::RunEval() {
   for (size_t i = 0; i < eval_sets_.size(); ++i) {
     const EvalSet& set = eval_sets_[i];
-    EvalResult r = Evaluate(*model_, *comm_, set.data, config_.micro_batch_size, pad_token_id_, clock_);
+    EvalResult r =
+        Evaluate(*model_, *comm_, set.data, config_.spec.training().micro_batch_size(), pad_token_id_, clock_);
     if (i == 0) {
       last_eval_step_ = step_;
       last_eval_loss_ = r.loss;
@@ -239,7 +251,7 @@ Result<StepResult> Trainer::Step() {
   const int64_t epoch = step_ / spe, in_epoch = step_ % spe;
   std::vector<int64_t> examples = sampler_->StepExamples(epoch, in_epoch);
   auto positions = RankMicroBatchPositions(static_cast<int64_t>(examples.size()), comm_->rank(), comm_->world(),
-                                           config_.micro_batch_size);
+                                           config_.spec.training().micro_batch_size());
   std::vector<Batch> batches;
   int64_t trained = 0, tokens = 0;
   for (const auto& micro : positions) {
@@ -272,8 +284,9 @@ Result<StepResult> Trainer::Step() {
   comm_->AllReduceSum(total);
   std::vector<at::Tensor> grads;
   for (FlatParamUnit* u : model_->trainable_units()) grads.push_back(u->grad());
-  const double grad_norm = ClipGradNorm(grads, config_.max_grad_norm, [&](at::Tensor& t) { comm_->AllReduceSum(t); });
-  const double lr = LearningRate(config_.schedule, step_, total_steps_);
+  const double grad_norm = ClipGradNorm(grads, config_.spec.training().max_grad_norm(),
+                                        [&](at::Tensor& t) { comm_->AllReduceSum(t); });
+  const double lr = LearningRate(schedule_, step_, total_steps_);
   if (std::isfinite(grad_norm)) {
     checkpointer_->BeforeUpdate();  // a sharded save may still be reading the shards in place
     optimizer_->Step(lr);
@@ -308,7 +321,7 @@ void Trainer::Report(const StepResult& r) {
   const double eta = elapsed / static_cast<double>(r.step) * static_cast<double>(total_steps_ - r.step);
   double mfu = 0;
   if (peak_.tflops > 0) {
-    const double flops = model_->config().TrainingFlopsPerToken(config_.max_seq_len) * tps;
+    const double flops = model_->config().TrainingFlopsPerToken(config_.spec.data().max_seq_len()) * tps;
     mfu = flops / (peak_.tflops * 1e12 * comm_->world());
   }
   char mfu_text[32] = "";
@@ -343,12 +356,13 @@ TrainerState Trainer::State() const {
   s.step = step_;
   s.optimizer_step = optimizer_->step();
   s.epoch = step_ / sampler_->steps_per_epoch();
-  s.samples_consumed = std::min(step_ * config_.global_batch_size, config_.epochs * dataset_.size());
+  const v1::TrainingSpec& training = config_.spec.training();
+  s.samples_consumed = std::min(step_ * training.global_batch_size(), training.epochs() * dataset_.size());
   s.total_steps = total_steps_;
   s.world_size = comm_->world();
   s.loss_tail = loss_tail_;
   s.compat = compat_;
-  s.seed = config_.seed;
+  s.seed = static_cast<uint64_t>(training.seed());
   if (last_eval_step_ == step_) s.eval_loss = last_eval_loss_;
   return s;
 }
@@ -408,7 +422,7 @@ Status Trainer::Run() {
   if (checkpointer_->enabled()) EFT_RETURN_IF_ERROR(checkpointer_->SaveFull(State(), /*final=*/true));
   EFT_RETURN_IF_ERROR(SaveFinalModel());
   std::string merged;
-  if (config_.merge_lora && env_.rank == 0) {
+  if (config_.spec.checkpoint().merge_lora() && env_.rank == 0) {
     EFT_ASSIGN_OR_RETURN(merged, MergeFinalAdapter());
   }
   if (env_.rank == 0) events_.Emit(rank::FinishedEvent{step_, merged});
@@ -419,19 +433,21 @@ Result<std::string> Trainer::MergeFinalAdapter() {
   // The final adapter directory just written: --output-dir, else the final full checkpoint. The
   // merge is the one `eft-train merge-lora` does, so both give the same bytes.
   const bool to_output = !config_.output_dir.empty();
-  const std::string adapter = to_output ? config_.output_dir : config_.checkpoint_dir + "/step-" + std::to_string(step_);
-  const std::string merged = (to_output ? config_.output_dir : config_.checkpoint_dir) + "/merged";
+  const std::string& checkpoint_dir = config_.spec.checkpoint().dir();
+  const std::string adapter = to_output ? config_.output_dir : checkpoint_dir + "/step-" + std::to_string(step_);
+  const std::string merged = (to_output ? config_.output_dir : checkpoint_dir) + "/merged";
   // Written beside and renamed into place, so `merged` is never a half-written model (a retry
   // after a crash here merges again).
   const std::string scratch = merged + ".tmp";
   std::error_code ec;
   fs::remove_all(scratch, ec);
   const Stopwatch merging(clock_);
-  EFT_RETURN_IF_ERROR(MergeLoraAdapter(config_.model, adapter, scratch).WithContext("spec.checkpoint.merge_lora"));
+  EFT_RETURN_IF_ERROR(
+      MergeLoraAdapter(config_.spec.model(), adapter, scratch).WithContext("spec.checkpoint.merge_lora"));
   fs::remove_all(merged, ec);
   fs::rename(scratch, merged, ec);
   if (ec) return Status::IoError("spec.checkpoint.merge_lora: renaming " + scratch + " to " + merged + ": " + ec.message());
-  EFT_LOG(INFO) << "merged model (" << config_.model << " + the LoRA adapters of " << adapter << ") written to "
+  EFT_LOG(INFO) << "merged model (" << config_.spec.model() << " + the LoRA adapters of " << adapter << ") written to "
                 << merged << " in " << merging.Seconds() << " s";
   return merged;
 }
@@ -449,24 +465,26 @@ Status Trainer::SaveFinalModel() {
 }
 
 Status Trainer::InitAdapters() {
-  const LoraConfig& l = config_.lora;
-  if (l.init_from.empty()) {
+  const v1::LoraSpec& lora = config_.spec.training().lora();
+  if (lora.init_from().empty()) {
     const ModelConfig& mc = model_->config();
+    const auto seed = static_cast<uint64_t>(config_.spec.training().seed());
     return model_->InitAdapters(
-        [&](const ParamSpec& spec) -> Result<at::Tensor> { return InitParameter(mc, spec, config_.seed); });
+        [&](const ParamSpec& spec) -> Result<at::Tensor> { return InitParameter(mc, spec, seed); });
   }
-  const std::string context = "spec.training.lora.init_from " + l.init_from;
-  Result<AdapterConfig> read = ReadAdapterConfig(l.init_from);
+  const std::string context = "spec.training.lora.init_from " + lora.init_from();
+  Result<AdapterConfig> read = ReadAdapterConfig(lora.init_from());
   if (!read.ok()) return read.status().WithContext(context);
   const AdapterConfig& saved = *read;
-  if (saved.r != l.r || saved.alpha != l.alpha || saved.target_modules != l.target_modules) {
+  const std::vector<std::string> modules = LoraTargetModules(lora);
+  if (saved.r != lora.r() || saved.alpha != lora.alpha() || saved.target_modules != modules) {
     return Status::InvalidArgument(context + ": the adapter has r " + std::to_string(saved.r) + ", lora_alpha " +
                                    c10::str(saved.alpha) + ", target_modules " + c10::Join(",", saved.target_modules) +
-                                   "; spec.training.lora has r " + std::to_string(l.r) + ", alpha " +
-                                   c10::str(l.alpha) + ", target_modules " + c10::Join(",", l.target_modules) +
+                                   "; spec.training.lora has r " + std::to_string(lora.r()) + ", alpha " +
+                                   c10::str(lora.alpha()) + ", target_modules " + c10::Join(",", modules) +
                                    ": make them equal");
   }
-  EFT_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(l.init_from + "/" + kAdapterWeightsFile));
+  EFT_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(lora.init_from() + "/" + kAdapterWeightsFile));
   return model_->InitAdapters([&](const ParamSpec& spec) { return file->Load(spec.name, at::kFloat); })
       .WithContext(context);
 }
@@ -491,8 +509,9 @@ void Trainer::ReportMemory() {
                 << " MiB of parameters, gradients and optimizer state; peak RSS " << peak_rss / 1048576.0 << " MiB"
                 << gpu;
   if (env_.rank == 0) {
-    if (auto hint = LargerMicroBatchHint(persistent, p.allocated, total, config_.micro_batch_size,
-                                         config_.global_batch_size / comm_->world())) {
+    const v1::TrainingSpec& training = config_.spec.training();
+    if (auto hint = LargerMicroBatchHint(persistent, p.allocated, total, training.micro_batch_size(),
+                                         training.global_batch_size() / comm_->world())) {
       EFT_LOG(INFO) << "rank 0: " << *hint;
     }
   }

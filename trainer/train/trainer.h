@@ -14,6 +14,7 @@
 #include "trainer/data/sampler.h"
 #include "trainer/data/token_dataset.h"
 #include "trainer/optim/adamw.h"
+#include "trainer/optim/schedule.h"
 #include "trainer/parallel/communicator.h"
 #include "trainer/parallel/device.h"
 #include "trainer/parallel/sharded_llama.h"
@@ -56,7 +57,7 @@ struct TrainerDeps {
 
 class Trainer {
  public:
-  // Rendezvous, model (from config.model), data, optimizer. Errors in the configuration, the
+  // Rendezvous, model (from the spec's model), data, optimizer. Errors in the configuration, the
   // model or the data are InvalidArgument (the caller exits 2).
   static Result<std::unique_ptr<Trainer>> Create(TrainConfig config, RankEnv env, TrainerDeps deps = {});
 
@@ -109,6 +110,7 @@ class Trainer {
   Status InitAdapters();
 
   TrainConfig config_;
+  ScheduleConfig schedule_;  // the spec's training.lr and training.schedule
   RankEnv env_;
   const DebugHooks* hooks_;
   const Clock* clock_;

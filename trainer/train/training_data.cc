@@ -58,17 +58,19 @@ TextPipeline LoadedText::pipeline() const {
 }
 
 Result<LoadedText> LoadTextPipeline(const TrainConfig& c) {
+  const std::string& model = c.spec.model();
+  const v1::DataSpec& data = c.spec.data();
   LoadedText text;
-  if (TokenizerFiles(c.model).empty()) {
+  if (TokenizerFiles(model).empty()) {
     // A model directory without a tokenizer (e.g. made by init-model without --tokenizer) can
     // still train on pre-tokenized data; text fails later with a message saying why.
     return text;
   }
   // What the data needs decides which failures stop the run: pre-tokenized data needs neither the
   // tokenizer nor the template, plain text no template.
-  const bool tokens_only = c.data_format == "pretokenized";
-  const bool no_conversations = tokens_only || c.data_format == "text";
-  auto tokenizer = LoadTokenizer(c.model);
+  const bool tokens_only = data.format() == "pretokenized";
+  const bool no_conversations = tokens_only || data.format() == "text";
+  auto tokenizer = LoadTokenizer(model);
   if (!tokenizer.ok()) {
     if (!tokens_only) return Status::InvalidArgument("model tokenizer: " + tokenizer.status().message());
     EFT_LOG(WARNING) << "model tokenizer not usable (" << tokenizer.status().message()
@@ -76,11 +78,11 @@ Result<LoadedText> LoadTextPipeline(const TrainConfig& c) {
     return text;
   }
   text.encoder_ = std::make_unique<TokenizerEncoder>(std::move(*tokenizer));
-  text.key_files_ = TokenizerFiles(c.model);
+  text.key_files_ = TokenizerFiles(model);
   // The chat template: data.chat_template "auto" takes the model's own. A model without one can
   // still train on text and pre-tokenized data; conversations then fail naming the reason.
-  const std::string override_file = c.chat_template == "auto" ? "" : c.chat_template;
-  auto chat = ModelChatTemplate::Load(c.model, override_file);
+  const std::string override_file = data.chat_template() == "auto" ? "" : data.chat_template();
+  auto chat = ModelChatTemplate::Load(model, override_file);
   if (chat.ok()) {
     auto shared = std::make_shared<ModelChatTemplate>(std::move(*chat));
     text.template_source_ = shared->source();
@@ -95,40 +97,47 @@ Result<LoadedText> LoadTextPipeline(const TrainConfig& c) {
     return chat.status();
   } else if (chat.status().code() != StatusCode::kNotFound) {
     EFT_LOG(WARNING) << "chat template not usable (" << chat.status().message() << "); data.format "
-                     << c.data_format << " does not need it";
+                     << data.format() << " does not need it";
   }
   return text;
 }
 
 std::string TokenCacheDir(const TrainConfig& c) {
-  if (!c.data_cache_dir.empty()) return c.data_cache_dir;
-  if (!c.checkpoint_dir.empty()) return c.checkpoint_dir + "/data-cache";
+  // Decided here rather than by NormalizeJobSpec: checkpoint.dir is the controller's to fill in
+  // after normalizing, and HOME is the rank's.
+  if (!c.spec.data().cache_dir().empty()) return c.spec.data().cache_dir();
+  if (!c.spec.checkpoint().dir().empty()) return c.spec.checkpoint().dir() + "/data-cache";
   const char* home = std::getenv("HOME");
   return std::string(home && *home ? home : "/tmp") + "/.cache/eft/data";
 }
 
 SftDataOptions SftOptionsFrom(const TrainConfig& c, int64_t vocab_size) {
+  const v1::DataSpec& data = c.spec.data();
   SftDataOptions o;
-  auto format = ParseDataFormat(c.data_format);
+  auto format = ParseDataFormat(data.format());
   o.format = format.ok() ? *format : DataFormat::kAuto;
-  auto loss_on = ParseLossOn(c.loss_on);
+  auto loss_on = ParseLossOn(data.loss_on());
   o.labels.loss_on = loss_on.ok() ? *loss_on : LossOn::kAssistant;
-  o.labels.train_on_eos = c.train_on_eos;
-  o.max_seq_len = c.max_seq_len;
-  o.truncate = c.truncation != "drop";
-  o.skip_bad_lines = c.on_bad_line == "skip";
+  o.labels.train_on_eos = data.train_on_eos();
+  o.max_seq_len = data.max_seq_len();
+  o.truncate = data.truncation() != "drop";
+  o.skip_bad_lines = data.on_bad_line() == "skip";
   o.vocab_size = vocab_size;
   return o;
 }
 
-Result<PreparedData> PrepareTrainingData(const TrainConfig& c, int64_t vocab_size, const TextPipeline& text,
-                                         const BuildProgress& progress, const char* field) {
-  EFT_RETURN_IF_ERROR(ParseDataFormat(c.data_format).status());
-  EFT_RETURN_IF_ERROR(ParseLossOn(c.loss_on).status());
+namespace {
+
+// `path` (data.train or an eval set's file) read with the spec's data options; `field` names it in
+// errors.
+Result<PreparedData> PrepareData(const TrainConfig& c, const std::string& path, int64_t vocab_size,
+                                 const TextPipeline& text, const BuildProgress& progress, const std::string& field) {
+  EFT_RETURN_IF_ERROR(ParseDataFormat(c.spec.data().format()).status());
+  EFT_RETURN_IF_ERROR(ParseLossOn(c.spec.data().loss_on()).status());
   const SftDataOptions options = SftOptionsFrom(c, vocab_size);
   CacheKey key;
   key.AddText(kPipelineVersion);
-  EFT_RETURN_IF_ERROR(key.AddFile(c.train_data).WithContext(field));
+  EFT_RETURN_IF_ERROR(key.AddFile(path).WithContext(field));
   for (const auto& f : text.key_files) EFT_RETURN_IF_ERROR(key.AddFile(f));
   key.AddText(text.template_source);
   key.AddText(options.ToJson().dump());
@@ -143,14 +152,14 @@ Result<PreparedData> PrepareTrainingData(const TrainConfig& c, int64_t vocab_siz
       dir, key.Hex(),
       [&](nlohmann::json* built_info) -> Result<TokenDataset> {
         SftBuildStats stats;
-        EFT_ASSIGN_OR_RETURN(TokenDataset ds, BuildSftDataset({c.train_data}, encoder, text.render, options, &stats, progress));
+        EFT_ASSIGN_OR_RETURN(TokenDataset ds, BuildSftDataset({path}, encoder, text.render, options, &stats, progress));
         *built_info = stats.ToJson();
         return ds;
       },
       &info, &built_here);
   if (!dataset.ok()) return dataset.status();
   if (built_here) {
-    EFT_LOG(INFO) << "tokenized " << c.train_data << " into the token cache " << dir << "/" << key.Hex() << ".tokens";
+    EFT_LOG(INFO) << "tokenized " << path << " into the token cache " << dir << "/" << key.Hex() << ".tokens";
   }
   out.documents = std::move(*dataset);
   out.from_cache = !built_here;
@@ -169,12 +178,16 @@ Result<PreparedData> PrepareTrainingData(const TrainConfig& c, int64_t vocab_siz
   return out;
 }
 
-Result<PreparedData> PrepareEvalData(const TrainConfig& config, const EvalSetConfig& set, int64_t vocab_size,
+}  // namespace
+
+Result<PreparedData> PrepareTrainingData(const TrainConfig& config, int64_t vocab_size, const TextPipeline& text,
+                                         const BuildProgress& progress, const char* field) {
+  return PrepareData(config, config.spec.data().train(), vocab_size, text, progress, field);
+}
+
+Result<PreparedData> PrepareEvalData(const TrainConfig& config, const v1::EvalSet& set, int64_t vocab_size,
                                      const TextPipeline& text) {
-  TrainConfig c = config;
-  c.train_data = set.path;
-  const std::string field = "spec.data.eval " + set.name;
-  return PrepareTrainingData(c, vocab_size, text, {}, field.c_str());
+  return PrepareData(config, set.path(), vocab_size, text, {}, "spec.data.eval " + set.name());
 }
 
 }  // namespace eft::trainer

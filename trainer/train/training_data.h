@@ -60,7 +60,7 @@ Result<PreparedData> PrepareTrainingData(const TrainConfig& config, int64_t voca
 
 // One set of data.eval, read exactly as data.train is (format, template, labels, max_seq_len, the
 // token cache), so the eval loss measures what training optimizes.
-Result<PreparedData> PrepareEvalData(const TrainConfig& config, const EvalSetConfig& set, int64_t vocab_size,
+Result<PreparedData> PrepareEvalData(const TrainConfig& config, const v1::EvalSet& set, int64_t vocab_size,
                                      const TextPipeline& text);
 
 }  // namespace eft::trainer

@@ -2,6 +2,8 @@
 // workers are simulated by calling Register/Heartbeat directly with what a worker would report.
 #include <thread>
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include "tests/unit/controller/controller_test_fixture.h"
 
 namespace eft::controller {
@@ -166,8 +168,11 @@ TEST_F(ControllerTest, TheSpecTravelsOncePerAttemptAndTheEnvIsTheJobsOwn) {
   ASSERT_EQ(first.attempt_specs_size(), 1) << "one spec for the attempt, not one per rank";
   EXPECT_EQ(first.attempt_specs(0).job_id(), id);
   EXPECT_EQ(first.attempt_specs(0).attempt(), 1);
-  EXPECT_NE(first.attempt_specs(0).spec_json().find("\"name\":\"once\""), std::string::npos)
-      << first.attempt_specs(0).spec_json();
+  // The spec as stored: normalized, every default filled in, the same message GetJob shows.
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(first.attempt_specs(0).spec(), Job(id).spec()))
+      << first.attempt_specs(0).spec().DebugString();
+  EXPECT_EQ(first.attempt_specs(0).spec().name(), "once");
+  EXPECT_EQ(first.attempt_specs(0).spec().data().max_seq_len(), 4096);
   for (const auto& a : first.desired()) {
     EXPECT_EQ(a.env().size(), 1u);
     EXPECT_EQ(a.env().at("HF_HOME"), "/cache/hf");

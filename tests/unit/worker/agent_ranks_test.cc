@@ -25,7 +25,7 @@ TEST_F(WorkerAgentTest, LaunchesTheAssignedCommandWithTheRankEnvironmentAndRelay
   const RankId key{"job-1", 2, 0};
   const v1::RankAssignment assignment = Rank("job-1", 2, 0, "/the/out");
   controller_.SetDesired({assignment});
-  controller_.SetSpec("job-1", 2, R"({"name":"job-1"})");
+  controller_.SetSpec("job-1", 2, JobSpecNamed("job-1"));
   StartAgent();
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
 
@@ -35,7 +35,9 @@ TEST_F(WorkerAgentTest, LaunchesTheAssignedCommandWithTheRankEnvironmentAndRelay
   EXPECT_EQ(spec.argv, std::vector<std::string>(assignment.command().begin(), assignment.command().end()));
   EXPECT_EQ(spec.log_path, config_.work_dir + "/logs/job-1/attempt-2/rank-0.log");
   EXPECT_EQ(spec.env.at("EFT_TEST_OUT"), "/the/out");  // the job's own
-  EXPECT_EQ(spec.env.at("EFT_JOB_SPEC"), R"({"name":"job-1"})");
+  // The attempt's spec, as its JSON mapping: eft-train reads back exactly what the controller sent.
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(ReadRankSpec(spec.env.at("EFT_JOB_SPEC")),
+                                                                 JobSpecNamed("job-1")));
   EXPECT_EQ(spec.env.at("RANK"), "0");
   EXPECT_EQ(spec.env.at("EFT_RESUME_FROM"), "/ckpt/step-40");
   EXPECT_EQ(spec.env.at("EFT_NODE_NAME"), "node-t");
@@ -59,7 +61,7 @@ TEST_F(WorkerAgentTest, LaunchesTheAssignedCommandWithTheRankEnvironmentAndRelay
 TEST_F(WorkerAgentTest, ADesiredRankWaitsForItsAttemptSpec) {
   const RankId key{"job-2", 1, 0};
   controller_.SetDesired({Rank("job-2", 1, 0, dir_ + "/rank0.env")});
-  controller_.SetSpec("job-2", 1, R"({"name":"job-2"})");
+  controller_.SetSpec("job-2", 1, JobSpecNamed("job-2"));
   controller_.WithholdSpecs(3);  // Register and two heartbeats come without the spec
   StartAgent();
 
@@ -74,13 +76,13 @@ TEST_F(WorkerAgentTest, ADesiredRankWaitsForItsAttemptSpec) {
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
   const auto launches = ranks_.launches();
   ASSERT_EQ(launches.size(), 1u);
-  EXPECT_EQ(launches[0].spec.env.at("EFT_JOB_SPEC"), R"({"name":"job-2"})");
+  EXPECT_EQ(ReadRankSpec(launches[0].spec.env.at("EFT_JOB_SPEC")).name(), "job-2");
 }
 
 TEST_F(WorkerAgentTest, ALaterRankOfAnAttemptStartsWithTheCachedSpec) {
   const RankId key0{"job-4", 1, 0}, key1{"job-4", 1, 1};
   controller_.SetDesired({Rank("job-4", 1, 0, dir_ + "/rank0.env")});
-  controller_.SetSpec("job-4", 1, R"({"name":"job-4"})");
+  controller_.SetSpec("job-4", 1, JobSpecNamed("job-4"));
   StartAgent();
   // Until a request lists rank 0 the replies may carry the spec more than once (a heartbeat can leave
   // before the rank is up); from the one that reports it running on, none does.
@@ -97,7 +99,7 @@ TEST_F(WorkerAgentTest, ALaterRankOfAnAttemptStartsWithTheCachedSpec) {
   const auto launches = ranks_.launches();
   ASSERT_EQ(launches.size(), 2u);
   EXPECT_EQ(launches[1].key, key1);
-  EXPECT_EQ(launches[1].spec.env.at("EFT_JOB_SPEC"), R"({"name":"job-4"})");
+  EXPECT_EQ(ReadRankSpec(launches[1].spec.env.at("EFT_JOB_SPEC")).name(), "job-4");
   EXPECT_EQ(launches[1].spec.env.at("RANK"), "1");
   controller_.Inspect([&] { EXPECT_EQ(controller_.specs_sent, specs_before) << "rank 1 started from the cache"; });
 }
@@ -105,7 +107,7 @@ TEST_F(WorkerAgentTest, ALaterRankOfAnAttemptStartsWithTheCachedSpec) {
 TEST_F(WorkerAgentTest, ARankThatCannotStartIsReportedSoAndNotTriedAgain) {
   const RankId key{"job-6", 1, 0};
   controller_.SetDesired({Rank("job-6", 1, 0, dir_ + "/rank0.env")});
-  controller_.SetSpec("job-6", 1, "{}");
+  controller_.SetSpec("job-6", 1, JobSpecNamed("job-6"));
   ranks_.FailLaunches("no such program: eft-train");
   StartAgent();
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_FAILED_TO_START); }));
@@ -127,7 +129,7 @@ TEST_F(WorkerAgentTest, ARankThatCannotStartIsReportedSoAndNotTriedAgain) {
 TEST_F(WorkerAgentTest, AnExitIsReportedWithItsCodeAndTheRankIsNotRestartedInPlace) {
   const RankId key{"job-7", 1, 0};
   controller_.SetDesired({Rank("job-7", 1, 0, dir_ + "/rank0.env")});
-  controller_.SetSpec("job-7", 1, "{}");
+  controller_.SetSpec("job-7", 1, JobSpecNamed("job-7"));
   StartAgent();
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
 
@@ -151,7 +153,7 @@ TEST_F(WorkerAgentTest, AnExitIsReportedWithItsCodeAndTheRankIsNotRestartedInPla
 TEST_F(WorkerAgentTest, ARankStillStoppingIsAskedOnceAndReportedStoppingUntilItEnds) {
   const RankId key{"job-8", 1, 0};
   controller_.SetDesired({Rank("job-8", 1, 0, dir_ + "/rank0.env")});
-  controller_.SetSpec("job-8", 1, "{}");
+  controller_.SetSpec("job-8", 1, JobSpecNamed("job-8"));
   ranks_.IgnoreStops();
   StartAgent();
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
@@ -211,7 +213,7 @@ TEST_F(WorkerAgentTest, ARankListedInStopNowIsKilledAtOnce) {
 TEST_F(WorkerAgentTest, ShutdownStopsRanksAndReportsTheirExit) {
   const RankId key{"job-3", 1, 0};
   controller_.SetDesired({Rank("job-3", 1, 0, dir_ + "/rank0.env")});
-  controller_.SetSpec("job-3", 1, "{}");
+  controller_.SetSpec("job-3", 1, JobSpecNamed("job-3"));
   StartAgent();
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
 
@@ -232,7 +234,7 @@ TEST_F(WorkerAgentTest, ShutdownStopsRanksAndReportsTheirExit) {
 TEST_F(WorkerAgentTest, AFencedWorkerStopsItsRanksRegistersNoMoreAndTellsItsOwnerOnce) {
   const RankId key{"job-5", 1, 0};
   controller_.SetDesired({Rank("job-5", 1, 0, dir_ + "/rank0.env")});
-  controller_.SetSpec("job-5", 1, "{}");
+  controller_.SetSpec("job-5", 1, JobSpecNamed("job-5"));
   StartAgent();
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
 

@@ -16,13 +16,14 @@ TEST_F(WorkerAgentTest, RunsReportsRelaysAndStopsARank) {
   const RankId key{"job-1", 2, 0};
   const std::string out = dir_ + "/rank0.env";
   controller_.SetDesired({Rank("job-1", 2, 0, out)});
-  controller_.SetSpec("job-1", 2, R"({"name":"job-1"})");
+  const v1::JobSpec job_spec = JobSpecNamed("job-1");
+  controller_.SetSpec("job-1", 2, job_spec);
   StartAgentWithProcesses();
 
   // Registered, got the assignment and its spec, started the rank with the rank environment.
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
   ASSERT_TRUE(WaitForFile(out));
-  EXPECT_EQ(ReadWholeFile(out), "{\"name\":\"job-1\"}|0|/ckpt/step-40|node-t\n");
+  EXPECT_EQ(ReadWholeFile(out), spec::JobSpecToJson(job_spec).dump() + "|0|/ckpt/step-40|node-t\n");
   v1::RankStatus running;
   controller_.Inspect([&] {
     running = controller_.Reported(key, v1::RANK_STATE_RUNNING);

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "spec/job_spec.h"
 #include "tests/unit/worker/fake_ranks.h"
 #include "tests/unit/worker/process_test_util.h"
 #include "worker/agent.h"
@@ -37,9 +39,9 @@ class FakeController final : public v1::AgentService::Service {
     std::lock_guard<std::mutex> lock(mu_);
     desired_ = std::move(desired);
   }
-  void SetSpec(const std::string& job, int attempt, const std::string& json) {
+  void SetSpec(const std::string& job, int attempt, const v1::JobSpec& spec) {
     std::lock_guard<std::mutex> lock(mu_);
-    specs_[{job, attempt}] = json;
+    specs_[{job, attempt}] = spec;
   }
   // The next `n` replies leave the attempt specs out.
   void WithholdSpecs(int n) {
@@ -167,7 +169,7 @@ class FakeController final : public v1::AgentService::Service {
       v1::AttemptSpec* s = specs->Add();
       s->set_job_id(attempt.first);
       s->set_attempt(attempt.second);
-      s->set_spec_json(specs_.at(attempt));
+      *s->mutable_spec() = specs_.at(attempt);
     }
     if (withhold_specs_ > 0) --withhold_specs_;
   }
@@ -175,7 +177,7 @@ class FakeController final : public v1::AgentService::Service {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<v1::RankAssignment> desired_;
-  std::map<AttemptId, std::string> specs_;
+  std::map<AttemptId, v1::JobSpec> specs_;
   int withhold_specs_ = 0;
   bool ack_events_ = false;
   int retries_ = 0, retry_ms_ = 0;
@@ -235,6 +237,22 @@ class WorkerAgentTest : public ::testing::Test {
     };
     agent_ = std::make_unique<WorkerAgent>(config_, std::move(deps));
     ASSERT_TRUE(agent_->Start().ok());
+  }
+
+  // A normalized job spec, as the controller stores and sends it (AttemptSpec.spec).
+  static v1::JobSpec JobSpecNamed(const std::string& name) {
+    auto parsed = spec::ParseJobSpec("{name: " + name + ", model: /m, data: {train: /d.jsonl}}");
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    if (!parsed.ok()) return v1::JobSpec();
+    const Status normalized = spec::NormalizeJobSpec(&*parsed);
+    EXPECT_TRUE(normalized.ok()) << normalized;
+    return *parsed;
+  }
+  // A rank's EFT_JOB_SPEC, read as eft-train reads it.
+  static v1::JobSpec ReadRankSpec(const std::string& text) {
+    auto read = spec::ParseJobSpec(text);
+    EXPECT_TRUE(read.ok()) << read.status() << ": " << text;
+    return read.ok() ? *read : v1::JobSpec();
   }
 
   // A rank that writes its identity to `out`, prints a log line, writes one event and waits (as a

@@ -1,9 +1,11 @@
 // BuildRankEnv: a RankAssignment, the attempt's spec and node facts -> the rank's environment.
 #include "worker/rank_env.h"
 
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
 #include "common/rank_protocol.h"
+#include "spec/job_spec.h"
 
 namespace eft::worker {
 namespace {
@@ -26,10 +28,19 @@ v1::RankAssignment Assignment() {
   return a;
 }
 
+// The attempt's spec as the controller sends it: normalized, every default filled in.
+v1::JobSpec Spec() {
+  auto parsed = spec::ParseJobSpec("{name: job-7, model: /m, data: {train: /d.jsonl}, training: {lr: 0.0002}}");
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  if (!parsed.ok()) return v1::JobSpec();
+  EXPECT_TRUE(spec::NormalizeJobSpec(&*parsed).ok());
+  return *parsed;
+}
+
 NodeFacts Node() { return NodeFacts{"node-b", {"GPU-aaa", "GPU-bbb"}, "/opt/eft/bin", std::string("/usr/bin")}; }
 
 TEST(BuildRankEnvTest, SetsTheRankProtocolVariables) {
-  auto e = BuildRankEnv(Assignment(), R"({"name":"job-7"})", Node());
+  auto e = BuildRankEnv(Assignment(), Spec(), Node());
   EXPECT_EQ(e[env::kRank], "5");
   EXPECT_EQ(e[env::kLocalRank], "1");
   EXPECT_EQ(e[env::kWorldSize], "8");
@@ -43,7 +54,10 @@ TEST(BuildRankEnvTest, SetsTheRankProtocolVariables) {
   EXPECT_EQ(e[env::kJobId], "job-7");
   EXPECT_EQ(e[env::kAttempt], "3");
   EXPECT_EQ(e[env::kNodeName], "node-b");
-  EXPECT_EQ(e[env::kJobSpec], R"({"name":"job-7"})");
+  // The spec's JSON mapping, which eft-train reads back to the very spec the controller sent.
+  auto read_back = spec::ParseJobSpec(e[env::kJobSpec]);
+  ASSERT_TRUE(read_back.ok()) << read_back.status();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*read_back, Spec())) << e[env::kJobSpec];
   EXPECT_EQ(e[env::kResumeFrom], "/ckpt/step-100");
   EXPECT_EQ(e[env::kCudaVisibleDevices], "GPU-bbb");  // slot 1
   EXPECT_EQ(e["PATH"], "/opt/eft/bin:/usr/bin");
@@ -55,7 +69,7 @@ TEST(BuildRankEnvTest, SetsTheRankProtocolVariables) {
 TEST(BuildRankEnvTest, FreshStartHasAnEmptyResumePoint) {
   v1::RankAssignment a = Assignment();
   a.clear_resume_from();
-  auto e = BuildRankEnv(a, "{}", Node());
+  auto e = BuildRankEnv(a, Spec(), Node());
   ASSERT_EQ(e.count(env::kResumeFrom), 1u);
   EXPECT_EQ(e[env::kResumeFrom], "");
 }
@@ -65,22 +79,22 @@ TEST(BuildRankEnvTest, SpecEnvCannotOverrideWhatTheLauncherSets) {
   (*a.mutable_env())[env::kRank] = "0";
   (*a.mutable_env())[env::kJobSpec] = "stale";
   (*a.mutable_env())[env::kCudaVisibleDevices] = "0,1";
-  auto e = BuildRankEnv(a, "fresh", Node());
+  auto e = BuildRankEnv(a, Spec(), Node());
   EXPECT_EQ(e[env::kRank], "5");
-  EXPECT_EQ(e[env::kJobSpec], "fresh");
+  EXPECT_EQ(e[env::kJobSpec], spec::JobSpecToJson(Spec()).dump());
   EXPECT_EQ(e[env::kCudaVisibleDevices], "GPU-bbb");
 }
 
 TEST(BuildRankEnvTest, NoGpuForASlotOutsideTheNodesGpusOrOnACpuNode) {
   v1::RankAssignment a = Assignment();
   a.set_slot(2);
-  EXPECT_EQ(BuildRankEnv(a, "{}", Node())[env::kCudaVisibleDevices], "");
+  EXPECT_EQ(BuildRankEnv(a, Spec(), Node())[env::kCudaVisibleDevices], "");
   a.set_slot(-1);
-  EXPECT_EQ(BuildRankEnv(a, "{}", Node())[env::kCudaVisibleDevices], "");
+  EXPECT_EQ(BuildRankEnv(a, Spec(), Node())[env::kCudaVisibleDevices], "");
   NodeFacts cpu = Node();
   cpu.gpu_ids.clear();
   a.set_slot(0);
-  auto e = BuildRankEnv(a, "{}", cpu);
+  auto e = BuildRankEnv(a, Spec(), cpu);
   ASSERT_EQ(e.count(env::kCudaVisibleDevices), 1u);  // set, and empty: no device grabbed by accident
   EXPECT_EQ(e[env::kCudaVisibleDevices], "");
 }
@@ -88,15 +102,15 @@ TEST(BuildRankEnvTest, NoGpuForASlotOutsideTheNodesGpusOrOnACpuNode) {
 TEST(BuildRankEnvTest, PathOnlyWhenTheWorkersDirectoryIsKnown) {
   NodeFacts node = Node();
   node.path.reset();
-  EXPECT_EQ(BuildRankEnv(Assignment(), "{}", node)["PATH"], "/opt/eft/bin:/usr/bin:/bin");
+  EXPECT_EQ(BuildRankEnv(Assignment(), Spec(), node)["PATH"], "/opt/eft/bin:/usr/bin:/bin");
   node.program_dir.clear();
-  EXPECT_EQ(BuildRankEnv(Assignment(), "{}", node).count("PATH"), 0u);
+  EXPECT_EQ(BuildRankEnv(Assignment(), Spec(), node).count("PATH"), 0u);
 }
 
 TEST(BuildRankEnvTest, GroupRankWithoutALocalWorldSizeIsZero) {
   v1::RankAssignment a = Assignment();
   a.set_local_world_size(0);
-  EXPECT_EQ(BuildRankEnv(a, "{}", Node())[env::kGroupRank], "0");
+  EXPECT_EQ(BuildRankEnv(a, Spec(), Node())[env::kGroupRank], "0");
 }
 
 }  // namespace

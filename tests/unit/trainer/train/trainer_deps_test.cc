@@ -37,7 +37,7 @@ class TrainerDepsTest : public ::testing::Test {
                                 at::kFloat, {});
     ASSERT_TRUE(written.ok()) << written.status();
     // 32 pre-tokenized examples of 8 to 12 tokens, the first two untrained.
-    std::ofstream data(dir_ / "data.jsonl");
+    std::ofstream examples(dir_ / "data.jsonl");
     for (int i = 0; i < 32; ++i) {
       nlohmann::json ids = nlohmann::json::array(), labels = nlohmann::json::array();
       for (int t = 0; t < 8 + i % 5; ++t) {
@@ -45,24 +45,27 @@ class TrainerDepsTest : public ::testing::Test {
         ids.push_back(id);
         labels.push_back(t < 2 ? -100 : id);
       }
-      data << nlohmann::json{{"input_ids", ids}, {"labels", labels}}.dump() << "\n";
+      examples << nlohmann::json{{"input_ids", ids}, {"labels", labels}}.dump() << "\n";
     }
 
-    config_.model = (dir_ / "model").string();
-    config_.train_data = (dir_ / "data.jsonl").string();
-    config_.data_cache_dir = (dir_ / "cache").string();
-    config_.max_seq_len = 32;
-    config_.packing = false;
-    config_.epochs = 100;
-    config_.global_batch_size = 4;
-    config_.micro_batch_size = 2;
-    config_.precision = "fp32";
-    config_.activation_checkpointing = false;
-    config_.device = "cpu";
-    config_.threads = 1;
-    config_.checkpoint_dir = (dir_ / "ckpt").string();
-    config_.checkpoint_every_steps = 0;
-    config_.keep_last = 10;
+    spec_.set_name("deps");
+    spec_.set_model((dir_ / "model").string());
+    v1::DataSpec* data = spec_.mutable_data();
+    data->set_train((dir_ / "data.jsonl").string());
+    data->set_cache_dir((dir_ / "cache").string());
+    data->set_max_seq_len(32);
+    data->set_packing(false);
+    v1::TrainingSpec* training = spec_.mutable_training();
+    training->set_epochs(100);
+    training->set_global_batch_size(4);
+    training->set_micro_batch_size(2);
+    training->set_precision("fp32");
+    training->set_activation_checkpointing("none");
+    training->set_device("cpu");
+    v1::CheckpointSpec* checkpoint = spec_.mutable_checkpoint();
+    checkpoint->set_dir((dir_ / "ckpt").string());
+    checkpoint->set_every_steps(0);
+    checkpoint->set_keep_last(10);
     env_.source = "single process";
     env_.master_port = PickFreeLoopbackPort();
   }
@@ -73,12 +76,16 @@ class TrainerDepsTest : public ::testing::Test {
 
   // Creates a trainer with `deps` (trainer_ while it runs) and runs it to the end; its events.
   std::vector<rank::Event> Train(TrainerDeps deps) {
+    auto config = TrainConfigFromJobSpec(spec_);  // the rest normalized, as eft-train's own is
+    EXPECT_TRUE(config.ok()) << config.status();
+    if (!config.ok()) return {};
+    config->threads = 1;
     const std::string path = (dir_ / "events.jsonl").string();
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     EXPECT_GE(fd, 0);
     RankEnv env = env_;
     env.events_fd = fd;
-    auto created = Trainer::Create(config_, env, deps);
+    auto created = Trainer::Create(*config, env, deps);
     EXPECT_TRUE(created.ok()) << created.status();
     if (created.ok()) {
       trainer_ = created->get();
@@ -107,7 +114,7 @@ class TrainerDepsTest : public ::testing::Test {
   }
 
   fs::path dir_;
-  TrainConfig config_;
+  v1::JobSpec spec_;
   RankEnv env_;
   Trainer* trainer_ = nullptr;
 };
@@ -122,8 +129,8 @@ DebugHooks::Actions AdvanceOnStall(ManualClock* clock, int* stalls) {
 }
 
 TEST_F(TrainerDepsTest, StepAndFullSaveTimesAreReadOnTheClockItIsGiven) {
-  config_.max_steps = 4;
-  config_.checkpoint_full_every_steps = 2;  // step 2, then the final one at step 4
+  spec_.mutable_training()->set_max_steps(4);
+  spec_.mutable_checkpoint()->set_full_every_steps(2);  // step 2, then the final one at step 4
   ManualClock clock;
   int stalls = 0;
   const DebugHooks hooks({"save"}, 2.5, 0, AdvanceOnStall(&clock, &stalls));
@@ -153,8 +160,8 @@ TEST_F(TrainerDepsTest, StepAndFullSaveTimesAreReadOnTheClockItIsGiven) {
 }
 
 TEST_F(TrainerDepsTest, TheShardedWriterIsTimedOnTheClockItIsGiven) {
-  config_.max_steps = 3;
-  config_.checkpoint_every_steps = 2;  // sharded at step 2, then the final full save at step 3
+  spec_.mutable_training()->set_max_steps(3);
+  spec_.mutable_checkpoint()->set_every_steps(2);  // sharded at step 2, then the final full save at step 3
   ManualClock clock;
   int stalls = 0;
   const DebugHooks hooks({"sharded_write"}, 1.5, 0, AdvanceOnStall(&clock, &stalls));
@@ -170,15 +177,15 @@ TEST_F(TrainerDepsTest, TheShardedWriterIsTimedOnTheClockItIsGiven) {
 }
 
 TEST_F(TrainerDepsTest, TheHooksStallAndKillOnlyWhereTheyAreSet) {
-  config_.max_steps = 5;
-  config_.checkpoint_every_steps = 2;  // sharded at steps 2 and 4, the final full save at step 5
+  spec_.mutable_training()->set_max_steps(5);
+  spec_.mutable_checkpoint()->set_every_steps(2);  // sharded at steps 2 and 4, the final full save at step 5
   std::vector<double> sleeps;
   std::vector<int64_t> killed_after;
   bool step2_committed_then = false;
   DebugHooks::Actions actions{[&](double seconds) { sleeps.push_back(seconds); },
                               [&] {
                                 killed_after.push_back(trainer_->completed_steps());
-                                step2_committed_then = VerifyCheckpoint(config_.checkpoint_dir + "/step-2").ok();
+                                step2_committed_then = VerifyCheckpoint(spec_.checkpoint().dir() + "/step-2").ok();
                               }};
   const DebugHooks hooks({"step"}, 0.25, 3, std::move(actions));
   const std::vector<rank::Event> events = Train({.hooks = &hooks});
