@@ -1,5 +1,7 @@
 #include "common/clock.h"
 
+#include <cstdio>
+
 namespace eft {
 
 int64_t RealClock::WallMillis() const {
@@ -25,6 +27,12 @@ int64_t ManualClock::WallMillis() const {
 void ManualClock::Advance(Duration d) {
   MutexLock lock(&mu_);
   elapsed_ += d;
+}
+
+std::string SecondsText(std::chrono::milliseconds d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(d.count()) / 1000.0);
+  return text;
 }
 
 }  // namespace eft

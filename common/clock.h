@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
@@ -44,5 +45,7 @@ class ManualClock final : public Clock {
 };
 
 inline int64_t ToMillis(Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+// "3.1 s": a duration as reasons and logs word it, to a tenth of a second.
+std::string SecondsText(std::chrono::milliseconds d);
 
 }  // namespace eft

@@ -19,13 +19,6 @@ std::string JoinNodes(const std::vector<std::string>& nodes) {
   return out;
 }
 
-std::string Seconds(std::chrono::milliseconds ms) {
-  std::ostringstream os;
-  os.precision(1);
-  os << std::fixed << ms.count() / 1000.0 << " s";
-  return os.str();
-}
-
 // "exited with code 78 (out of memory)": how OnRankExit words an out-of-memory end.
 std::string OutOfMemoryExit() {
   const int code = rank::ToInt(rank::ExitCode::kOutOfMemory);
@@ -217,7 +210,7 @@ Status AttemptLifecycle::End(JobEntry& j, const std::string& reason, v1::Attempt
       c.rec.reason = reason;
       c.rec.not_before_ms = now_ms + backoff.count();
       std::string msg = "attempt " + std::to_string(j.rec.attempt + 1) + " will start " +
-                        (backoff.count() ? "in " + Seconds(backoff) : std::string("as soon as nodes allow"));
+                        (backoff.count() ? "in " + SecondsText(backoff) : std::string("as soon as nodes allow"));
       msg += outcome == Outcome::kRestartCounted ? " (restart " + std::to_string(c.rec.restarts) + " of at most " +
                                                        std::to_string(max_restarts) + ")"
                                                  : " (not counted against max_restarts)";

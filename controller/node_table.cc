@@ -1,8 +1,6 @@
 #include "controller/node_table.h"
 
 #include <algorithm>
-#include <iomanip>
-#include <sstream>
 #include <tuple>
 
 #include "common/logging.h"
@@ -41,13 +39,6 @@ std::vector<std::tuple<std::string, int, int, int>> LiveSlots(const Ranks& ranks
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-std::string Seconds(std::chrono::milliseconds ms) {
-  std::ostringstream os;
-  os.precision(1);
-  os << std::fixed << ms.count() / 1000.0 << " s";
-  return os.str();
 }
 
 }  // namespace
@@ -201,7 +192,7 @@ std::vector<std::pair<std::string, std::string>> NodeTable::Silent() const {
   for (const auto& [name, node] : nodes_) {
     if (!node.ready) continue;
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - node.last_heartbeat);
-    if (silent > config_.heartbeat_timeout) out.emplace_back(name, "no heartbeat for " + Seconds(silent));
+    if (silent > config_.heartbeat_timeout) out.emplace_back(name, "no heartbeat for " + SecondsText(silent));
   }
   return out;
 }

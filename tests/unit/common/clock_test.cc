@@ -95,3 +95,16 @@ TEST(ClockTest, ToMillisTruncates) {
 
 }  // namespace
 }  // namespace eft
+
+namespace eft {
+namespace {
+
+TEST(SecondsTextTest, RoundsToATenth) {
+  EXPECT_EQ(SecondsText(std::chrono::milliseconds(3100)), "3.1 s");
+  EXPECT_EQ(SecondsText(std::chrono::milliseconds(0)), "0.0 s");
+  EXPECT_EQ(SecondsText(std::chrono::milliseconds(30049)), "30.0 s");
+  EXPECT_EQ(SecondsText(std::chrono::milliseconds(125000)), "125.0 s");
+}
+
+}  // namespace
+}  // namespace eft

@@ -184,7 +184,7 @@ TEST_F(WorkerAgentTest, ARankStillStoppingIsAskedOnceAndReportedStoppingUntilItE
 TEST_F(WorkerAgentTest, ARankListedInStopNowIsKilledAtOnce) {
   const RankId key{"job-9", 1, 0};
   controller_.SetDesired({Rank("job-9", 1, 0, dir_ + "/rank0.env")});
-  controller_.SetSpec("job-9", 1, "{}");
+  controller_.SetSpec("job-9", 1, JobSpecNamed("job-9"));
   ranks_.IgnoreStops();
   StartAgent();
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
