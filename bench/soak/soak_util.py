@@ -25,15 +25,19 @@ def field(path, expr):
         print("")
 
 
-def weights(a, b):
-    from safetensors.numpy import load_file  # the .venv's; only this subcommand needs it
+def weight_diff(a, b):
+    """max |a - b| over the tensors of two model.safetensors files; inf when names or shapes differ."""
+    from safetensors.numpy import load_file  # the .venv's; only this needs it
     import numpy as np
 
     ta, tb = load_file(a), load_file(b)
     if ta.keys() != tb.keys() or any(ta[k].shape != tb[k].shape for k in ta):
-        print("inf")
-        return
-    print(max(float(np.max(np.abs(ta[k].astype(np.float64) - tb[k].astype(np.float64)))) for k in ta))
+        return float("inf")
+    return max(float(np.max(np.abs(ta[k].astype(np.float64) - tb[k].astype(np.float64)))) for k in ta)
+
+
+def weights(a, b):
+    print(weight_diff(a, b))
 
 
 def crc32c(data):
@@ -57,7 +61,8 @@ def _crc32c_table():
 _CRC32C_TABLE = _crc32c_table()
 
 
-def committed(root):
+def committed_problems(root):
+    """What is wrong with the checkpoints under root, one text each."""
     import os
 
     problems = []
@@ -84,7 +89,11 @@ def committed(root):
                 continue
             if len(data) != entry["bytes"] or crc32c(data) != entry["crc32c"]:
                 problems.append(f"{name}/{entry['path']}: size or CRC-32C differs from COMMITTED")
-    print("; ".join(problems))
+    return problems
+
+
+def committed(root):
+    print("; ".join(committed_problems(root)))
 
 
 def table(path):
