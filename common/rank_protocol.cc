@@ -107,6 +107,7 @@ ExitClass ClassifyExit(int exit_code, int signal) {
     case ToInt(ExitCode::kRendezvousPortBusy): return ExitClass::kPortBusy;
     case ToInt(ExitCode::kStorageFull): return ExitClass::kStorageFull;
     case ToInt(ExitCode::kOutOfMemory): return ExitClass::kOutOfMemory;
+    case ToInt(ExitCode::kFenced): return ExitClass::kFenced;
     default: return ExitClass::kFailed;
   }
 }
@@ -119,6 +120,7 @@ const char* ExitClassName(ExitClass c) {
     case ExitClass::kPortBusy: return "port_busy";
     case ExitClass::kStorageFull: return "storage_full";
     case ExitClass::kOutOfMemory: return "out_of_memory";
+    case ExitClass::kFenced: return "fenced";
     case ExitClass::kFailed: return "failed";
     case ExitClass::kSignal: return "signal";
   }
@@ -133,6 +135,7 @@ const char* ExitCodeMeaning(int exit_code) {
     case ToInt(ExitCode::kRendezvousPortBusy): return "rendezvous port busy";
     case ToInt(ExitCode::kStorageFull): return "checkpoint storage full";
     case ToInt(ExitCode::kOutOfMemory): return "out of memory";
+    case ToInt(ExitCode::kFenced): return "fenced off by a newer attempt";
     default: return "failed";
   }
 }

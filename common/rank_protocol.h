@@ -42,19 +42,26 @@ enum class ExitCode : int {
   // in a row at the same world size is the job's settings, which a restart would not change: the
   // job fails with the reason (docs/gpu.md, "Out of memory").
   kOutOfMemory = 78,
+  // A newer attempt of the job holds the checkpoint directory's fence (docs/checkpoints.md,
+  // "Fencing"): this rank's attempt is stale, cut off from the controller while the controller
+  // started another, and stopped without committing or deleting anything. The controller has ended
+  // that attempt already and ignores the exit. Should it still hold the attempt for current (the
+  // fence deleted by hand, or two controllers' jobs sharing a checkpoint.dir), it is a failure
+  // counted against max_restarts: the next attempt raises the fence anew.
+  kFenced = 79,
 };
 
 constexpr int ToInt(ExitCode code) { return static_cast<int>(code); }
 
 // How a rank ended, as the small fixed set metrics and the controller's policy use.
-enum class ExitClass { kSuccess, kBadInput, kStopped, kPortBusy, kStorageFull, kOutOfMemory, kFailed, kSignal };
+enum class ExitClass { kSuccess, kBadInput, kStopped, kPortBusy, kStorageFull, kOutOfMemory, kFenced, kFailed, kSignal };
 inline constexpr ExitClass kAllExitClasses[] = {ExitClass::kSuccess,     ExitClass::kBadInput,    ExitClass::kStopped,
                                                 ExitClass::kPortBusy,    ExitClass::kStorageFull, ExitClass::kOutOfMemory,
-                                                ExitClass::kFailed,      ExitClass::kSignal};
+                                                ExitClass::kFenced,      ExitClass::kFailed,      ExitClass::kSignal};
 
 // `signal` != 0 means the rank was killed by that signal (its exit code is then meaningless).
 ExitClass ClassifyExit(int exit_code, int signal);
-// "success", "bad_input", "stopped", "port_busy", "storage_full", "out_of_memory", "failed", "signal": label
+// "success", "bad_input", "stopped", "port_busy", "storage_full", "out_of_memory", "fenced", "failed", "signal": label
 // values of the worker's metrics.
 const char* ExitClassName(ExitClass c);
 // For messages: "bad configuration or input", "stopped after saving a checkpoint", ...

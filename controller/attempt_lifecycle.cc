@@ -330,6 +330,15 @@ void AttemptLifecycle::OnRankExit(JobEntry& j, int rank, const v1::RankStatus& s
                              v1::ATTEMPT_END_OUT_OF_MEMORY, again ? Outcome::kFailed : Outcome::kRestartCounted);
       return;
     }
+    case rank::ExitClass::kFenced:
+      // A newer attempt holds the checkpoint directory's fence. The attempts this controller
+      // started are fenced off only once it has ended them (their exits are not looked at), so
+      // for the current one the fence was deleted by hand, or another controller's job shares the
+      // directory: counted, and the next attempt raises the fence anew.
+      (void)End(j, who + " exited with code " + std::to_string(code) + " (" + rank::ExitCodeMeaning(code) +
+                       ": another run may be using checkpoint.dir)" + said,
+                v1::ATTEMPT_END_RANK_FAILED, Outcome::kRestartCounted);
+      return;
     case rank::ExitClass::kFailed:
       break;
   }

@@ -35,6 +35,14 @@ RankEventEffect InterpretRankEvent(const v1::RankEvent& ev, int current_attempt)
           p.set_mfu(e.mfu);
           *p.mutable_time() = google::protobuf::util::TimeUtil::MillisecondsToTimestamp(ev.time_ms());
         } else if constexpr (std::is_same_v<T, rank::CheckpointEvent>) {
+          if (!current) {
+            out.kind = RankEventEffect::Kind::kJobEvent;
+            out.event_type = kLateCheckpointEvent;
+            out.message = "attempt " + std::to_string(ev.key().attempt()) + " reported a checkpoint at step " +
+                          std::to_string(e.step) + " (" + e.path + ") after attempt " +
+                          std::to_string(current_attempt) + " started: not offered to later attempts";
+            return;
+          }
           out.kind = RankEventEffect::Kind::kRecordCheckpoint;
           CheckpointRecord& c = out.checkpoint;
           c.job_id = ev.key().job_id();

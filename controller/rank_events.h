@@ -41,9 +41,17 @@ struct RankEventEffect {
   std::string message;
 };
 
+// A checkpoint an older attempt reports after a newer one started (a `kJobEvent` of this type
+// instead of `kRecordCheckpoint`): its node was cut off from the controller, its ranks trained on,
+// and what they committed may postdate the newer attempt's start, so no later attempt is handed it
+// (docs/checkpoints.md, "Fencing": the trainer keeps such checkpoints out of its resume too).
+inline constexpr const char* kLateCheckpointEvent = "late_checkpoint";
+
 // `current_attempt`: the job's newest attempt. Progress and errors of older attempts are ignored
-// (their ranks are being stopped); checkpoints of any attempt are kept, since every one is a valid
-// place to resume from.
+// (their ranks are being stopped), and so are their checkpoints reported since (a
+// kLateCheckpointEvent says so): an attempt's checkpoints count while it is the newest, including
+// the stop checkpoint that an ended attempt's ranks report before the next attempt starts. Deleted
+// checkpoints are forgotten whoever reports the deletion.
 RankEventEffect InterpretRankEvent(const v1::RankEvent& event, int current_attempt);
 
 // The names of a job's eval curves, in the index order of its eval events: spec::EvalSetNames, or

@@ -72,6 +72,8 @@ int ExitFor(const Status& s) {
       return kExitPortBusy;
     case StatusCode::kResourceExhausted:  // only a full checkpoint storage (Checkpointer)
       return rank::ToInt(rank::ExitCode::kStorageFull);
+    case StatusCode::kCancelled:  // only an attempt fenced off by a newer one (checkpoint/fence.h)
+      return rank::ToInt(rank::ExitCode::kFenced);
     case StatusCode::kInvalidArgument:
     case StatusCode::kNotFound:
     case StatusCode::kFailedPrecondition:

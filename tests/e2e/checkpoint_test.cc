@@ -313,17 +313,26 @@ TEST_F(CheckpointTest, AFullCheckpointIsAModelDirectoryOthersLoad) {
 }
 
 // A retry (EFT_ATTEMPT > 1) that was given no checkpoint looks in checkpoint.dir itself; a first
-// attempt never does (a new job must not pick up another run's checkpoints).
+// attempt never does (a new job, another EFT_JOB_ID, must not pick up another run's checkpoints; it
+// takes the directory's fence over, docs/checkpoints.md "Fencing"). An older attempt of the job
+// than the one that raised the fence is stale: it exits 79 before it trains.
 TEST_F(CheckpointTest, ARetryWithoutResumeFromFindsTheNewestCheckpoint) {
   const std::string ckpt = (dir_ / "ckpt").string();
   std::string spec = Spec(3, 0, ckpt);
   TrainRun("killed", 2, spec, 0, "", "EFT_DEBUG_KILL_AT_STEP=7");
   ASSERT_TRUE(trainer::VerifyCheckpoint(ckpt + "/step-6").ok());
-  Run retry = TrainRun("retry", 2, spec, 0, "", "EFT_ATTEMPT=2");
+  Run retry = TrainRun("retry", 2, spec, 0, "", "EFT_JOB_ID=1 EFT_ATTEMPT=2");
   ASSERT_EQ(retry.exit_code, 0) << retry.output;
   EXPECT_NE(Resumed(retry).find(ckpt + "/step-6 "), std::string::npos) << retry.output;
   EXPECT_EQ(retry.losses.size(), 6u);
-  Run fresh = TrainRun("fresh", 2, spec, 0, "", "EFT_ATTEMPT=1");
+  Run stale = TrainRun("stale", 2, spec, 0, "", "EFT_JOB_ID=1 EFT_ATTEMPT=1");
+  EXPECT_EQ(stale.exit_code, 79) << stale.output;
+  EXPECT_NE(stale.output.find("eft-train: attempt 1 of job 1 is stale: attempt 2 of job 1 started since and holds " +
+                              ckpt + "/FENCE; not training"),
+            std::string::npos)
+      << stale.output;
+  EXPECT_TRUE(stale.losses.empty());
+  Run fresh = TrainRun("fresh", 2, spec, 0, "", "EFT_JOB_ID=2 EFT_ATTEMPT=1");
   ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
   EXPECT_EQ(fresh.losses.size(), 12u);
 }

@@ -157,6 +157,15 @@ Result<bool> Checkpointer::Poll(bool stop_requested_here, bool wait) {
         s = Commit(pending_step_, "sharded", files, writer_seconds_, pending_stall_);
         if (!s.ok()) EFT_LOG(ERROR) << "checkpoint at step " << pending_step_ << " not committed: " << s;
       }
+      // Fenced off by a newer attempt: every rank stops together. Only fenced runs take part in
+      // this all-reduce (every rank knows whether its run is), so unfenced ones run as before.
+      if (attempt_.fenced()) {
+        at::Tensor fenced = at::tensor({IsFenced(s) ? 1.0 : 0.0}, at::kDouble);
+        comm_->AllReduceSum(fenced);
+        if (fenced.item<double>() > 0) {
+          return IsFenced(s) ? s : Fenced("rank 0 found " + attempt_.ToString() + " fenced off (see its log)");
+        }
+      }
       // Every rank's files were written: the streak of failures ends. Only rank 0 commits, so
       // only it knows when that fails: it reports and cleans up, but cannot stop the other ranks
       // (the streak counts the failures all ranks saw).
@@ -172,13 +181,18 @@ int64_t Checkpointer::ReportFailedSave(const std::string& kind, int64_t step, co
   if (comm_->rank() != 0) return 0;
   EFT_LOG(ERROR) << kind << " checkpoint at step " << step << " not committed (" << consecutive
                  << " failed in a row): " << reason;
+  // Fenced off, or unable to tell: the directory is a newer attempt's now, whose save of the same
+  // step may be writing into the same step-N.tmp. Nothing is touched.
+  const Status held = HoldsFence();
+  if (!held.ok()) EFT_LOG(WARNING) << "leaving " << policy_.root << " as it is: " << held.message();
   // Every rank is done with it: nothing half written may stay to be mistaken for a checkpoint.
   std::error_code ec;
-  fs::remove_all(DirFor(step, true), ec);
+  if (held.ok()) fs::remove_all(DirFor(step, true), ec);
   int64_t freed = 0;
-  if (storage_full) {
+  if (storage_full && held.ok()) {
     // What no resume needs: every committed checkpoint but the newest (and keep_best's).
-    auto deleted = ApplyRetention(policy_.root, 1, policy_.keep_best ? BestEvaluatedCheckpoint(policy_.root) : "");
+    auto deleted = ApplyRetention(policy_.root, 1, policy_.keep_best ? BestEvaluatedCheckpoint(policy_.root, Resumable()) : "",
+                                  Resumable(), attempt_);
     if (deleted.ok()) {
       for (const auto& path : *deleted) {
         if (fs::path(path).filename().string().find('.') != std::string::npos) continue;  // leftovers
@@ -206,6 +220,8 @@ Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::ve
                             double seconds, double stall_seconds) {
   if (comm_->rank() != 0) return Status::Ok();
   const std::string tmp = DirFor(step, true), final_dir = DirFor(step, false);
+  // Fenced off already: step-N.tmp may be a newer attempt's save of the same step; not touched.
+  EFT_RETURN_IF_ERROR(HoldsFence());
   // Files of an earlier attempt that crashed while writing this step are not part of this one.
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(tmp, ec)) {
@@ -214,13 +230,21 @@ Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::ve
       fs::remove_all(entry.path(), ec);
     }
   }
-  EFT_ASSIGN_OR_RETURN(Manifest m, WriteSealedManifest(tmp, step, kind, comm_->world(), files));
-  EFT_RETURN_IF_ERROR(CommitCheckpointDir(tmp, final_dir));
+  EFT_ASSIGN_OR_RETURN(Manifest m, WriteSealedManifest(tmp, step, kind, comm_->world(), files, attempt_));
+  // The last look before the rename, so that the window in which a newer attempt can start unseen
+  // is one rename wide; a directory renamed in it is never resumed from (fence.h).
+  EFT_RETURN_IF_ERROR(HoldsFence());
+  hooks_->StallIfAsked("commit");
+  EFT_RETURN_IF_ERROR(CommitCheckpointDir(tmp, final_dir, attempt_));
+  // A newer attempt that started during the rename may or may not resume from it, but this one
+  // must not report it or run retention on a directory that is no longer its own.
+  EFT_RETURN_IF_ERROR(HoldsFence().WithContext(final_dir + " was renamed into place as a newer attempt started"));
   EFT_LOG(INFO) << "checkpoint " << final_dir << " (" << kind << ", " << m.total_bytes() / 1048576.0 << " MiB, "
                 << seconds << " s to write, the step loop waited " << stall_seconds << " s)";
   events_->Emit(rank::CheckpointEvent{kind, step, final_dir, m.total_bytes(), seconds, stall_seconds});
   auto deleted = ApplyRetention(policy_.root, std::max(1, policy_.keep_last),
-                                policy_.keep_best ? BestEvaluatedCheckpoint(policy_.root) : std::string());
+                                policy_.keep_best ? BestEvaluatedCheckpoint(policy_.root, Resumable()) : std::string(),
+                                Resumable(), attempt_);
   if (!deleted.ok()) {
     EFT_LOG(WARNING) << "checkpoint retention: " << deleted.status();
   } else {
@@ -234,6 +258,40 @@ Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::ve
   return Status::Ok();
 }
 
+Status Checkpointer::HoldsFence() const {
+  if (!attempt_.fenced() || comm_->rank() != 0) return Status::Ok();
+  return CheckFence(policy_.root, attempt_);
+}
+
+ResumeCheck Checkpointer::Resumable() const {
+  if (!fence_) return ResumeCheck();
+  return ResumableBy(*fence_, policy_.root);
+}
+
+Status Checkpointer::BeginAttempt(const AttemptId& attempt) {
+  // Every rank decides alike (the same checkpoint.dir and EFT_ATTEMPT), so the broadcast is collective.
+  if (!enabled() || !attempt.fenced()) return Status::Ok();
+  attempt_ = attempt;
+  Status raised;
+  if (comm_->rank() == 0) {
+    auto fence = RaiseFence(policy_.root, attempt);
+    if (fence.ok()) {
+      fence_ = std::move(*fence);
+      EFT_LOG(INFO) << attempt.ToString() << " holds " << policy_.root << "/" << kFenceName << " ("
+                    << fence_->checkpoints.size() << " earlier checkpoint(s) it may resume from)";
+    } else {
+      raised = fence.status();
+    }
+  }
+  at::Tensor code = at::tensor({static_cast<int64_t>(raised.code())}, at::kLong);
+  comm_->Broadcast(code, 0);
+  const auto c = static_cast<StatusCode>(code.item<int64_t>());
+  if (c == StatusCode::kOk) return Status::Ok();
+  if (comm_->rank() == 0) return raised;
+  return Status(c, "rank 0 could not take checkpoint.dir " + policy_.root + " for " + attempt.ToString() +
+                       " (see its log)");
+}
+
 Status Checkpointer::SaveFull(const TrainerState& state, bool final) {
   EFT_RETURN_IF_ERROR(Poll(false, /*wait=*/true).status());
   Status s = WriteFull(state);
@@ -241,6 +299,7 @@ Status Checkpointer::SaveFull(const TrainerState& state, bool final) {
     consecutive_failures_ = 0;
     return Status::Ok();
   }
+  if (IsFenced(s)) return s;  // nothing to clean up or retry: the directory is a newer attempt's
   // Every rank knows, and agrees on whether the storage is full and whether rank 0 made room.
   bool storage_full = s.code() == StatusCode::kResourceExhausted;
   ++consecutive_failures_;
@@ -311,9 +370,13 @@ Status Checkpointer::WriteFull(const TrainerState& state) {
   // Synchronous: the step loop waits for all of it.
   const double seconds = saving.Seconds();
   Status committed = writer ? Commit(state.step, "full", files, seconds, seconds) : Status::Ok();
-  at::Tensor commit_failed = at::tensor({committed.ok() ? 0.0 : 1.0, IsStorageFull(committed) ? 1.0 : 0.0}, at::kDouble);
+  at::Tensor commit_failed = at::tensor(
+      {committed.ok() ? 0.0 : 1.0, IsStorageFull(committed) ? 1.0 : 0.0, IsFenced(committed) ? 1.0 : 0.0}, at::kDouble);
   comm_->AllReduceSum(commit_failed);
   if (commit_failed[0].item<double>() == 0) return Status::Ok();
+  if (commit_failed[2].item<double>() > 0) {
+    return IsFenced(committed) ? committed : Fenced("rank 0 found " + attempt_.ToString() + " fenced off (see its log)");
+  }
   const std::string reason = committed.ok() ? "rank 0 could not commit it (its log says why)" : committed.message();
   return commit_failed[1].item<double>() > 0 ? Status::ResourceExhausted(reason) : Status::IoError(reason);
 }
@@ -328,7 +391,7 @@ Result<std::optional<TrainerState>> Checkpointer::Resume(const std::string& resu
   int64_t* slots = choice.data_ptr<int64_t>();
   if (comm_->rank() == 0) {
     std::vector<std::string> skipped;
-    auto resolved = ResolveResume(resume_from, policy_.root, &skipped);
+    auto resolved = ResolveResume(resume_from, policy_.root, &skipped, Resumable());
     if (resolved.ok() && resolved->empty() && !skipped.empty()) {
       // Every checkpoint there was is unusable: all progress is lost. Say it once, plainly.
       const std::string dir = policy_.root.empty() ? resume_from : policy_.root;

@@ -19,9 +19,14 @@
 // checkpoint: ResourceExhausted when the storage is full (the job fails: a restart cannot fix it),
 // else IoError (retryable). docs/checkpoints.md, "When a save fails".
 //
+// A run that knows its attempt (EFT_ATTEMPT) is fenced (fence.h): BeginAttempt makes it the holder
+// of the checkpoint directory before it resumes, it resumes only from checkpoints the fence admits,
+// and rank 0 commits only while it still holds the fence. Fenced off by a newer attempt, it commits
+// and deletes nothing more, and every rank returns fence.h's Fenced from the save (exit 79).
+//
 // Collective methods must be called by every rank in the same order. The times it reports (the
 // events' seconds, the log) are read on the clock it is given; the test hooks it is given may stall
-// a save (trainer/runtime/debug_hooks.h, "save" and "sharded_write").
+// a save (trainer/runtime/debug_hooks.h, "save", "sharded_write" and "commit").
 #pragma once
 
 #include <atomic>
@@ -32,6 +37,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "trainer/checkpoint/fence.h"
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/checkpoint/manifest.h"
 #include "trainer/checkpoint/sharded_state.h"
@@ -84,6 +90,13 @@ class Checkpointer {
   // a failed save (see above); `final` (the end of training): any failure is returned.
   Status SaveFull(const TrainerState& state, bool final = false);
 
+  // Collective, once, before Resume: a fenced `attempt` (EFT_ATTEMPT > 0) with a checkpoint
+  // directory becomes the holder of its fence (rank 0 raises it: RaiseFence), so that nothing an
+  // older attempt commits from now on is resumed from, and this one commits only while it holds it.
+  // Fenced on every rank when a newer attempt of the job holds it (this one is stale: it must not
+  // train). Unfenced (attempt 0, or no checkpoint directory): nothing happens, as before fencing.
+  Status BeginAttempt(const AttemptId& attempt);
+
   // The checkpoint to resume from (see ResolveResume), agreed by all ranks (collective), loaded into
   // the model and optimizer. Returns its trainer state, or nullopt for a fresh start. A checkpoint
   // from an incompatible run is FailedPrecondition (the caller exits 2).
@@ -103,9 +116,14 @@ class Checkpointer {
   // Returns how many older checkpoints it deleted.
   int64_t ReportFailedSave(const std::string& kind, int64_t step, const std::string& reason, bool storage_full,
                            int consecutive);
-  // Rank 0 only: writes the manifest and renames step-N.tmp to step-N.
+  // Rank 0 only: writes the manifest and renames step-N.tmp to step-N. Fenced when this attempt
+  // no longer holds the fence (before or after the rename): then nothing is reported or deleted.
   Status Commit(int64_t step, const std::string& kind, const std::vector<ManifestFile>& files, double seconds,
                 double stall_seconds);
+  // OK when the run is unfenced or still holds the fence (rank 0: it reads the fence).
+  Status HoldsFence() const;
+  // The checkpoints this run may resume from and count in retention: every one when unfenced.
+  ResumeCheck Resumable() const;
 
   CheckpointPolicy policy_;
   Communicator* comm_;
@@ -126,6 +144,8 @@ class Checkpointer {
   std::vector<ManifestFile> writer_files_;  // this rank's shard, then (rank 0) trainer_state.json
   double writer_seconds_ = 0;
   int consecutive_failures_ = 0;  // saves failed in a row (reset by a committed one)
+  AttemptId attempt_;             // unfenced (attempt 0) unless BeginAttempt made it the holder
+  std::optional<Fence> fence_;    // rank 0: the fence it raised
 };
 
 }  // namespace eft::trainer

@@ -16,6 +16,7 @@
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "trainer/checkpoint/fence.h"
 
 namespace eft::trainer {
 namespace {
@@ -38,19 +39,20 @@ int64_t StepOf(const std::string& name, const std::string& suffix) {
 
 // Manifest present and every file of the size it says: what retention trusts without reading
 // every byte back (the newest checkpoint was just written and checksummed by this process).
-bool LooksComplete(const std::string& dir) {
+// Returns the manifest, or nullopt when the directory does not look complete.
+std::optional<Manifest> LooksComplete(const std::string& dir) {
   Result<std::string> text = ReadFileToString(dir + "/" + kManifestName);
-  if (!text.ok()) return false;
+  if (!text.ok()) return std::nullopt;
   json j = json::parse(*text, nullptr, false);
-  if (j.is_discarded()) return false;
+  if (j.is_discarded()) return std::nullopt;
   auto m = Manifest::FromJson(j);
-  if (!m.ok()) return false;
+  if (!m.ok()) return std::nullopt;
   for (const auto& f : m->files) {
     std::error_code ec;
     auto size = fs::file_size(fs::path(dir) / f.path, ec);
-    if (ec || static_cast<int64_t>(size) != f.bytes) return false;
+    if (ec || static_cast<int64_t>(size) != f.bytes) return std::nullopt;
   }
-  return true;
+  return *m;
 }
 
 }  // namespace
@@ -103,6 +105,11 @@ Status WriteFileDurably(const std::string& path, const std::string& text) {
   return Status::Ok();
 }
 
+std::string AttemptId::ToString() const {
+  if (!fenced()) return "a run without an attempt number";
+  return "attempt " + std::to_string(attempt) + (job.empty() ? std::string() : " of job " + job);
+}
+
 int64_t Manifest::total_bytes() const {
   int64_t n = 0;
   for (const auto& f : files) n += f.bytes;
@@ -112,7 +119,14 @@ int64_t Manifest::total_bytes() const {
 json Manifest::ToJson() const {
   json list = json::array();
   for (const auto& f : files) list.push_back({{"path", f.path}, {"bytes", f.bytes}, {"crc32c", f.crc32c}});
-  return {{"format", 1}, {"step", step}, {"kind", kind}, {"world_size", world_size}, {"files", list}};
+  json j = {{"format", 1}, {"step", step}, {"kind", kind}, {"world_size", world_size}};
+  // Unfenced manifests stay what they were before fencing: byte for byte.
+  if (writer.fenced()) {
+    if (!writer.job.empty()) j["job"] = writer.job;
+    j["attempt"] = writer.attempt;
+  }
+  j["files"] = list;
+  return j;
 }
 
 namespace {
@@ -138,6 +152,10 @@ Result<Manifest> Manifest::FromJson(const json& j) {
     m.step = j.at("step").get<int64_t>();
     m.kind = j.at("kind").get<std::string>();
     m.world_size = j.at("world_size").get<int>();
+    // Absent in manifests written before fencing, and by unfenced runs: attempt 0.
+    if (j.contains("attempt")) m.writer.attempt = j.at("attempt").get<int>();
+    if (j.contains("job")) m.writer.job = j.at("job").get<std::string>();
+    if (m.writer.attempt < 0) return Status::DataLoss("manifest has a negative attempt");
     for (const auto& f : j.at("files")) {
       ManifestFile mf{f.at("path").get<std::string>(), f.at("bytes").get<int64_t>(), f.at("crc32c").get<uint32_t>()};
       // A manifest only ever names files inside its own directory (or a folder of it, as a model's
@@ -162,21 +180,22 @@ Result<ManifestFile> SealFile(const std::string& dir, const std::string& name) {
 }
 
 Result<Manifest> WriteManifest(const std::string& dir, int64_t step, const std::string& kind, int world_size,
-                               const std::vector<std::string>& files) {
+                               const std::vector<std::string>& files, const AttemptId& writer) {
   std::vector<ManifestFile> sealed;
   for (const auto& name : files) {
     EFT_ASSIGN_OR_RETURN(ManifestFile f, SealFile(dir, name));
     sealed.push_back(std::move(f));
   }
-  return WriteSealedManifest(dir, step, kind, world_size, std::move(sealed));
+  return WriteSealedManifest(dir, step, kind, world_size, std::move(sealed), writer);
 }
 
 Result<Manifest> WriteSealedManifest(const std::string& dir, int64_t step, const std::string& kind,
-                                     int world_size, std::vector<ManifestFile> files) {
+                                     int world_size, std::vector<ManifestFile> files, const AttemptId& writer) {
   Manifest m;
   m.step = step;
   m.kind = kind;
   m.world_size = world_size;
+  m.writer = writer;
   m.files = std::move(files);
   EFT_RETURN_IF_ERROR(WriteFileDurably(dir + "/" + kManifestName, m.ToJson().dump(2) + "\n"));
   EFT_RETURN_IF_ERROR(FsyncDir(dir));
@@ -226,53 +245,69 @@ std::vector<CheckpointDir> ListCheckpointDirs(const std::string& root) {
 
 namespace {
 
-std::string NewestValidBefore(const std::string& root, int64_t before, std::vector<std::string>* skipped) {
+// The check first (a manifest is a few hundred bytes), then every byte of every file.
+Status Usable(const std::string& dir, const ResumeCheck& resumable) {
+  if (resumable) {
+    EFT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(dir));
+    if (std::string why = resumable(dir, m); !why.empty()) return Status::FailedPrecondition(why);
+  }
+  return VerifyCheckpoint(dir).status();
+}
+
+}  // namespace
+
+std::string NewestValidCheckpoint(const std::string& root, std::vector<std::string>* skipped,
+                                  const ResumeCheck& resumable) {
   for (const auto& d : ListCheckpointDirs(root)) {
-    if (d.step >= before) continue;
-    auto m = VerifyCheckpoint(d.path);
-    if (m.ok()) return d.path;
-    EFT_LOG(WARNING) << "skipping checkpoint " << d.path << ": " << m.status().message();
+    Status s = Usable(d.path, resumable);
+    if (s.ok()) return d.path;
+    EFT_LOG(WARNING) << "skipping checkpoint " << d.path << ": " << s.message();
     if (skipped) skipped->push_back(d.path);
   }
   return "";
 }
 
-}  // namespace
-
-std::string NewestValidCheckpoint(const std::string& root, std::vector<std::string>* skipped) {
-  return NewestValidBefore(root, INT64_MAX, skipped);
-}
-
 Result<std::string> ResolveResume(const std::string& resume_from, const std::string& root,
-                                  std::vector<std::string>* skipped) {
+                                  std::vector<std::string>* skipped, const ResumeCheck& resumable) {
   if (resume_from.empty()) return std::string();
   if (resume_from == "auto") {
     if (root.empty()) return Status::InvalidArgument("resume from auto needs checkpoint.dir");
-    return NewestValidCheckpoint(root, skipped);
+    return NewestValidCheckpoint(root, skipped, resumable);
   }
-  auto m = VerifyCheckpoint(resume_from);
-  if (m.ok()) return resume_from;
-  EFT_LOG(WARNING) << "skipping checkpoint " << resume_from << ": " << m.status().message();
+  Status usable = Usable(resume_from, resumable);
+  if (usable.ok()) return resume_from;
+  EFT_LOG(WARNING) << "skipping checkpoint " << resume_from << ": " << usable.message();
   if (skipped) skipped->push_back(resume_from);
   // Fall back to the newest valid checkpoint of the same run: the one asked for may have been
   // damaged after it was reported, or deleted by retention in an attempt whose later checkpoints
   // were never reported (its node lost to the controller while its ranks trained on). A newer one
-  // came from the same deterministic steps, so it is as good a start and loses fewer of them.
+  // came from the same deterministic steps, so it is as good a start and loses fewer of them; the
+  // fence keeps out any that attempt committed after a newer one started (fence.h).
   const fs::path path = fs::path(resume_from).lexically_normal();
   std::string parent = (path.has_filename() ? path : path.parent_path()).parent_path().string();
   const std::string name = (path.has_filename() ? path : path.parent_path()).filename().string();
   if (StepOf(name, "") < 0 && !root.empty()) parent = root;
-  std::string fallback = NewestValidCheckpoint(parent, skipped);
+  std::string fallback = NewestValidCheckpoint(parent, skipped, resumable);
   if (fallback.empty()) {
-    return Status::NotFound("cannot resume from " + resume_from + " (" + m.status().message() +
+    return Status::NotFound("cannot resume from " + resume_from + " (" + usable.message() +
                             ") and no valid checkpoint exists in " + parent);
   }
   return fallback;
 }
 
-Status CommitCheckpointDir(const std::string& tmp, const std::string& final_dir) {
+Status CommitCheckpointDir(const std::string& tmp, const std::string& final_dir, const AttemptId& writer) {
   std::error_code ec;
   if (fs::exists(final_dir, ec)) {
+    // A newer attempt's checkpoint is never replaced by an older attempt (one that has not yet
+    // noticed it was fenced off): it may be what the newer attempt resumes from.
+    if (writer.fenced()) {
+      auto existing = ReadManifest(final_dir);
+      if (existing.ok() && existing->writer.fenced() && existing->writer.job == writer.job &&
+          existing->writer.attempt > writer.attempt) {
+        return Fenced(final_dir + " was committed by " + existing->writer.ToString() + ", newer than this " +
+                      writer.ToString() + ": not replacing it");
+      }
+    }
     // A checkpoint of this step from an earlier attempt (possibly damaged): the new one replaces it.
     const std::string old = final_dir + ".replaced";
     fs::remove_all(old, ec);
@@ -286,11 +321,12 @@ Status CommitCheckpointDir(const std::string& tmp, const std::string& final_dir)
   return Status::Ok();
 }
 
-std::string BestEvaluatedCheckpoint(const std::string& root) {
+std::string BestEvaluatedCheckpoint(const std::string& root, const ResumeCheck& resumable) {
   std::string best;
   double best_loss = 0;
   for (const auto& d : ListCheckpointDirs(root)) {  // newest first: a later equal loss does not win
-    if (!LooksComplete(d.path)) continue;
+    std::optional<Manifest> m = LooksComplete(d.path);
+    if (!m || (resumable && !resumable(d.path, *m).empty())) continue;
     Result<std::string> text = ReadFileToString(d.path + "/trainer_state.json");
     if (!text.ok()) continue;
     nlohmann::json state = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
@@ -305,19 +341,31 @@ std::string BestEvaluatedCheckpoint(const std::string& root) {
   return best;
 }
 
-Result<std::vector<std::string>> ApplyRetention(const std::string& root, int keep_last, const std::string& also_keep) {
+Result<std::vector<std::string>> ApplyRetention(const std::string& root, int keep_last, const std::string& also_keep,
+                                                const ResumeCheck& resumable, const AttemptId& self) {
   if (keep_last < 1) return Status::InvalidArgument("keep_last must be at least 1");
   std::vector<std::string> deleted;
-  std::set<std::string> keep;
+  std::set<std::string> keep;       // the newest keep_last checkpoints
+  std::set<std::string> not_ours;   // rejected by the check and not this attempt's to delete
   int64_t newest_kept = -1;
   auto dirs = ListCheckpointDirs(root);
   for (const auto& d : dirs) {
-    if (static_cast<int>(keep.size()) >= keep_last) break;
-    if (!LooksComplete(d.path)) continue;
+    std::optional<Manifest> m = LooksComplete(d.path);
+    if (!m) continue;
+    if (resumable && !resumable(d.path, *m).empty()) {
+      // Not a checkpoint to this attempt, so it counts for nothing. Only an earlier attempt of its
+      // own job wrote one it may delete (committed after this attempt started, fenced off); a
+      // newer attempt's (this one being the fenced-off one), or another job's, stays.
+      const bool superseded = m->writer.fenced() && m->writer.job == self.job && m->writer.attempt < self.attempt;
+      if (!superseded) not_ours.insert(d.path);
+      continue;
+    }
+    if (static_cast<int>(keep.size()) >= keep_last) continue;
     keep.insert(d.path);
     newest_kept = std::max(newest_kept, d.step);
   }
   if (keep.empty()) return deleted;  // nothing known good: delete nothing
+  keep.insert(not_ours.begin(), not_ours.end());
   if (!also_keep.empty()) keep.insert(also_keep);
   std::error_code ec;
   for (const auto& d : dirs) {

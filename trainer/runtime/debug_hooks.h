@@ -8,7 +8,9 @@
 //    is how long each stall lasts (default 30). The phases: "tokenize" (data preparation), "load"
 //    (model weights), "save" (writing a full checkpoint, after its files are written and before it
 //    is committed), "sharded_write" (the background writer of a sharded save, before it writes: a
-//    slow disk), "step" (after every step: a slow trainer, for tests whose job must outlast a timer
+//    slow disk), "commit" (rank 0 committing a checkpoint, after its last look at the fence and
+//    before the rename: the window in which a newer attempt may start unseen, trainer/checkpoint/
+//    fence.h), "step" (after every step: a slow trainer, for tests whose job must outlast a timer
 //    of the controller's). Each phase is logged the first time it stalls.
 //  - EFT_DEBUG_KILL_AT_STEP=N: the rank dies like a node that lost power (SIGKILL) once N steps are
 //    done (Trainer::Run says which checkpoints exist then).

@@ -107,6 +107,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   t->checkpointer_ = std::make_unique<Checkpointer>(policy, t->comm_.get(), t->model_.get(), t->optimizer_.get(),
                                                     &t->events_, t->hooks_, t->clock_);
   t->compat_ = CompatibilityRecord(c, model_config, t->dataset_.stats().examples, t->dataset_.stats().tokens);
+  // Before anything is resumed: a stale attempt stops here, and from here on nothing an older
+  // attempt commits is resumed from (trainer/checkpoint/fence.h).
+  EFT_RETURN_IF_ERROR(t->checkpointer_->BeginAttempt(AttemptId{t->env_.job_id, t->env_.attempt}));
   EFT_RETURN_IF_ERROR(t->ResumeIfAsked());
   t->profiler_ = std::make_unique<StepProfiler>(profile, t->env_.rank, t->device_);
   if (t->env_.rank == 0) t->LogStart(model_config, packing, precision, threads);

@@ -20,6 +20,9 @@ TEST(RankProtocolTest, ExitCodesAndClasses) {
   EXPECT_EQ(ToInt(ExitCode::kOutOfMemory), 78);
   EXPECT_STREQ(ExitClassName(ClassifyExit(78, 0)), "out_of_memory");
   EXPECT_STREQ(ExitCodeMeaning(78), "out of memory");
+  EXPECT_EQ(ToInt(ExitCode::kFenced), 79);
+  EXPECT_STREQ(ExitClassName(ClassifyExit(79, 0)), "fenced");
+  EXPECT_STREQ(ExitCodeMeaning(79), "fenced off by a newer attempt");
   EXPECT_STREQ(ExitClassName(ClassifyExit(0, 0)), "success");
   EXPECT_STREQ(ExitClassName(ClassifyExit(2, 0)), "bad_input");
   EXPECT_STREQ(ExitClassName(ClassifyExit(75, 0)), "stopped");

@@ -39,9 +39,9 @@ TEST(RankEventsTest, AStepOfTheCurrentAttemptIsProgress) {
   EXPECT_EQ(InterpretRankEvent(Event(1, rank::EncodeEvent(step)), 2).kind, Kind::kIgnore);
 }
 
-TEST(RankEventsTest, CheckpointsOfAnyAttemptAreRecorded) {
+TEST(RankEventsTest, CheckpointsOfTheCurrentAttemptAreRecorded) {
   rank::CheckpointEvent ckpt{"full", 40, "/ckpt/step-40", 1234, 2.5, 0.1};
-  RankEventEffect e = InterpretRankEvent(Event(1, rank::EncodeEvent(ckpt)), 3);
+  RankEventEffect e = InterpretRankEvent(Event(1, rank::EncodeEvent(ckpt)), 1);
   ASSERT_EQ(e.kind, Kind::kRecordCheckpoint);
   EXPECT_EQ(e.checkpoint.job_id, "7");
   EXPECT_EQ(e.checkpoint.kind, "full");
@@ -59,10 +59,25 @@ TEST(RankEventsTest, CheckpointsOfAnyAttemptAreRecorded) {
   EXPECT_LT(bare.seconds, 0);
   EXPECT_LT(bare.stall_seconds, 0);
 
+  // A deleted checkpoint is gone whoever reports it.
   RankEventEffect gone =
       InterpretRankEvent(Event(1, rank::EncodeEvent(rank::CheckpointDeletedEvent{"/ckpt/step-10", "retention"})), 3);
   ASSERT_EQ(gone.kind, Kind::kForgetCheckpoint);
   EXPECT_EQ(gone.checkpoint.path, "/ckpt/step-10");
+}
+
+// An older attempt's checkpoint reported once a newer attempt runs may have been committed after
+// the newer one started (fencing, docs/checkpoints.md): never recorded, so never handed on; a job
+// event says so.
+TEST(RankEventsTest, AnOlderAttemptsCheckpointIsAJobEventNotARecord) {
+  rank::CheckpointEvent ckpt{"sharded", 60, "/ckpt/step-60", 1234, 2.5, 0.1};
+  RankEventEffect e = InterpretRankEvent(Event(3, rank::EncodeEvent(ckpt)), 4);
+  ASSERT_EQ(e.kind, Kind::kJobEvent);
+  EXPECT_EQ(e.event_type, kLateCheckpointEvent);
+  EXPECT_EQ(e.message,
+            "attempt 3 reported a checkpoint at step 60 (/ckpt/step-60) after attempt 4 started: not offered to "
+            "later attempts");
+  EXPECT_TRUE(e.checkpoint.path.empty());
 }
 
 TEST(RankEventsTest, ErrorsOfTheCurrentAttemptBelongToTheirRank) {

@@ -22,7 +22,7 @@ struct Recorded {
   }
 };
 
-const char* const kPhases[] = {"tokenize", "load", "save", "sharded_write", "step"};
+const char* const kPhases[] = {"tokenize", "load", "save", "sharded_write", "commit", "step"};
 
 TEST(DebugHooks, StallsOnlyInTheNamedPhasesForTheGivenSeconds) {
   const std::map<std::string, std::string> env{{"EFT_DEBUG_STALL", "load,step"}, {"EFT_DEBUG_STALL_SECONDS", "2.5"}};

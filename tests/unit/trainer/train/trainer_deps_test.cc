@@ -17,6 +17,7 @@
 
 #include "common/listen_port.h"
 #include "tests/unit/trainer/model/tiny_model.h"
+#include "trainer/checkpoint/fence.h"
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/checkpoint/manifest.h"
 
@@ -75,7 +76,8 @@ class TrainerDepsTest : public ::testing::Test {
   }
 
   // Creates a trainer with `deps` (trainer_ while it runs) and runs it to the end; its events.
-  std::vector<rank::Event> Train(TrainerDeps deps) {
+  // status_: how Create, then Run, ended (each expected to succeed unless `may_fail`).
+  std::vector<rank::Event> Train(TrainerDeps deps, bool may_fail = false) {
     auto config = TrainConfigFromJobSpec(spec_);  // the rest normalized, as eft-train's own is
     EXPECT_TRUE(config.ok()) << config.status();
     if (!config.ok()) return {};
@@ -86,11 +88,12 @@ class TrainerDepsTest : public ::testing::Test {
     RankEnv env = env_;
     env.events_fd = fd;
     auto created = Trainer::Create(*config, env, deps);
-    EXPECT_TRUE(created.ok()) << created.status();
+    EXPECT_TRUE(may_fail || created.ok()) << created.status();
+    status_ = created.status();
     if (created.ok()) {
       trainer_ = created->get();
-      Status run = (*created)->Run();
-      EXPECT_TRUE(run.ok()) << run;
+      status_ = (*created)->Run();
+      EXPECT_TRUE(may_fail || status_.ok()) << status_;
       trainer_ = nullptr;
     }
     ::close(fd);
@@ -117,6 +120,7 @@ class TrainerDepsTest : public ::testing::Test {
   v1::JobSpec spec_;
   RankEnv env_;
   Trainer* trainer_ = nullptr;
+  Status status_;
 };
 
 // A stall that moves the manual clock on instead of sleeping.
@@ -199,6 +203,45 @@ TEST_F(TrainerDepsTest, TheHooksStallAndKillOnlyWhereTheyAreSet) {
   const auto finished = All<rank::FinishedEvent>(events);
   ASSERT_EQ(finished.size(), 1u);
   EXPECT_EQ(finished[0].step, 5);
+}
+
+// Fencing (trainer/checkpoint/fence.h) in a whole run: a rank told its attempt (EFT_ATTEMPT) raises
+// the fence before it resumes, writes its attempt into every manifest, and stops with the fenced
+// status (eft-train exits 79) at the first save after a newer attempt started: that save is not
+// committed, and the run goes no further (no final save).
+TEST_F(TrainerDepsTest, AFencedRunStopsAtItsFirstSaveAfterANewerAttemptStarted) {
+  spec_.mutable_training()->set_max_steps(6);
+  spec_.mutable_checkpoint()->set_every_steps(2);
+  env_.job_id = "17";
+  env_.attempt = 2;
+  const std::string ckpt = spec_.checkpoint().dir();
+  DebugHooks::Actions actions{[&](double) {
+    // After step 3, when the save of step 2 is committed (step 3's update waited for its writer).
+    if (trainer_->completed_steps() == 3) EXPECT_TRUE(RaiseFence(ckpt, AttemptId{"17", 3}).ok());
+  }};
+  const DebugHooks hooks({"step"}, 0, 0, std::move(actions));
+  const std::vector<rank::Event> events = Train({.hooks = &hooks}, /*may_fail=*/true);
+
+  EXPECT_TRUE(IsFenced(status_)) << status_;
+  const auto saves = All<rank::CheckpointEvent>(events);
+  ASSERT_EQ(saves.size(), 1u);
+  EXPECT_EQ(saves[0].step, 2);
+  EXPECT_EQ(ReadManifest(ckpt + "/step-2")->writer, (AttemptId{"17", 2}));
+  EXPECT_FALSE(fs::exists(ckpt + "/step-4"));
+  EXPECT_TRUE(All<rank::FinishedEvent>(events).empty());
+}
+
+// A rank whose attempt is older than the fence's holder is stale: it stops before it resumes or
+// trains anything.
+TEST_F(TrainerDepsTest, AStaleAttemptDoesNotTrain) {
+  ASSERT_TRUE(RaiseFence(spec_.checkpoint().dir(), AttemptId{"17", 4}).ok());
+  env_.job_id = "17";
+  env_.attempt = 3;
+  env_.resume_from = "auto";
+  const std::vector<rank::Event> events = Train({}, /*may_fail=*/true);
+  EXPECT_TRUE(IsFenced(status_)) << status_;
+  EXPECT_NE(status_.message().find("attempt 3 of job 17 is stale"), std::string::npos) << status_.message();
+  EXPECT_TRUE(All<rank::StepEvent>(events).empty());
 }
 
 }  // namespace
