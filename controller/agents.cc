@@ -1,7 +1,8 @@
 // Controller: the worker-facing side. A registration or heartbeat goes through the node table
 // (who holds the name, liveness), the progress tracker (relayed rank events), the lifecycle (what
 // the reported rank states mean) and a scheduling pass, and is answered with the ranks the worker
-// is to run.
+// is to run. Every reply carries the workers' lease: the heartbeat timeout after which this side
+// declares a silent node LOST, and after which a cut-off worker kills its ranks (agent.proto).
 #include <algorithm>
 #include <set>
 #include <utility>
@@ -16,11 +17,16 @@ namespace eft::controller {
 Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req) {
   MutexLock lock(&mu_);
   EFT_ASSIGN_OR_RETURN(NodeTable::Registration registration, nodes_.Register(req));
-  if (registration.refusal) return *std::move(registration.refusal);
+  const auto lease_ms = static_cast<int32_t>(config_.heartbeat_timeout.count());
+  if (registration.refusal) {
+    registration.refusal->set_lease_ms(lease_ms);
+    return *std::move(registration.refusal);
+  }
   NodeEntry& node = *registration.node;
   lifecycle_.OnRankReports(node);
   scheduler_.MaybePass();
   v1::RegisterResponse out;
+  out.set_lease_ms(lease_ms);
   out.set_heartbeat_interval_ms(static_cast<int32_t>(HeartbeatIntervalLocked(node).count()));
   lifecycle_.DesiredFor(node, out.mutable_desired(), out.mutable_attempt_specs());
   lifecycle_.StopNowFor(node, out.mutable_stop_now());
@@ -31,6 +37,7 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
   MutexLock lock(&mu_);
   v1::HeartbeatResponse out;
   out.set_heartbeat_interval_ms(static_cast<int32_t>(config_.heartbeat_interval.count()));
+  out.set_lease_ms(static_cast<int32_t>(config_.heartbeat_timeout.count()));
   NodeEntry* heard = nodes_.Heartbeat(req, &out);
   if (heard == nullptr) return out;  // fenced, or to re-register
   NodeEntry& node = *heard;
@@ -45,8 +52,6 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
   out.set_heartbeat_interval_ms(static_cast<int32_t>(HeartbeatIntervalLocked(node).count()));
   return out;
 }
-
-
 
 std::chrono::milliseconds Controller::HeartbeatIntervalLocked(const NodeEntry& node) const {
   return nodes_.HeartbeatInterval(node, [&](const v1::RankStatus& r) REQUIRES(mu_) {

@@ -37,6 +37,20 @@ std::string Describe(const v1::RankKey& k) {
   return "job " + k.job_id() + " attempt " + std::to_string(k.attempt()) + " rank " + std::to_string(k.rank());
 }
 
+// "1 rank of job 7 attempt 2", "3 ranks (2 of job 7 attempt 2, 1 of job 9 attempt 1)".
+std::string CountByAttempt(const std::map<AttemptId, int>& ranks) {
+  int total = 0;
+  std::string parts;
+  for (const auto& [attempt, n] : ranks) {
+    total += n;
+    if (!parts.empty()) parts += ", ";
+    parts += std::to_string(n) + " of job " + attempt.first + " attempt " + std::to_string(attempt.second);
+  }
+  const std::string count = std::to_string(total) + (total == 1 ? " rank" : " ranks");
+  if (ranks.size() == 1) return count + parts.substr(parts.find(' '));
+  return count + " (" + parts + ")";
+}
+
 }  // namespace
 
 const char* RankExitClass(int exit_code, int signal) {
@@ -80,6 +94,7 @@ Status WorkerAgent::Start() {
                                    [this](RankLauncher::Id id, ProcessExit exit) { OnExit(id, exit); }});
   if (!launcher.ok()) return launcher.status();
   launcher_ = std::move(launcher).value();
+  boost::asio::post(io_, [this] { ScheduleLeaseCheck(); });
   io_thread_ = std::thread([this] { io_.run(); });
   shipper_ = std::make_unique<LogShipper>(endpoint_, config_.name, config_.log_push_interval,
                                           config_.rpc_timeout);
@@ -147,6 +162,8 @@ WorkerStats WorkerAgent::Stats() {
     s.rank_restarts = rank_restarts_;
     s.rank_start_failures = rank_start_failures_;
     s.pending_events = pending_events_.size();
+    s.lease_expired = lease_expired_;
+    s.lease_expirations = lease_expirations_;
   }
   s.registrations = registrations_.load();
   s.heartbeats = heartbeats_.load();
@@ -248,6 +265,7 @@ bool WorkerAgent::RegisterOnce() {
   ctx.set_deadline(std::chrono::system_clock::now() + config_.rpc_timeout);
   AddJoinToken(endpoint_, &ctx);
   v1::RegisterResponse resp;
+  const SteadyTime sent = deps_.clock->Now();
   grpc::Status s = stub_->Register(&ctx, req, &resp);
   if (!s.ok()) {
     if (controller_reachable_ && (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
@@ -290,6 +308,7 @@ bool WorkerAgent::RegisterOnce() {
     MutexLock lock(&mu_);
     MarkEndsReported(ended);
     registered_ = true;
+    RenewLease(sent, resp.lease_ms());
     if (resp.heartbeat_interval_ms() > 0) interval_ = std::chrono::milliseconds(resp.heartbeat_interval_ms());
   }
   boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs(), stop = resp.stop_now()] {
@@ -317,11 +336,12 @@ bool WorkerAgent::HeartbeatOnce() {
   ctx.set_deadline(std::chrono::system_clock::now() + config_.rpc_timeout);
   AddJoinToken(endpoint_, &ctx);
   v1::HeartbeatResponse resp;
+  const SteadyTime sent = deps_.clock->Now();
   grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
   if (!s.ok()) {
     if (controller_reachable_) {
       EFT_LOG(WARNING) << "heartbeat to " << config_.controller << " failed: " << s.error_message()
-                       << "; ranks keep running, retrying";
+                       << "; retrying (ranks keep running until the lease runs out)";
     }
     controller_reachable_ = false;
     ++heartbeat_failures_;
@@ -345,12 +365,76 @@ bool WorkerAgent::HeartbeatOnce() {
     registered_ = false;
     return true;
   }
-  // A controller that does not know this worker (above) took nothing from the request.
+  // A controller that does not know this worker (above) took nothing from the request, and may
+  // have declared this node LOST: only a heartbeat it took renews the lease.
   MarkEndsReported(ended);
+  RenewLease(sent, resp.lease_ms());
   boost::asio::post(io_, [this, desired = resp.desired(), specs = resp.attempt_specs(), stop = resp.stop_now()] {
     Reconcile(desired, specs, stop);
   });
   return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lease (agent.h, agent.proto's HeartbeatResponse.lease_ms)
+
+void WorkerAgent::RenewLease(SteadyTime sent, int32_t lease_ms) {
+  if (lease_ms > 0) {
+    lease_ = std::chrono::milliseconds(lease_ms);
+  } else {
+    lease_.reset();  // a controller that gives none declares nodes lost all the same; nothing to hold to
+  }
+  // Replies may come out of order (a slow one after a newer one): the newest send time counts.
+  if (!lease_from_ || sent > *lease_from_) lease_from_ = sent;
+  if (lease_expired_ && !LeaseExpired(deps_.clock->Now())) {
+    lease_expired_ = false;
+    EFT_LOG(INFO) << "lease renewed: the controller " << config_.controller
+                  << " accepted a request again; ranks start again as it asks";
+  }
+}
+
+bool WorkerAgent::LeaseExpired(SteadyTime now) const {
+  // From the send time, not the reply's arrival: the controller times a node from the receipt of
+  // its heartbeat, which is later, so this side gives up first.
+  return lease_ && lease_from_ && now - *lease_from_ > *lease_;
+}
+
+void WorkerAgent::EnforceLease() {
+  const SteadyTime now = deps_.clock->Now();
+  if (lease_expired_ || !LeaseExpired(now)) return;
+  lease_expired_ = true;
+  ++lease_expirations_;
+  // Killed, not stopped with their grace: the controller has declared or will declare this node
+  // LOST, so whatever they save is not waited for, and they cannot save consistently anyway (a
+  // sharded save needs every rank; the other nodes' ranks are being killed by stop_now).
+  std::map<AttemptId, int> killing;
+  for (auto& [key, r] : ranks_) {
+    const v1::RankState state = r.status.state();
+    if (r.killed || (state != v1::RANK_STATE_RUNNING && state != v1::RANK_STATE_STOPPING)) continue;
+    launcher_->Stop(r.id, std::chrono::milliseconds(0));
+    r.status.set_state(v1::RANK_STATE_STOPPING);
+    r.killed = true;
+    ++killing[AttemptIdOf(key)];
+  }
+  const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - *lease_from_);
+  EFT_LOG(WARNING) << "controller " << config_.controller << " unreachable for " << SecondsText(silent) << " (lease "
+                   << SecondsText(*lease_) << "): "
+                   << (killing.empty() ? std::string("no rank to stop")
+                                       : "killing " + CountByAttempt(killing) +
+                                             "; the controller restarts its jobs without this node")
+                   << "; starting none until it answers";
+}
+
+void WorkerAgent::ScheduleLeaseCheck() {
+  lease_timer_.expires_after(config_.lease_check_interval);
+  lease_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;  // the io thread is stopping
+    {
+      MutexLock lock(&mu_);
+      EnforceLease();
+    }
+    ScheduleLeaseCheck();
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -366,9 +450,19 @@ void WorkerAgent::Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAss
   ReconcilePlan plan;
   {
     MutexLock lock(&mu_);
+    // A reply can arrive after the lease ran out (an old request answered late): what it desires is
+    // stale, and the controller may have placed those ranks elsewhere by now.
+    EnforceLease();
+    const bool lease_expired = LeaseExpired(deps_.clock->Now());
     std::map<Key, KnownRank> known;
     for (const auto& [key, r] : ranks_) known[key] = {r.status.state(), r.end_reported};
     plan = PlanReconcile(desired, known, have_spec, draining_);
+    if (lease_expired && !plan.start.empty()) {
+      EFT_LOG(INFO) << "not starting " << plan.start.size() << (plan.start.size() == 1 ? " rank" : " ranks")
+                    << " of a reply to a request sent before the lease ran out; the controller says again "
+                       "what to run once it accepts a request";
+      plan.start.clear();
+    }
     for (const Key& key : plan.stop) {
       LocalRank& r = ranks_.at(key);
       auto grace = std::chrono::milliseconds(static_cast<long long>(r.assignment.stop_grace_seconds() * 1000));

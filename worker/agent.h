@@ -5,8 +5,12 @@
 // environment of worker/rank_env.h, stops (SIGTERM, grace, SIGKILL of the process group) the ranks
 // that are no longer desired, reports every rank's state and relays the events ranks write to
 // EFT_EVENTS_FD until the controller acknowledges them. When the controller is unreachable, ranks
-// keep running and reports wait; everything converges when it answers again. docs/architecture.md
-// ("Worker") describes it.
+// keep running and reports wait; everything converges when it answers again. Unless the lease runs
+// out first: once none of its requests sent within the last lease_ms (the controller's
+// heartbeat_timeout, from its replies) was accepted, the controller has declared or will declare
+// this node LOST and restart its jobs elsewhere, so the agent kills every rank at once, logs one
+// line, and starts nothing until a request is accepted again (agent.proto, HeartbeatResponse.lease_ms).
+// docs/architecture.md ("Worker", "Lease") describes it.
 //
 // Threads: an io thread owns the RankLauncher (rank processes must be forked from a thread that
 // lives as long as they do, because of PR_SET_PDEATHSIG) and the attempt specs, a heartbeat thread
@@ -27,6 +31,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <grpcpp/grpcpp.h>
 
 #include "common/clock.h"
@@ -54,6 +59,8 @@ struct WorkerStats {
   uint64_t heartbeats = 0;     // successful Heartbeat calls
   uint64_t heartbeat_failures = 0;  // failed Register or Heartbeat calls
   bool controller_reachable = false;
+  bool lease_expired = false;      // ranks killed: nothing accepted within the lease; until renewed
+  uint64_t lease_expirations = 0;  // times the lease ran out
   uint64_t pending_events = 0;  // rank events not yet acknowledged by the controller
   uint64_t log_bytes_shipped = 0;
   uint64_t log_push_failures = 0;
@@ -68,8 +75,9 @@ struct AgentDeps {
   // A stub on a new channel to the controller, made at construction and again after every failed
   // Register or Heartbeat (see NewAgentStub for why). Unset: NewAgentStub(config.endpoint).
   std::function<std::unique_ptr<v1::AgentService::StubInterface>()> new_stub;
-  // Stamps rank start and end times and events. Not owned; unset: RealClock::Get(). Waits (the
-  // heartbeat interval, Shutdown's deadline) block threads and therefore use real time.
+  // Stamps rank start and end times and events, and measures the lease. Not owned; unset:
+  // RealClock::Get(). Waits (the heartbeat interval, the lease check's period, Shutdown's deadline)
+  // block threads and therefore use real time.
   Clock* clock = nullptr;
   // Called once, on the heartbeat thread, when the controller fences this worker: another live worker
   // holds its node name (RegisterResponse.fenced). The agent runs nothing from then on; the owner
@@ -104,7 +112,7 @@ class WorkerAgent {
     v1::RankStatus status;
     ProcessSupervisor::Id id = 0;
     bool end_reported = false;  // see KnownRank
-    bool killed = false;        // killed without its grace (stop_now)
+    bool killed = false;        // killed without its grace (stop_now, or the lease ran out)
   };
 
   void HeartbeatLoop() EXCLUDES(mu_);
@@ -117,6 +125,13 @@ class WorkerAgent {
   void Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired, const AttemptSpecs& specs,
                  const google::protobuf::RepeatedPtrField<v1::RankKey>& stop_now = {}) EXCLUDES(mu_);
   void StartRank(const v1::RankAssignment& a, const v1::JobSpec& spec) EXCLUDES(mu_);  // io thread
+  // The lease (see the top of this file). The send time of a request whose reply was accepted, and
+  // the lease that reply gave (0: none).
+  void RenewLease(SteadyTime sent, int32_t lease_ms) REQUIRES(mu_);
+  bool LeaseExpired(SteadyTime now) const REQUIRES(mu_);
+  // io thread: when the lease has run out, kills every live rank, once per expiry, and says so.
+  void EnforceLease() REQUIRES(mu_);
+  void ScheduleLeaseCheck();  // io thread: EnforceLease every config_.lease_check_interval
   void OnExit(ProcessSupervisor::Id id, ProcessExit exit) EXCLUDES(mu_);
   void OnEventLine(ProcessSupervisor::Id id, const std::string& line) EXCLUDES(mu_);
   void WakeHeartbeat() EXCLUDES(mu_);
@@ -140,6 +155,7 @@ class WorkerAgent {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   std::unique_ptr<RankLauncher> launcher_;  // used on the io thread only
   std::thread io_thread_;
+  boost::asio::steady_timer lease_timer_{io_};  // io thread only
   std::thread heartbeat_thread_;
   std::unique_ptr<LogShipper> shipper_;  // from Start() to Shutdown(); the io thread uses it
   // io thread only: the spec of each attempt this node has a rank of, from the AttemptSpecs of
@@ -155,6 +171,12 @@ class WorkerAgent {
   bool fenced_ GUARDED_BY(mu_) = false;    // another worker holds the node name: register and run nothing, ever
   // Set by a RegisterResponse.retry_after_ms: the next Register waits this instead of the interval.
   std::optional<std::chrono::milliseconds> retry_wait_ GUARDED_BY(mu_);
+  // The lease: its length (from the newest reply that gave one; unset: none) and the send time of
+  // the newest request whose reply was accepted (unset: none yet, so nothing expires).
+  std::optional<std::chrono::milliseconds> lease_ GUARDED_BY(mu_);
+  std::optional<SteadyTime> lease_from_ GUARDED_BY(mu_);
+  bool lease_expired_ GUARDED_BY(mu_) = false;  // EnforceLease acted; cleared by a renewal in time
+  uint64_t lease_expirations_ GUARDED_BY(mu_) = 0;
   std::chrono::milliseconds interval_ GUARDED_BY(mu_);
   std::map<Key, LocalRank> ranks_ GUARDED_BY(mu_);
   std::map<ProcessSupervisor::Id, Key> by_id_ GUARDED_BY(mu_);

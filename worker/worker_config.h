@@ -33,6 +33,9 @@ struct WorkerConfig {
   std::chrono::milliseconds heartbeat_interval{1000};  // until the controller says otherwise
   std::chrono::milliseconds rpc_timeout{5000};
   std::chrono::milliseconds log_push_interval{500};
+  // How often the agent looks at its lease (agent.h): it kills its ranks at most this long after
+  // the lease ran out, however long an RPC to the controller hangs.
+  std::chrono::milliseconds lease_check_interval{100};
   // Serve /metrics (and /healthz) on HOST:PORT; empty: off.
   std::string metrics_address;
   // Queried for GPU metrics (when metrics are on and the node has GPUs), every gpu_poll_interval.

@@ -114,6 +114,13 @@ Status WorkerMetrics::RegisterAll() {
   EFT_RETURN_IF_ERROR(AddStat(kGauge, "eft_worker_controller_reachable",
                               "1 when the last call to the controller succeeded, else 0.",
                               [](const WorkerStats& s) { return s.controller_reachable ? 1.0 : 0.0; }));
+  EFT_RETURN_IF_ERROR(AddStat(kGauge, "eft_worker_lease_expired",
+                              "1 while the worker's lease has run out: no request to the controller was accepted "
+                              "within its heartbeat timeout, so the worker killed its ranks and starts none.",
+                              [](const WorkerStats& s) { return s.lease_expired ? 1.0 : 0.0; }));
+  EFT_RETURN_IF_ERROR(AddStat(kCounter, "eft_worker_lease_expirations_total",
+                              "Times the worker's lease ran out and it killed its ranks.",
+                              [](const WorkerStats& s) { return double(s.lease_expirations); }));
   EFT_RETURN_IF_ERROR(AddStat(kGauge, "eft_worker_pending_events",
                               "Rank events waiting for the controller's acknowledgement.",
                               [](const WorkerStats& s) { return double(s.pending_events); }));

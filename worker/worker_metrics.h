@@ -2,8 +2,8 @@
 //
 // Everything is a callback computed at scrape time from WorkerAgent::Stats() and, on a GPU node, the
 // newest GpuMonitor readings: ranks by state, rank starts, restarts and exits by class, heartbeat
-// and log-shipping health, and per GPU its utilisation and memory labelled with the job using it.
-// The GPU series exist only while nvidia-smi answers (see gpu_monitor.h).
+// and log-shipping health, the lease (agent.h), and per GPU its utilisation and memory labelled
+// with the job using it. The GPU series exist only while nvidia-smi answers (see gpu_monitor.h).
 #pragma once
 
 #include <functional>

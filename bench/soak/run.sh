@@ -9,7 +9,9 @@
 #
 # Fault kinds (SOAK_KINDS to choose): worker_kill (kill -9 of a worker and its rank; the node comes
 # back 3 s later), rank_kill (kill -9 of one rank alone), controller_kill (kill -9 of the controller,
-# restarted 1 s later on the same database), worker_freeze (SIGSTOP of a worker past the heartbeat
+# restarted 1 s later on the same database; when the workers then go unanswered for more than the
+# 2 s heartbeat timeout, their leases run out and the job restarts from its checkpoint instead of
+# going on: docs/architecture.md, "Lease"), worker_freeze (SIGSTOP of a worker past the heartbeat
 # timeout, then SIGCONT), double_kill (a worker killed, and another while the recovery starts),
 # node_loss_controller_kill (a worker killed, and the controller while it is declaring the node
 # lost), resize_kill (a node drained with --evict, i.e. a planned shrink, undrained 3 s later so the

@@ -65,6 +65,7 @@ class TestCluster {
 
   void StartController();
   void KillController(int sig = 9);  // and reap
+  ChildProcess& controller() { return *controller_; }
   void StartWorker(int i);
   void KillWorker(int i, int sig = 9);  // and reap; its ranks die with it (PR_SET_PDEATHSIG)
   ChildProcess& worker(int i) { return *workers_.at(i); }

@@ -140,8 +140,76 @@ TEST(ControlPlane, SurvivorsBlockedByAFrozenNodeAreKilledAtOnce) {
   EXPECT_EQ(result.value("acc", -1.0), 40.0 * 41 / 2) << "a step was lost or repeated: " << result.dump();
 }
 
+// A controller that stops answering (SIGSTOP: its sockets stay open, as behind a partition of the
+// management network) for longer than heartbeat_timeout has declared, or will declare, every node
+// LOST and restart the job elsewhere: each worker kills its ranks itself when its lease runs out
+// (docs/architecture.md, "Lease"), at most heartbeat_timeout after its last heartbeat the controller
+// accepted, so no attempt runs on both sides. When the controller answers again the job restarts
+// from its checkpoint and every step runs once.
+TEST(ControlPlane, WorkersKillTheirRanksWhenTheControllerIsSilentPastItsHeartbeatTimeout) {
+  ClusterOptions o;  // heartbeat interval 0.5 s, timeout 2 s: the lease
+  o.workers = 2;
+  TestCluster c(o);
+  c.StartAll();
+  v1::Job job;
+  ASSERT_TRUE(c.Submit(c.WorkloadJob("leased", 2, 2, 60, 100, 5), &job).ok());
+  job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.checkpoints_size() >= 1 || IsTerminal(j); }, 60s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << DescribeJob(job);
+  const std::vector<pid_t> ranks = c.RankPids("leased", 1);
+  ASSERT_EQ(ranks.size(), 2u);
+  auto any_alive = [&] {
+    for (pid_t p : ranks) {
+      if (ProcessAlive(p)) return true;
+    }
+    return false;
+  };
+
+  const auto silent_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(c.controller().pid(), SIGSTOP), 0);
+  // Each worker's last accepted heartbeat left at most one interval before the stop, so its lease
+  // holds for at least timeout - interval: the ranks run on that long.
+  const auto lease_floor =
+      std::chrono::milliseconds(static_cast<int>((o.heartbeat_timeout_s - o.heartbeat_interval_s) * 1000));
+  while (std::chrono::steady_clock::now() < silent_at + lease_floor - 200ms) {
+    ASSERT_TRUE(ProcessAlive(ranks[0]) && ProcessAlive(ranks[1])) << "a rank died before the lease ran out";
+    std::this_thread::sleep_for(50ms);
+  }
+  // And die by heartbeat_timeout after the stop (the lease runs from a heartbeat sent before it);
+  // the margin covers the lease check's 0.1 s period and the SIGKILL being delivered and reaped on
+  // a loaded machine.
+  const auto deadline = silent_at + std::chrono::milliseconds(static_cast<int>(o.heartbeat_timeout_s * 1000)) + 1s;
+  const bool killed = WaitUntil([&] { return !any_alive(); }, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                  deadline - std::chrono::steady_clock::now()));
+  const auto killed_after = std::chrono::steady_clock::now() - silent_at;
+  std::printf("ranks killed %lld ms after the controller went silent (heartbeat timeout %g s)\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(killed_after).count()),
+              o.heartbeat_timeout_s);
+  EXPECT_TRUE(killed) << "a rank still runs with the controller silent past its heartbeat timeout";
+  // Every worker's lease ran out by then too. The first one kills its rank; the other's may have
+  // exited already, its collective broken by the killed peer.
+  auto log = [&](int i) { return ReadFile(c.dir() + "/" + c.worker_name(i) + ".log"); };
+  EXPECT_TRUE(WaitUntil([&] { return log(0).find(" (lease 2.0 s): ") != std::string::npos &&
+                                     log(1).find(" (lease 2.0 s): ") != std::string::npos; },
+                        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())))
+      << log(0) << log(1);
+  const std::string kill_line = "(lease 2.0 s): killing 1 rank of job " + job.id() + " attempt 1;";
+  EXPECT_TRUE(log(0).find(kill_line) != std::string::npos || log(1).find(kill_line) != std::string::npos)
+      << log(0) << log(1);
+  ASSERT_EQ(::kill(c.controller().pid(), SIGCONT), 0);
+
+  job = c.WaitForJob(job.id(), IsTerminal, 90s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(job);
+  EXPECT_GE(job.attempts_size(), 2) << DescribeJob(job);
+  EXPECT_EQ(Result(c, "leased").value("acc", -1.0), 60.0 * 61 / 2) << "a step was lost or repeated";
+}
+
 TEST(ControlPlane, ControllerKilledMidJobKeepsTheAttemptRunning) {
-  TestCluster c;
+  // Away for 1.5 s plus its start-up, and each worker is heard again up to a heartbeat interval
+  // after that: more than the default 2 s lease, after which workers kill their ranks themselves
+  // (docs/architecture.md, "Lease"). This test is about an outage the attempt survives.
+  ClusterOptions o;
+  o.heartbeat_timeout_s = 5;
+  TestCluster c(o);
   c.StartAll();
   v1::Job job, queued;
   ASSERT_TRUE(c.Submit(c.WorkloadJob("survivor", 3, 3, 30, 100, 5), &job).ok());

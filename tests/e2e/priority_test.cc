@@ -143,7 +143,13 @@ TEST(Priority, APreemptedJobWaitsQueuedAndFinishesWithoutLosingSteps) {
 // it, and the victims resume with 0 steps lost (said in their attempt_started events, which needs
 // the reached step from before the crash) with every step run once (the workload's sum).
 TEST(Priority, AControllerKilledWhileVictimsStopKeepsTheirStepsAndTheHighJobsNodes) {
-  TestCluster c;
+  // Away for 1 s plus its start-up, and each worker is heard again up to a heartbeat interval after
+  // that: about the default 2 s lease, after which workers kill their ranks, stop checkpoints and
+  // all (docs/architecture.md, "Lease"). This test is about stops the controller restart must not
+  // disturb, so the lease covers the outage.
+  ClusterOptions o;
+  o.heartbeat_timeout_s = 5;
+  TestCluster c(o);
   c.StartAll();
   // Slow steps, so the ranks are still finishing their last step when the controller dies.
   v1::JobSpec low_spec = c.WorkloadJob("low", 1, 3, 60, 300, 5);
@@ -186,6 +192,10 @@ TEST(Priority, AControllerKilledWhileVictimsStopKeepsTheirStepsAndTheHighJobsNod
 TEST(Priority, AControllerKilledWhileAPreemptedJobStopsKeepsItsSteps) {
   ClusterOptions o;
   o.workers = 2;
+  // Restarted at once, but its start-up on a loaded machine plus a heartbeat interval each side can
+  // come near the default 2 s lease (docs/architecture.md, "Lease"), which would kill the stopping
+  // ranks before they save.
+  o.heartbeat_timeout_s = 5;
   TestCluster c(o);
   c.StartAll();
   v1::Job rigid, urgent;

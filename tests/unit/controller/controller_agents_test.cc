@@ -252,6 +252,34 @@ TEST_F(ControllerAgentsTest, ARestartInTheWorkDirOrOfALostNodeTakesTheNameAtOnce
   EXPECT_FALSE(Heartbeat("n1", "c").reregister());
 }
 
+// The workers' lease (agent.proto, HeartbeatResponse.lease_ms) is the heartbeat timeout after which
+// this side declares a node LOST, in every reply: accepted, told to wait, to re-register, fenced.
+TEST_F(ControllerAgentsTest, EveryReplyCarriesTheLeaseWhichIsTheHeartbeatTimeout) {
+  std::vector<v1::RankStatus> running;
+  JobRunningOnN1(&running);
+  const auto again = Register("n1", 1, "a", running);
+  ASSERT_TRUE(Registered(again));
+  EXPECT_EQ(again.lease_ms(), 3000);
+  EXPECT_EQ(Heartbeat("n1", "a", running).lease_ms(), 3000);
+
+  const auto wait = Register("n1", 1, "b");
+  ASSERT_GT(wait.retry_after_ms(), 0);
+  EXPECT_EQ(wait.lease_ms(), 3000);
+  const auto unknown = Heartbeat("n2", "x");
+  ASSERT_TRUE(unknown.reregister());
+  EXPECT_EQ(unknown.lease_ms(), 3000);
+
+  clock_.Advance(900ms);
+  Heartbeat("n1", "a", running);  // the holder is alive: "b" is fenced
+  clock_.Advance(300ms);
+  const auto fenced = Register("n1", 1, "b");
+  ASSERT_FALSE(fenced.fenced().empty());
+  EXPECT_EQ(fenced.lease_ms(), 3000);
+  const auto fenced_heartbeat = Heartbeat("n1", "b");
+  ASSERT_FALSE(fenced_heartbeat.fenced().empty());
+  EXPECT_EQ(fenced_heartbeat.lease_ms(), 3000);
+}
+
 TEST_F(ControllerAgentsTest, WaitForJobChangeWakesOnAChangeAndTimesOutWithoutOne) {
   std::string id = Submit("w", 1);
   uint64_t version = 0;

@@ -8,18 +8,8 @@
 namespace eft::worker {
 namespace {
 
-using testing::kWait;
+using testing::Eventually;
 using testing::WorkerAgentTest;
-
-// Polls `pred` until it holds; false after kWait.
-bool Eventually(const std::function<bool()>& pred) {
-  const auto until = std::chrono::steady_clock::now() + kWait;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
 
 TEST_F(WorkerAgentTest, LaunchesTheAssignedCommandWithTheRankEnvironmentAndRelaysItsEvents) {
   const RankId key{"job-1", 2, 0};

@@ -1,7 +1,7 @@
 // The WorkerAgent tests' world: a fake controller (a real gRPC server on 127.0.0.1 with a scripted
-// AgentService) and an agent whose rank launcher is FakeRanks (tests/unit/worker/fake_ranks.h), or,
-// for the tests about real processes, the real one running /bin/sh. Time stamps come from a
-// ManualClock.
+// AgentService, which can also give a lease, be cut off and answer late) and an agent whose rank
+// launcher is FakeRanks (tests/unit/worker/fake_ranks.h), or, for the tests about real processes,
+// the real one running /bin/sh. Time stamps and the lease come from a ManualClock.
 #pragma once
 
 #include <signal.h>
@@ -68,6 +68,30 @@ class FakeController final : public v1::AgentService::Service {
     std::lock_guard<std::mutex> lock(mu_);
     fenced_ = why;
   }
+  // From now on every Register and Heartbeat reply carries lease_ms = `ms`; 0 (the default): none,
+  // as from a controller that predates the lease.
+  void SetLease(int ms) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lease_ms_ = ms;
+  }
+  // While set, every Register and Heartbeat fails with UNAVAILABLE (counted in `unanswered`, not
+  // recorded): a controller the worker cannot reach.
+  void SetUnreachable(bool unreachable) {
+    std::lock_guard<std::mutex> lock(mu_);
+    unreachable_ = unreachable;
+  }
+  // The next heartbeat is recorded, then answered only after ReleaseHeld(), with what the fake
+  // holds then: a reply that arrives late.
+  void HoldNextHeartbeat() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_next_ = true;
+  }
+  void ReleaseHeld() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_next_ = false;
+    held_ = false;
+    cv_.notify_all();
+  }
 
   // Waits until `pred` (called under the lock) holds; false after kWait.
   bool WaitFor(const std::function<bool()>& pred) {
@@ -82,9 +106,11 @@ class FakeController final : public v1::AgentService::Service {
 
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req, v1::RegisterResponse* resp) override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (unreachable_) return Unanswered();
     registers.push_back(*req);
     register_times.push_back(std::chrono::steady_clock::now());
     resp->set_heartbeat_interval_ms(50);
+    resp->set_lease_ms(lease_ms_);
     cv_.notify_all();
     if (!fenced_.empty()) {
       resp->set_fenced(fenced_);
@@ -98,8 +124,16 @@ class FakeController final : public v1::AgentService::Service {
   }
 
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (unreachable_) return Unanswered();
     heartbeats.push_back(*req);
+    if (hold_next_) {
+      hold_next_ = false;
+      held_ = true;
+      ++heartbeats_held;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return !held_; });
+    }
     for (const auto& e : req->events()) {
       if (e.seq() > max_seq_) events.push_back(e);
       max_seq_ = std::max(max_seq_, e.seq());
@@ -108,6 +142,7 @@ class FakeController final : public v1::AgentService::Service {
     resp->set_acked_event_seq(acked_);
     acked_replies.push_back(acked_);
     resp->set_heartbeat_interval_ms(50);
+    resp->set_lease_ms(lease_ms_);
     if (!fenced_.empty()) {
       resp->set_fenced(fenced_);
     } else {
@@ -141,6 +176,8 @@ class FakeController final : public v1::AgentService::Service {
   std::vector<v1::RankEvent> events;  // each seq once, as first received
   std::map<RankId, std::string> logs;
   int specs_sent = 0;  // AttemptSpecs in replies
+  int unanswered = 0;       // Register and Heartbeat calls failed while unreachable
+  int heartbeats_held = 0;  // HoldNextHeartbeat
 
   // The first status of `key` in `state` that a heartbeat reported; UNSPECIFIED state if none did.
   v1::RankStatus Reported(const RankId& key, v1::RankState state) const {
@@ -154,6 +191,12 @@ class FakeController final : public v1::AgentService::Service {
   bool Saw(const RankId& key, v1::RankState state) const { return Reported(key, state).state() == state; }
 
  private:
+  grpc::Status Unanswered() {
+    ++unanswered;
+    cv_.notify_all();
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the test cut the controller off");
+  }
+
   void Answer(const google::protobuf::RepeatedPtrField<v1::RankStatus>& listed,
               google::protobuf::RepeatedPtrField<v1::RankAssignment>* desired,
               google::protobuf::RepeatedPtrField<v1::AttemptSpec>* specs) {
@@ -183,6 +226,9 @@ class FakeController final : public v1::AgentService::Service {
   int retries_ = 0, retry_ms_ = 0;
   std::string fenced_;
   std::vector<v1::RankKey> stop_now_;
+  int lease_ms_ = 0;
+  bool unreachable_ = false;
+  bool hold_next_ = false, held_ = false;
   uint64_t acked_ = 0;
   uint64_t max_seq_ = 0;  // the newest event received
 };
@@ -290,6 +336,16 @@ class WorkerAgentTest : public ::testing::Test {
   std::mutex fenced_mu_;
   std::vector<std::string> fenced_calls_;  // what on_fenced was called with
 };
+
+// Polls `pred` until it holds; false after kWait.
+inline bool Eventually(const std::function<bool()>& pred) {
+  const auto until = std::chrono::steady_clock::now() + kWait;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
 
 inline bool WaitForFile(const std::string& path) {
   auto until = std::chrono::steady_clock::now() + kWait;

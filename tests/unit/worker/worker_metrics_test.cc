@@ -32,6 +32,8 @@ class WorkerMetricsTest : public ::testing::Test {
     stats_.heartbeat_failures = 2;
     stats_.controller_reachable = true;
     stats_.log_bytes_shipped = 4096;
+    stats_.lease_expired = true;
+    stats_.lease_expirations = 2;
   }
 
   std::string Scrape(bool with_gpus) {
@@ -71,6 +73,8 @@ TEST_F(WorkerMetricsTest, RanksHeartbeatsAndLogs) {
   EXPECT_EQ(SampleValue(text, "eft_worker_heartbeat_failures_total"), 2.0);
   EXPECT_EQ(SampleValue(text, "eft_worker_controller_reachable"), 1.0);
   EXPECT_EQ(SampleValue(text, "eft_worker_log_shipped_bytes_total"), 4096.0);
+  EXPECT_EQ(SampleValue(text, "eft_worker_lease_expired"), 1.0);
+  EXPECT_EQ(SampleValue(text, "eft_worker_lease_expirations_total"), 2.0);
   EXPECT_TRUE(eft::testing::Samples(text, "eft_gpu_utilization_ratio").empty()) << "no GPU source, no GPU series";
   EXPECT_FALSE(SampleValue(text, "eft_worker_gpu_query_failures_total"));
 }
