@@ -271,6 +271,14 @@ void AttemptLifecycle::OnRankExit(JobEntry& j, int rank, const v1::RankStatus& s
   const std::string said = j.ranks[rank].error.empty() ? "" : ": " + j.ranks[rank].error;
   // The restart policy of docs/architecture.md ("Job state machine"), by the rank protocol's exit
   // classes (common/rank_protocol.h).
+  if (st.lease_expired()) {
+    // Its worker lost touch with this controller for longer than the lease and killed it: the
+    // node's loss (as if declared LOST here), not the job's failure.
+    (void)End(j, who + " killed by its worker on node " + j.current()->nodes[rank / std::max(1, j.current()->ranks_per_node)] +
+                     ": the controller did not answer it within its lease (" + SecondsText(config_.heartbeat_timeout) + ")",
+              v1::ATTEMPT_END_NODE_LOST, Outcome::kRestart);
+    return;
+  }
   switch (rank::ClassifyExit(code, st.signal())) {
     case rank::ExitClass::kSuccess: {
       j.ranks[rank].exited = true;

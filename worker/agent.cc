@@ -413,6 +413,7 @@ void WorkerAgent::EnforceLease() {
     if (r.killed || (state != v1::RANK_STATE_RUNNING && state != v1::RANK_STATE_STOPPING)) continue;
     launcher_->Stop(r.id, std::chrono::milliseconds(0));
     r.status.set_state(v1::RANK_STATE_STOPPING);
+    r.status.set_lease_expired(true);
     r.killed = true;
     ++killing[AttemptIdOf(key)];
   }

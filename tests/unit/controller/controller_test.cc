@@ -155,6 +155,26 @@ TEST_F(ControllerTest, Exit75RestartsWithoutCounting) {
   EXPECT_EQ(next.desired(0).key().attempt(), 2);
 }
 
+// A rank its worker killed because the worker's lease ran out (the controller unreachable, e.g.
+// restarting for longer than heartbeat_timeout): the node's loss, not the job's failure.
+TEST_F(ControllerTest, ARankKilledByItsWorkersLeaseIsANodeLossNotCounted) {
+  std::string id = Submit(Spec("leased", 1, 1));
+  Register("n1");
+  auto h = Heartbeat("n1");
+  Heartbeat("n1", {Rank(h.desired(0), v1::RANK_STATE_RUNNING)});
+  v1::RankStatus killed = Rank(h.desired(0), v1::RANK_STATE_EXITED, 0, 9);
+  killed.set_lease_expired(true);
+  auto next = Heartbeat("n1", {killed});
+  v1::Job job = Job(id);
+  EXPECT_EQ(job.restarts(), 0);
+  ASSERT_GE(job.attempts_size(), 1);
+  EXPECT_EQ(job.attempts(0).end(), v1::ATTEMPT_END_NODE_LOST);
+  EXPECT_NE(job.attempts(0).end_reason().find("killed by its worker on node n1"), std::string::npos)
+      << job.attempts(0).end_reason();
+  ASSERT_EQ(next.desired_size(), 1) << job.reason();
+  EXPECT_EQ(next.desired(0).key().attempt(), 2);
+}
+
 // The rank protocol's split (docs/architecture.md): typed fields in the assignment, only the job's
 // own variables in env, and the spec once per attempt and node, until the worker lists a rank.
 TEST_F(ControllerTest, TheSpecTravelsOncePerAttemptAndTheEnvIsTheJobsOwn) {

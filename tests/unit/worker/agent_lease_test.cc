@@ -174,7 +174,7 @@ TEST_F(WorkerLeaseTest, NoRankStartsFromALateReplyWhileTheLeaseIsOut) {
 }
 
 // After the lease ran out the worker keeps calling; once the controller answers, the killed rank is
-// reported (killed by a signal), it is not restarted in place, and what the controller wants runs.
+// reported (killed by a signal, lease_expired set), it is not restarted in place, and what the controller wants runs.
 TEST_F(WorkerLeaseTest, ReconnectsAfterwardsAndRunsWhatTheControllerWants) {
   const RankId first{"job-7", 1, 0}, second{"job-7", 2, 0};
   Want({first});
@@ -188,6 +188,9 @@ TEST_F(WorkerLeaseTest, ReconnectsAfterwardsAndRunsWhatTheControllerWants) {
   // The controller still wants `first` (it has not declared the node lost yet), then the next attempt.
   controller_.SetUnreachable(false);
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(first, v1::RANK_STATE_EXITED); }));
+  // Typed, so the controller counts it as the node's loss, not as the job's failure.
+  EXPECT_TRUE(controller_.WaitFor(
+      [&] { return controller_.Reported(first, v1::RANK_STATE_EXITED).lease_expired(); }));
   EXPECT_EQ(ranks_.launches().size(), 1u) << "a rank the worker knows is not restarted in place";
   Want({second});
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(second, v1::RANK_STATE_RUNNING); }));
