@@ -119,7 +119,10 @@ std::string NodesTable(const std::vector<v1::Node>& nodes) {
     std::string state = ShortState(n.state()) + (n.drained() ? ",DRAINED" : "");
     std::string jobs;
     for (const auto& id : n.jobs()) jobs += (jobs.empty() ? "" : ",") + id;
-    rows.push_back({n.name(), state, n.address(), std::to_string(n.slots()), std::to_string(n.free_slots()),
+    // The address rank traffic uses, when it is not the one given (a host name, a data network).
+    std::string address = n.address();
+    if (!n.data_address().empty() && n.data_address() != n.address()) address += " (" + n.data_address() + ")";
+    rows.push_back({n.name(), state, address, std::to_string(n.slots()), std::to_string(n.free_slots()),
                     jobs.empty() ? "-" : jobs, Age(n.last_heartbeat_time()), n.version()});
   }
   return FormatTable({"NAME", "STATE", "ADDRESS", "SLOTS", "FREE", "JOBS", "HEARTBEAT", "VERSION"}, rows);

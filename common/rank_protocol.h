@@ -87,6 +87,13 @@ inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 inline constexpr char kJobId[] = "EFT_JOB_ID";
 inline constexpr char kAttempt[] = "EFT_ATTEMPT";
 inline constexpr char kNodeName[] = "EFT_NODE_NAME";
+// This node's numeric address (the worker's data address): what the rank binds its collectives to
+// and rank 0's node hands out as MASTER_ADDR (docs/architecture.md, "Rank traffic and the node's
+// address"). Unset: the rank's collectives pick their interface as they would without eft.
+inline constexpr char kNodeAddress[] = "EFT_NODE_ADDRESS";
+// "1" when every node of the attempt shares this node's network stack (one host, one network
+// namespace), so a loopback address reaches every rank; "0" when not; unset when not known.
+inline constexpr char kNodesShareLoopback[] = "EFT_NODES_SHARE_LOOPBACK";
 inline constexpr char kJobSpec[] = "EFT_JOB_SPEC";        // the normalized job spec, JSON
 inline constexpr char kResumeFrom[] = "EFT_RESUME_FROM";  // "", "auto" or a checkpoint directory
 inline constexpr char kEventsFd[] = "EFT_EVENTS_FD";      // the fd events are written to

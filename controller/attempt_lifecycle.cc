@@ -106,7 +106,8 @@ Status AttemptLifecycle::Start(JobEntry& j, const Placement& p) {
   a.world_size = static_cast<int>(p.nodes.size()) * a.ranks_per_node;
   a.nodes = p.nodes;
   a.slots = p.slots;
-  a.master_addr = nodes_->Find(p.nodes.front())->rec.address;
+  // Where rank 0's node takes rank traffic (docs/architecture.md, "Rank traffic and the node's address").
+  a.master_addr = DataAddressOf(nodes_->Find(p.nodes.front())->rec);
   a.start_ms = clock_->WallMillis();
   const CheckpointRecord* newest = nullptr;
   for (const auto& c : j.checkpoints) {
@@ -394,6 +395,17 @@ void AttemptLifecycle::OnRankReports(const NodeEntry& node) {
   }
 }
 
+std::optional<bool> AttemptLifecycle::ShareOneNetworkStack(const std::vector<std::string>& names) const {
+  std::string first;
+  for (const std::string& name : names) {
+    const NodeEntry* node = nodes_->Find(name);
+    if (node == nullptr || node->rec.network_stack.empty()) return std::nullopt;  // an older worker
+    if (first.empty()) first = node->rec.network_stack;
+    if (node->rec.network_stack != first) return false;
+  }
+  return true;
+}
+
 void AttemptLifecycle::DesiredFor(const NodeEntry& node,
                                   google::protobuf::RepeatedPtrField<v1::RankAssignment>* out,
                                   google::protobuf::RepeatedPtrField<v1::AttemptSpec>* specs) const {
@@ -405,6 +417,7 @@ void AttemptLifecycle::DesiredFor(const NodeEntry& node,
     if (pos == a.nodes.end()) continue;
     size_t node_index = static_cast<size_t>(pos - a.nodes.begin());
     const v1::JobSpec& spec = j.rec.spec;
+    const std::optional<bool> share_loopback = ShareOneNetworkStack(a.nodes);
     bool spec_sent = false;
     for (int local = 0; local < a.ranks_per_node; ++local) {
       v1::RankAssignment* r = out->Add();
@@ -428,6 +441,7 @@ void AttemptLifecycle::DesiredFor(const NodeEntry& node,
       // The job's own variables only: the worker builds the rank environment from the typed fields.
       r->mutable_env()->insert(spec.env().begin(), spec.env().end());
       r->set_resume_from(a.resume_from);
+      if (share_loopback.has_value()) r->set_nodes_share_loopback(*share_loopback);
       r->set_stop_grace_seconds(spec.fault_tolerance().stop_grace_seconds());
       const bool reported = std::any_of(node.reported.begin(), node.reported.end(), [&](const v1::RankStatus& st) {
         return st.key().job_id() == id && st.key().attempt() == a.number && st.key().rank() == r->key().rank();

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,10 @@ class AttemptLifecycle {
   void OnRankExit(JobEntry& job, int rank, const v1::RankStatus& status);
   void ForgiveLastFailure(JobEntry& job, const std::string& cause);
   std::chrono::milliseconds BackoffFor(int restarts) const;
+  // Whether the nodes all run in one network stack, so that loopback reaches each of them (their
+  // workers' network_stack agree); nullopt when a node's is not known (docs/architecture.md, "Rank
+  // traffic and the node's address").
+  std::optional<bool> ShareOneNetworkStack(const std::vector<std::string>& nodes) const;
 
   const ControllerConfig& config_;
   Clock* const clock_;

@@ -120,6 +120,8 @@ Result<NodeTable::Registration> NodeTable::Register(const v1::RegisterRequest& r
   NodeRecord rec = node.rec;
   rec.name = req.node_name();
   rec.address = req.address().empty() ? req.node_name() : req.address();
+  rec.data_address = req.data_address();
+  rec.network_stack = req.network_stack();
   rec.slots = req.slots();
   rec.version = req.version();
   rec.registered_ms = clock_->WallMillis();
@@ -151,7 +153,9 @@ Result<NodeTable::Registration> NodeTable::Register(const v1::RegisterRequest& r
   node.reported.assign(req.ranks().begin(), req.ranks().end());
   on_capacity_changed_();
   EFT_LOG(INFO) << "node " << rec.name << (known ? " re-registered" : " registered") << " (" << rec.slots
-                << " slots, address " << rec.address << ", " << req.ranks_size() << " ranks reported)"
+                << " slots, address " << rec.address
+                << (DataAddressOf(rec) == rec.address ? "" : ", data address " + DataAddressOf(rec)) << ", "
+                << req.ranks_size() << " ranks reported)"
                 << (was_lost ? ": READY again after being LOST" : "") << (restarted ? ": worker restarted" : "");
   return Registration{&node, std::nullopt};
 }

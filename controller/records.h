@@ -61,7 +61,7 @@ struct AttemptRecord {
 
 struct NodeRecord {
   std::string name;
-  std::string address;
+  std::string address;  // as the worker was given it (--address)
   int32_t slots = 0;
   bool drained = false;
   std::string version;
@@ -70,7 +70,17 @@ struct NodeRecord {
   // controller restart anyway.
   bool lost = false;
   std::string state_reason;
+  // The numeric address rank traffic uses (RegisterRequest.data_address); "": an older worker, whose
+  // `address` is used instead (DataAddressOf).
+  std::string data_address;
+  // RegisterRequest.network_stack: nodes with the same one reach each other over loopback; "": not known.
+  std::string network_stack;
 };
+
+// Where ranks on `n` are reached: MASTER_ADDR when it hosts rank 0.
+inline const std::string& DataAddressOf(const NodeRecord& n) {
+  return n.data_address.empty() ? n.address : n.data_address;
+}
 
 struct CheckpointRecord {
   std::string job_id;

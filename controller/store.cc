@@ -104,6 +104,14 @@ UPDATE attempts SET end_kind = CASE
   ELSE 'ATTEMPT_END_RANK_FAILED' END
 WHERE end_ms != 0;
 )sql",
+    // 7: where rank traffic goes (docs/architecture.md, "Rank traffic and the node's address"): each
+    // node's numeric data address and network stack, so that an attempt placed right after a
+    // controller restart, before its nodes re-register, still gets them. '' in rows from before:
+    // the node's address is used, and whether nodes share loopback is not known.
+    R"sql(
+ALTER TABLE nodes ADD COLUMN data_address TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN network_stack TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 }  // namespace

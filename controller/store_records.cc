@@ -130,8 +130,8 @@ Result<AttemptRecord> AttemptFromRow(const Row& row) {
 
 template <typename Row>
 Result<NodeRecord> NodeFromRow(const Row& row) {
-  return NodeRecord{row.Text(0), row.Text(1), row.Int32(2),    row.Int(3) != 0,
-                    row.Text(4), row.Int(5),  row.Int(6) != 0, row.Text(7)};
+  return NodeRecord{row.Text(0), row.Text(1),      row.Int32(2), row.Int(3) != 0, row.Text(4),
+                    row.Int(5),  row.Int(6) != 0, row.Text(7),  row.Text(8),     row.Text(9)};
 }
 
 template <typename Row>
@@ -311,17 +311,20 @@ Result<std::vector<std::pair<std::string, std::string>>> Store::LoadReservations
 
 Status Store::UpsertNode(const NodeRecord& n) {
   return db_->Write(
-             "INSERT INTO nodes (name, address, slots, drained, version, registered_ms, lost, state_reason) "
-             "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET address = excluded.address, "
-             "slots = excluded.slots, drained = excluded.drained, version = excluded.version, "
-             "registered_ms = excluded.registered_ms, lost = excluded.lost, state_reason = excluded.state_reason",
-             n.name, n.address, n.slots, n.drained, n.version, n.registered_ms, n.lost, n.state_reason)
+             "INSERT INTO nodes (name, address, slots, drained, version, registered_ms, lost, state_reason, "
+             "data_address, network_stack) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+             "address = excluded.address, slots = excluded.slots, drained = excluded.drained, "
+             "version = excluded.version, registered_ms = excluded.registered_ms, lost = excluded.lost, "
+             "state_reason = excluded.state_reason, data_address = excluded.data_address, "
+             "network_stack = excluded.network_stack",
+             n.name, n.address, n.slots, n.drained, n.version, n.registered_ms, n.lost, n.state_reason,
+             n.data_address, n.network_stack)
       .WithContext("writing node " + n.name);
 }
 
 Result<std::vector<NodeRecord>> Store::LoadNodes() {
   return WithContext(db_->Query<NodeRecord>("SELECT name, address, slots, drained, version, registered_ms, lost, "
-                                       "state_reason FROM nodes ORDER BY name",
+                                       "state_reason, data_address, network_stack FROM nodes ORDER BY name",
                                        NodeFromRow<Database::Statement>),
                      "loading nodes");
 }

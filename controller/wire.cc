@@ -88,6 +88,7 @@ v1::Node NodeToProto(const NodeRecord& n, bool ready, int64_t last_heartbeat_ms,
   v1::Node out;
   out.set_name(n.name);
   out.set_address(n.address);
+  out.set_data_address(n.data_address);
   out.set_state(ready ? v1::NODE_STATE_READY : v1::NODE_STATE_LOST);
   out.set_drained(n.drained);
   out.set_slots(n.slots);

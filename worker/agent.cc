@@ -101,8 +101,10 @@ Status WorkerAgent::Start() {
   shipper_->Start();
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   EFT_LOG(INFO) << "worker " << config_.name << " (" << config_.slots << " slots"
-                << (config_.gpu_ids.empty() ? ", CPU" : ", GPUs") << ", work dir " << config_.work_dir
-                << ") reporting to " << config_.controller;
+                << (config_.gpu_ids.empty() ? ", CPU" : ", GPUs")
+                << (config_.node_address.empty() ? "" : ", rank traffic at " + config_.node_address)
+                << (config_.node_interface.empty() ? "" : " (" + config_.node_interface + ")") << ", work dir "
+                << config_.work_dir << ") reporting to " << config_.controller;
   return Status::Ok();
 }
 
@@ -250,6 +252,8 @@ bool WorkerAgent::RegisterOnce() {
   v1::RegisterRequest req;
   req.set_node_name(config_.name);
   req.set_address(config_.address);
+  req.set_data_address(config_.node_address);
+  req.set_network_stack(config_.network_stack);
   req.set_slots(config_.slots);
   req.set_version(config_.version);
   req.set_incarnation(incarnation_);
@@ -513,8 +517,10 @@ void WorkerAgent::StartRank(const v1::RankAssignment& a, const v1::JobSpec& job_
   LaunchSpec spec;
   spec.argv.assign(a.command().begin(), a.command().end());
   spec.log_path = LogPath(a.key());
-  NodeFacts node{config_.name, config_.gpu_ids, OwnDirectory(), std::nullopt};
+  NodeFacts node{config_.name,         config_.gpu_ids,        OwnDirectory(), std::nullopt,
+                 config_.node_address, config_.node_interface, std::nullopt};
   if (const char* path = std::getenv("PATH")) node.path = path;
+  if (const char* ifname = std::getenv("NCCL_SOCKET_IFNAME")) node.nccl_socket_ifname = ifname;
   spec.env = BuildRankEnv(a, job_spec, node);
 
   LocalRank r;

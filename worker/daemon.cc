@@ -82,6 +82,7 @@ class MetricsService {
 
 int RunWorker(const WorkerConfig& config) {
   SetLogProgram("eft-worker " + config.name);
+  if (std::string warning = LoopbackWarning(config); !warning.empty()) EFT_LOG(WARNING) << warning;
 
   sigset_t signals;
   sigemptyset(&signals);

@@ -4,6 +4,11 @@
 #include "spec/job_spec.h"
 
 namespace eft::worker {
+namespace {
+
+constexpr char kNcclSocketIfname[] = "NCCL_SOCKET_IFNAME";
+
+}  // namespace
 
 std::map<std::string, std::string> BuildRankEnv(const v1::RankAssignment& a, const v1::JobSpec& spec,
                                                 const NodeFacts& node) {
@@ -30,6 +35,13 @@ std::map<std::string, std::string> BuildRankEnv(const v1::RankAssignment& a, con
   // grab a device by accident.
   out[env::kCudaVisibleDevices] =
       a.slot() >= 0 && a.slot() < static_cast<int>(node.gpu_ids.size()) ? node.gpu_ids[a.slot()] : "";
+  // Rank traffic on the node's address (docs/architecture.md, "Rank traffic and the node's address"):
+  // Gloo binds EFT_NODE_ADDRESS, NCCL the interface holding it ("=": that name exactly, not a prefix).
+  if (!node.address.empty()) out[env::kNodeAddress] = node.address;
+  if (a.has_nodes_share_loopback()) out[env::kNodesShareLoopback] = a.nodes_share_loopback() ? "1" : "0";
+  if (!node.interface.empty() && !node.nccl_socket_ifname.has_value() && !out.count(kNcclSocketIfname)) {
+    out[kNcclSocketIfname] = "=" + node.interface;
+  }
   if (!node.program_dir.empty()) out["PATH"] = node.program_dir + ":" + node.path.value_or("/usr/bin:/bin");
   return out;
 }

@@ -2,8 +2,9 @@
 // their meaning are the rank protocol's (common/rank_protocol.h, docs/architecture.md).
 //
 // The job's spec.env entries (RankAssignment.env) come first; everything a launcher sets is written
-// over them, so a job can never change a rank's identity. EFT_EVENTS_FD is not here: the process
-// supervisor sets it, because it alone knows the fd.
+// over them, so a job can never change a rank's identity. NCCL_SOCKET_IFNAME is the one exception: it
+// is set from the node's address only where neither the job nor the worker's environment sets it.
+// EFT_EVENTS_FD is not here: the process supervisor sets it, because it alone knows the fd.
 #pragma once
 
 #include <map>
@@ -23,6 +24,12 @@ struct NodeFacts {
   // it wins over another one; empty: PATH is inherited unchanged.
   std::string program_dir;
   std::optional<std::string> path;  // the worker's PATH (nullopt: unset)
+  // The node's numeric data address (EFT_NODE_ADDRESS) and the interface that holds it, which becomes
+  // NCCL's socket interface unless the job's spec.env or the worker's own environment
+  // (nccl_socket_ifname) chose one. Empty: not known, the ranks pick their interfaces themselves.
+  std::string address;
+  std::string interface;
+  std::optional<std::string> nccl_socket_ifname;  // the worker's NCCL_SOCKET_IFNAME (nullopt: unset)
 };
 
 // `spec` is the attempt's AttemptSpec.spec, the normalized job spec. A rank is another process, so

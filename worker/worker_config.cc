@@ -11,6 +11,7 @@
 
 #include "common/daemon_settings.h"
 #include "common/file_util.h"
+#include "common/net_address.h"
 
 namespace eft::worker {
 namespace {
@@ -74,6 +75,17 @@ Status FinalizeWorkerConfig(WorkerConfig* c) {
       return Status::InvalidArgument("--name '" + c->name + "': use letters, digits, '-', '_' and '.' only");
     }
   }
+  const std::string& data = c->data_address.empty() ? c->address : c->data_address;
+  Result<std::string> numeric = net::ResolveNodeAddress(data);
+  if (!numeric.ok()) {
+    return Status::InvalidArgument((c->data_address.empty() ? "--address " : "--data-address ") + data +
+                                   ": cannot tell the address rank traffic uses: " + numeric.status().message());
+  }
+  c->node_address = *numeric;
+  // NCCL's socket interface. An address no interface holds (a NAT's) has none: NCCL then picks one.
+  Result<std::string> interface = net::InterfaceOf(c->node_address);
+  c->node_interface = interface.ok() ? *interface : "";
+  c->network_stack = net::NetworkStackId();
   std::vector<std::string> gpus = DiscoverGpus();
   if (c->slots < 0) return Status::InvalidArgument("--slots: must be >= 1");
   if (!gpus.empty()) {
@@ -90,14 +102,28 @@ Status FinalizeWorkerConfig(WorkerConfig* c) {
   return Status::Ok();
 }
 
+std::string LoopbackWarning(const WorkerConfig& c) {
+  if (c.node_address.empty() || !net::IsLoopback(c.node_address)) return "";
+  const std::string given = c.data_address.empty() ? "--address " + c.address : "--data-address " + c.data_address;
+  return "rank traffic address " + c.node_address + " (" + given +
+         ") is a loopback address: jobs on this node alone, or on workers of this host only, work; ranks of "
+         "jobs that span nodes on other hosts will refuse it. Set --address (or --data-address) to an address "
+         "other hosts reach";
+}
+
 void AddWorkerSettings(DaemonSettings* d, WorkerSettings* s) {
   WorkerConfig* c = &s->config;
   d->AddString({"controller", "--controller", "controller gRPC address HOST:PORT", /*required=*/true}, &c->controller);
   d->AddString({"name", "--name", "node name (default: host name)"}, &c->name);
   d->AddInt({"slots", "--slots", "rank slots (default: one per visible GPU, else 1)"}, &c->slots);
   d->AddString({"work_dir", "--work-dir", "rank logs and state (default: /tmp/eft-worker-NAME)"}, &c->work_dir);
-  d->AddString({"address", "--address", "address other nodes reach this one at (MASTER_ADDR; default: host name)"},
+  d->AddString({"address", "--address",
+                "address other nodes reach this one at: rank traffic and MASTER_ADDR unless --data-address "
+                "(default: host name)"},
                &c->address);
+  d->AddString({"data_address", "--data-address",
+                "address or interface name (eth1) of a separate data network for rank traffic (default: --address)"},
+               &c->data_address);
   d->AddString({"metrics", "--metrics", "serve Prometheus /metrics and /healthz on HOST:PORT (default: off)"},
                &c->metrics_address);
   d->AddString({"nvidia_smi", "--nvidia-smi", "nvidia-smi program for GPU metrics (default: nvidia-smi on PATH)"},

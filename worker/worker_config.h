@@ -25,7 +25,12 @@ struct ControllerEndpoint {
 struct WorkerConfig {
   std::string controller = "127.0.0.1:7070";
   std::string name;       // default: the host name
-  std::string address;    // MASTER_ADDR when this node hosts rank 0; default: the host name
+  // How other nodes reach this one, as given (shown by eftctl; the data address unless data_address is
+  // set); default: the host name.
+  std::string address;
+  // Where rank traffic goes when it is not `address` (a separate data network): an IP address, a host
+  // name, or the name of an interface of this host (its IPv4 address). Empty: `address`.
+  std::string data_address;
   std::string work_dir;   // rank logs and the rank ledger; default: /tmp/eft-worker-<name>
   int slots = 0;          // 0: one per visible GPU, else 1 (CPU)
   // GPU ids by slot (CUDA_VISIBLE_DEVICES of the rank in that slot); empty on a CPU node.
@@ -45,14 +50,28 @@ struct WorkerConfig {
   std::string version = "0.1.0";
   // Authentication and TLS towards the controller (docs/auth.md); address = `controller`.
   ControllerEndpoint endpoint;
+
+  // Found by FinalizeWorkerConfig, once (docs/architecture.md, "Rank traffic and the node's address"):
+  // the data address (or `address`) as one numeric address, which every rank here binds to and which
+  // is MASTER_ADDR when rank 0 runs here (EFT_NODE_ADDRESS); the interface that holds it (NCCL's
+  // socket interface); and this process's network stack (net::NetworkStackId). Empty in configs
+  // built by hand (tests): the ranks then pick their interfaces as they would without eft.
+  std::string node_address;
+  std::string node_interface;
+  std::string network_stack;
 };
 
 // GPUs this process may use: CUDA_VISIBLE_DEVICES when set (a comma list; "" or "-1" means none),
 // else one per "GPU n:" line of `nvidia-smi -L`, else none.
 std::vector<std::string> DiscoverGpus();
 
-// Fills defaults (name, address, work_dir, slots and gpu_ids) and checks them.
+// Fills defaults (name, address, work_dir, slots and gpu_ids) and checks them; resolves the data
+// address (node_address, node_interface) and finds the network stack. INVALID_ARGUMENT naming the
+// setting when the data address does not resolve.
 Status FinalizeWorkerConfig(WorkerConfig* config);
+
+// The warning a worker whose data address is loopback logs at start (one line); "" otherwise.
+std::string LoopbackWarning(const WorkerConfig& config);
 
 // eft-worker's settings as given on the command line and in --config worker.yaml (deploy/config/;
 // keys are the flags' names): WorkerConfig itself, and the files that become its endpoint.

@@ -1,6 +1,7 @@
 // A rank's failure paths, end to end on real eft-train processes (docs/architecture.md, "The rank
 // protocol"): it answers a stop in every phase within a bounded time, reports a busy rendezvous port
-// as its own exit code, and reports why it failed as an event, so the controller can say it.
+// as its own exit code, reports why it failed as an event, so the controller can say it, and refuses a
+// loopback address across hosts before its rendezvous.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -212,6 +213,43 @@ TEST_F(RankFailurePathsTest, AFatalErrorIsReportedAsAnEvent) {
   const std::string message = evs[0]["message"];
   EXPECT_NE(message.find("gpt2"), std::string::npos) << message;
   EXPECT_NE(out.find(message), std::string::npos) << "the event repeats the line the log has";
+}
+
+// docs/architecture.md, "Rank traffic and the node's address": a rank of a job across hosts whose node
+// address is loopback (the worker's host name mapped to 127.0.1.1) could never rendezvous; it exits 2
+// (bad input: the job fails, no restart spent) at once, before loading anything or meeting anyone
+// (MASTER_ADDR is TEST-NET-3, which nothing answers), with the reason as one line in its log and as
+// its error event, which becomes the attempt's end reason.
+TEST_F(RankFailurePathsTest, ALoopbackNodeAddressAcrossHostsIsRefusedBeforeTheRendezvous) {
+  const std::string spec = WriteSpec(8, 2, 1e-3);
+  const std::string events = (dir_ / "loopback.events").string();
+  const std::string env =
+      "RANK=2 LOCAL_RANK=0 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 MASTER_ADDR=203.0.113.1 MASTER_PORT=29555 EFT_JOB_ID=7 "
+      "EFT_ATTEMPT=1 EFT_NODE_NAME=node2 EFT_NODE_ADDRESS=127.0.1.1 EFT_NODES_SHARE_LOOPBACK=0 EFT_EVENTS_FD=3 ";
+  std::string out;
+  const auto start = Clock::now();
+  EXPECT_EQ(Shell(env + Train() + " train --config " + spec + " --threads 1 3>>" + events, &out), 2) << out;
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(20)) << "no rendezvous was tried";
+  const std::string message =
+      "node address 127.0.1.1 (node2) is a loopback address, but this job's ranks span 2 nodes that are not all on "
+      "this host: start eft-worker on node2 with --address (or --data-address) set to an address the other nodes "
+      "reach";
+  EXPECT_NE(out.find("eft-train: " + message + "\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("rendezvous of"), std::string::npos) << out;
+  auto evs = Events(events);
+  ASSERT_EQ(evs.size(), 1u) << out;
+  EXPECT_EQ(evs[0]["event"], "error");
+  EXPECT_EQ(evs[0]["exit_code"], 2);
+  EXPECT_EQ(evs[0]["message"], message);
+
+  // The same rank where the controller found every node on this host (workers given --address
+  // 127.0.0.1) goes on to its rendezvous: only a stop ends it here.
+  const std::string local =
+      "env RANK=1 LOCAL_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+      std::to_string(PickFreePort()) + " EFT_NODE_NAME=node2 EFT_NODE_ADDRESS=127.0.0.1 EFT_NODES_SHARE_LOOPBACK=1 ";
+  Stopped stopped = StopWhenLogged("local", local + Train() + " train --config " + spec + " --threads 1",
+                                   "rendezvous of 2 ranks at 127.0.0.1");
+  EXPECT_EQ(stopped.exit_code, 75) << stopped.log;
 }
 
 }  // namespace

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/listen_port.h"
+#include "common/net_address.h"
 #include "common/rank_protocol.h"
 
 namespace fs = std::filesystem;
@@ -82,6 +83,7 @@ std::string env_or(const char* name, const char* fallback) {
 struct Config {
   int rank = 0, world = 1, local_rank = 0, master_port = 0, attempt = 0, events_fd = -1;
   std::string master_addr, job_id, resume_from;
+  std::string node_address;  // EFT_NODE_ADDRESS: what Gloo binds (docs/architecture.md, "Rank traffic ...")
   long long steps = 20, step_ms = 100, ckpt_every = 5, timeout_s = 30;
   long long fail_at = -1, fail_rank = 0, fail_code = 1, fail_only_attempt = -1;
   std::string ckpt_dir, result_file;
@@ -127,6 +129,21 @@ Config parse(int argc, char** argv) {
   if (c.master_addr.empty()) throw ConfigError("MASTER_ADDR is empty");
   c.master_port = parse_int("MASTER_PORT", env_or(rank_env::kMasterPort, nullptr), 1, 65535);
   c.job_id = env_or(rank_env::kJobId, "");
+  c.node_address = env_or(rank_env::kNodeAddress, "");
+  // The rank protocol's rule for loopback addresses across hosts, as eft-train applies it.
+  eft::net::RankAddresses addresses;
+  addresses.world = c.world;
+  addresses.local_world = static_cast<int>(parse_int("LOCAL_WORLD_SIZE", env_or(rank_env::kLocalWorldSize, "1"), 1,
+                                                     1 << 20));
+  addresses.node_name = env_or(rank_env::kNodeName, "");
+  addresses.node_address = c.node_address;
+  addresses.master_addr = c.master_addr;
+  auto master = eft::net::ResolveNumeric(c.master_addr);
+  addresses.master_is_loopback = eft::net::IsLoopback(master.ok() ? *master : c.master_addr);
+  if (std::string share = env_or(rank_env::kNodesShareLoopback, ""); !share.empty()) {
+    addresses.nodes_share_loopback = share == "1";
+  }
+  if (eft::Status s = eft::net::CheckRankAddresses(addresses); !s.ok()) throw ConfigError(s.message());
   c.attempt = parse_int("EFT_ATTEMPT", env_or(rank_env::kAttempt, "0"), 0, 1 << 30);
   c.resume_from = env_or(rank_env::kResumeFrom, "");
   if (std::string fd = env_or(rank_env::kEventsFd, ""); !fd.empty()) {
@@ -241,11 +258,13 @@ void load_checkpoint(const Config& c, long long& step, long long& acc) {
                       ", outside [0, --steps=" + std::to_string(c.steps) + "]");
 }
 
-// A rank bound to MASTER_ADDR's interface is only right on the master host; on loopback (all tests)
-// that is exactly what we want, elsewhere Gloo's default (this host's name) or GLOO_SOCKET_IFNAME is.
+// The node's address when the worker gives one (EFT_NODE_ADDRESS), as eft-train binds. Without it, a
+// rank bound to MASTER_ADDR's interface is only right on the master host; on loopback that is exactly
+// what we want, elsewhere Gloo's default (this host's name) or GLOO_SOCKET_IFNAME is.
 std::shared_ptr<::gloo::transport::Device> make_device(const Config& c) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (!c.node_address.empty()) return c10d::ProcessGroupGloo::createDeviceForHostname(c.node_address);
   if (c.master_addr == "localhost" || c.master_addr.rfind("127.", 0) == 0)
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();

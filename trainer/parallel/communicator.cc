@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "common/listen_port.h"
+#include "common/net_address.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
@@ -129,10 +130,6 @@ class GlooCommunicator final : public Communicator {
   int rank_, world_;
 };
 
-bool IsLoopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
-
 }  // namespace
 
 namespace internal {
@@ -179,11 +176,15 @@ Result<std::unique_ptr<Communicator>> CreateCpuCommunicator(const RendezvousOpti
   try {
     auto store = internal::ConnectStore(o);
     auto options = c10d::ProcessGroupGloo::Options::create(o.timeout);
-    // On one machine, talk over loopback; across machines, over the interface that reaches the
-    // master (GLOO_SOCKET_IFNAME overrides, as in PyTorch).
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+    // The node's address, which the worker resolved once (docs/architecture.md, "Rank traffic and
+    // the node's address"): never what the host name happens to resolve to (127.0.1.1 on many
+    // images), which peers cannot reach. Without one, on one machine loopback, across machines the
+    // host name's address. GLOO_SOCKET_IFNAME overrides, as in PyTorch.
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    } else if (IsLoopback(o.master_addr)) {
+    } else if (!o.node_address.empty()) {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(o.node_address));
+    } else if (net::IsLoopback(o.master_addr)) {
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     } else {
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());

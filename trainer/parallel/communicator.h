@@ -54,10 +54,15 @@ struct RendezvousOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // The numeric address this rank's collectives bind to and tell their peers (EFT_NODE_ADDRESS);
+  // "": chosen as without eft (below).
+  std::string node_address;
 };
 
 // World size 1: collectives are copies. Gloo otherwise (TCPStore rendezvous at master_addr:port,
-// rank 0 hosting the store).
+// rank 0 hosting the store), its device bound to GLOO_SOCKET_IFNAME's interface when set (as in
+// PyTorch), else to node_address, else to loopback when master_addr is loopback, else to what this
+// host's name resolves to (Gloo's default).
 Result<std::unique_ptr<Communicator>> CreateCpuCommunicator(const RendezvousOptions& options);
 
 // NCCL between GPU ranks on `device` (same rendezvous). FailedPrecondition when this eft-train was

@@ -62,8 +62,10 @@ Result<std::unique_ptr<TimedCommunicator>> ConnectRanks(const RankEnv& env, c10:
   rv.world = env.world;
   rv.master_addr = env.master_addr;
   rv.master_port = env.master_port;
+  rv.node_address = env.node_address;
   if (rv.world > 1) {
-    EFT_LOG(INFO) << "rendezvous of " << rv.world << " ranks at " << rv.master_addr << ":" << rv.master_port;
+    EFT_LOG(INFO) << "rendezvous of " << rv.world << " ranks at " << rv.master_addr << ":" << rv.master_port
+                  << (rv.node_address.empty() ? "" : ", this rank at " + rv.node_address);
   }
   if (device.is_cuda() && rv.world > 1 && env.gpu_collectives == GpuCollectives::kGlooStaged && env.rank == 0) {
     EFT_LOG(WARNING) << "EFT_GPU_COLLECTIVES=gloo: the GPU ranks' collectives go through host memory over Gloo, "

@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "common/listen_port.h"
+#include "common/net_address.h"
 #include "common/rank_protocol.h"
 
 extern char** environ;
@@ -96,6 +97,16 @@ Result<RankEnv> RankEnvFromEnvironment(const std::map<std::string, std::string>*
     EFT_ASSIGN_OR_RETURN(r.attempt, ParseInt(env, rank::env::kAttempt, 0, 1 << 30));
   }
   r.resume_from = get(rank::env::kResumeFrom);
+  r.node_name = get(rank::env::kNodeName);
+  r.node_address = get(rank::env::kNodeAddress);
+  if (const std::string share = get(rank::env::kNodesShareLoopback); !share.empty()) {
+    if (share != "0" && share != "1") {
+      return Status::InvalidArgument(std::string(rank::env::kNodesShareLoopback) + "='" + share +
+                                     "': expected 0 or 1");
+    }
+    r.nodes_share_loopback = share == "1";
+  }
+  r.gloo_interface_given = !get("GLOO_SOCKET_IFNAME").empty();
   EFT_ASSIGN_OR_RETURN(r.gpu_collectives, ParseGpuCollectives(get("EFT_GPU_COLLECTIVES")));
   if (!get(rank::env::kEventsFd).empty()) {
     EFT_ASSIGN_OR_RETURN(r.events_fd, ParseInt(env, rank::env::kEventsFd, 0, 1 << 20));
@@ -104,6 +115,30 @@ Result<RankEnv> RankEnvFromEnvironment(const std::map<std::string, std::string>*
     }
   }
   return r;
+}
+
+Status CheckRankAddresses(const RankEnv& env, bool gloo) {
+  net::RankAddresses r;
+  r.world = env.world;
+  r.local_world = env.local_world;
+  r.master_addr = env.master_addr;
+  Result<std::string> master = net::ResolveNumeric(env.master_addr);
+  r.master_is_loopback = master.ok() ? net::IsLoopback(*master) : net::IsLoopback(env.master_addr);
+  r.nodes_share_loopback = env.nodes_share_loopback;
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  r.node_name = env.node_name.empty() ? host : env.node_name;
+  if (!env.node_address.empty()) {
+    r.node_address = env.node_address;
+  } else if (gloo && !env.gloo_interface_given && !r.master_is_loopback && env.world > env.local_world) {
+    // What Gloo's default device binds (CreateCpuCommunicator): the host name's address.
+    Result<std::string> own = net::ResolveNumeric(host);
+    if (own.ok()) {
+      r.node_address = *own;
+      r.node_address_from_host_name = true;
+    }
+  }
+  return net::CheckRankAddresses(r);
 }
 
 namespace {

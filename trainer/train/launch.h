@@ -9,6 +9,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,10 +31,21 @@ struct RankEnv {
   int events_fd = -1;
   std::string source;  // "eft-worker", "torchrun", "slurm" or "single process"
   GpuCollectives gpu_collectives = GpuCollectives::kNccl;  // EFT_GPU_COLLECTIVES
+  // Where rank traffic goes (docs/architecture.md, "Rank traffic and the node's address").
+  std::string node_name;     // EFT_NODE_NAME; "": this host's name
+  std::string node_address;  // EFT_NODE_ADDRESS, numeric; "": not given (the collectives choose)
+  std::optional<bool> nodes_share_loopback;  // EFT_NODES_SHARE_LOOPBACK; nullopt: not known
+  bool gloo_interface_given = false;         // GLOO_SOCKET_IFNAME is set
 };
 
 // `env` defaults to the process environment (tests pass their own).
 Result<RankEnv> RankEnvFromEnvironment(const std::map<std::string, std::string>* env = nullptr);
+
+// The rule of net::CheckRankAddresses for this rank, before its rendezvous: `gloo` when its
+// collectives are Gloo's (CPU ranks, or GPU ranks staged through host memory), which without a node
+// address bind what the host name resolves to (unless GLOO_SOCKET_IFNAME says otherwise), so that
+// address is checked then. FAILED_PRECONDITION (exit 2, bad input) with one line naming the fix.
+Status CheckRankAddresses(const RankEnv& env, bool gloo);
 
 // The first host of a Slurm host list: "gpu[03-05,07],cpu1" -> "gpu03".
 std::string FirstSlurmHost(const std::string& nodelist);

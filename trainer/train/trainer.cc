@@ -76,6 +76,12 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   const v1::TrainingSpec& training = c.spec.training();
   const int threads = ConfigureThreads(c, t->env_);
 
+  // A loopback address across hosts could never rendezvous: said before anything slow is done
+  // (docs/architecture.md, "Rank traffic and the node's address").
+  EFT_ASSIGN_OR_RETURN(t->device_, ChooseRankDevice(c, t->env_));
+  EFT_RETURN_IF_ERROR(CheckRankAddresses(
+      t->env_, t->device_.is_cpu() || t->env_.gpu_collectives == GpuCollectives::kGlooStaged));
+
   // The model directory and the data first: their errors are the user's, and cost no rendezvous.
   const std::string& model_dir = c.spec.model();
   EFT_ASSIGN_OR_RETURN(ModelConfig model_config, ModelConfig::FromHfDir(model_dir));
@@ -83,7 +89,6 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   EFT_RETURN_IF_ERROR(CheckWeightsMatchConfig(*weights, model_config, model_dir));
   EFT_ASSIGN_OR_RETURN(const PackingStats packing, t->PrepareData(model_config.vocab_size));
 
-  EFT_ASSIGN_OR_RETURN(t->device_, ChooseRankDevice(c, t->env_));
   // Kernels and NCCL pick the current device where none is given: make it this rank's own.
   t->device_guard_ = std::make_unique<c10::DeviceGuard>(t->device_);
   EFT_ASSIGN_OR_RETURN(t->comm_, ConnectRanks(t->env_, t->device_, t->clock_));

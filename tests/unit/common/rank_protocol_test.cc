@@ -38,10 +38,13 @@ TEST(RankProtocolTest, ReservedEnvironmentNames) {
   for (const char* name : {env::kRank, env::kLocalRank, env::kWorldSize, env::kLocalWorldSize, env::kGroupRank,
                            env::kRoleRank, env::kMasterAddr, env::kMasterPort, env::kRestartCount, env::kRunId,
                            env::kCudaVisibleDevices, env::kJobSpec, env::kResumeFrom, env::kEventsFd, env::kJobId,
-                           env::kAttempt, env::kNodeName, "EFT_ANYTHING"}) {
+                           env::kAttempt, env::kNodeName, env::kNodeAddress, env::kNodesShareLoopback,
+                           "EFT_ANYTHING"}) {
     EXPECT_TRUE(IsReservedEnvName(name)) << name;
   }
-  for (const char* name : {"HF_HOME", "NCCL_DEBUG", "RANKS", "MY_RANK", "EFT", "eft_x"}) {
+  // The job may choose its own interfaces (the worker sets NCCL_SOCKET_IFNAME only when it does not).
+  for (const char* name : {"HF_HOME", "NCCL_DEBUG", "RANKS", "MY_RANK", "EFT", "eft_x", "NCCL_SOCKET_IFNAME",
+                           "GLOO_SOCKET_IFNAME"}) {
     EXPECT_FALSE(IsReservedEnvName(name)) << name;
   }
 }

@@ -169,13 +169,15 @@ TEST_F(StoreTest, ReservationsAreOneJobPerNodeAndReplacedPerJob) {
 TEST_F(StoreTest, NodesAreUpserted) {
   auto store = OpenStore();
   NodeRecord b{"node-b", "10.0.0.2", 8, false, "0.1.0", 100, false, ""};
-  NodeRecord a{"node-a", "10.0.0.1", 4, true, "0.1.0", 200, true, "no heartbeat for 3.0 s"};
+  NodeRecord a{"node-a", "node-a.example.org", 4, true, "0.1.0", 200, true, "no heartbeat for 3.0 s",
+               "10.0.0.1", "boot-a/4026531840"};
   ASSERT_TRUE(store->UpsertNode(b).ok());
   ASSERT_TRUE(store->UpsertNode(a).ok());
   a.lost = false;
   a.state_reason = "";
   a.slots = 8;
   a.registered_ms = 300;
+  a.data_address = "10.0.9.1";  // restarted with another --data-address
   ASSERT_TRUE(store->UpsertNode(a).ok());
   auto nodes = store->LoadNodes();
   ASSERT_TRUE(nodes.ok()) << nodes.status();

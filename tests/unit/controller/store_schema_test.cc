@@ -19,6 +19,18 @@ constexpr const char* kVersion1Attempts =
     "INTEGER NOT NULL DEFAULT 0, resume_from TEXT NOT NULL DEFAULT '', start_ms INTEGER NOT NULL DEFAULT 0, "
     "end_ms INTEGER NOT NULL DEFAULT 0, end_reason TEXT NOT NULL DEFAULT '', PRIMARY KEY (job_id, number))";
 
+// The nodes table as schema versions 1 to 6 had it (migration 7 adds columns to it).
+constexpr const char* kVersion1Nodes =
+    "CREATE TABLE nodes (name TEXT PRIMARY KEY NOT NULL, address TEXT NOT NULL DEFAULT '', slots INTEGER NOT NULL "
+    "DEFAULT 0, drained INTEGER NOT NULL DEFAULT 0, version TEXT NOT NULL DEFAULT '', registered_ms INTEGER NOT NULL "
+    "DEFAULT 0, lost INTEGER NOT NULL DEFAULT 0, state_reason TEXT NOT NULL DEFAULT '')";
+
+// Takes a database of the current schema back to before migration 7, which then runs again.
+void DropMigration7(const std::string& path) {
+  RawQuery(path, "ALTER TABLE nodes DROP COLUMN data_address");
+  RawQuery(path, "ALTER TABLE nodes DROP COLUMN network_stack");
+}
+
 TEST_F(StoreTest, OpenCreatesDatabaseWithSchemaInWalMode) {
   auto store = OpenStore();
   ASSERT_TRUE(store);
@@ -42,6 +54,7 @@ TEST_F(StoreTest, Version1JobsGainAnEmptyOwner) {
            "start_ms INTEGER NOT NULL DEFAULT 0, end_ms INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT "
            "0, restarts INTEGER NOT NULL DEFAULT 0, not_before_ms INTEGER NOT NULL DEFAULT 0)");
   RawQuery(path_, kVersion1Attempts);
+  RawQuery(path_, kVersion1Nodes);
   RawQuery(path_, "INSERT INTO jobs (spec, state) VALUES ('{\"name\": \"old\"}', 'JOB_STATE_QUEUED')");
   RawQuery(path_, "PRAGMA user_version = 1");
   auto store = OpenStore();
@@ -68,6 +81,7 @@ TEST_F(StoreTest, Version2AttemptsLoadWithAnUnknownReachedStep) {
            "0, restarts INTEGER NOT NULL DEFAULT 0, not_before_ms INTEGER NOT NULL DEFAULT 0, owner TEXT NOT NULL "
            "DEFAULT '')");
   RawQuery(path_, kVersion1Attempts);
+  RawQuery(path_, kVersion1Nodes);
   RawQuery(path_, "INSERT INTO jobs (spec, state) VALUES ('{\"name\": \"old\"}', 'JOB_STATE_RECOVERING')");
   RawQuery(path_,
            "INSERT INTO attempts (job_id, number, world_size, nodes, slots, end_ms, end_reason) VALUES (1, 1, 2, "
@@ -100,6 +114,7 @@ TEST_F(StoreTest, Version4EvalFilesBecomeASetNamedEval) {
                   "('{\"name\": \"without\", \"data\": {\"train\": \"/t.jsonl\", \"eval\": \"\"}}', 'JOB_STATE_SUCCEEDED'), "
                   "('{\"name\": \"new\", \"data\": {\"eval\": [{\"name\": \"a\", \"path\": \"/a\"}]}}', 'JOB_STATE_SUCCEEDED')");
   RawQuery(path_, "ALTER TABLE attempts DROP COLUMN end_kind");  // migration 6's, which runs again
+  DropMigration7(path_);
   RawQuery(path_, "PRAGMA user_version = 4");
   auto store = OpenStore();
   ASSERT_TRUE(store);
@@ -128,6 +143,7 @@ TEST_F(StoreTest, Version5AttemptsGainTheEndKindTheirReasonSaid) {
     ASSERT_TRUE(store->InsertJob(&job).ok());
   }
   RawQuery(path_, "ALTER TABLE attempts DROP COLUMN end_kind");
+  DropMigration7(path_);
   const std::vector<std::pair<std::string, v1::AttemptEnd>> cases = {
       {"", v1::ATTEMPT_END_UNSPECIFIED},  // still running (end_ms 0)
       {"all 4 ranks exited 0", v1::ATTEMPT_END_SUCCEEDED},
@@ -175,6 +191,39 @@ TEST_F(StoreTest, Version5AttemptsGainTheEndKindTheirReasonSaid) {
   ASSERT_FALSE(damaged.ok());
   EXPECT_EQ(damaged.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(damaged.status().message().find("ATTEMPT_END_EXPLODED"), std::string::npos) << damaged.status();
+}
+
+// Migration 7 (nodes.data_address, nodes.network_stack) on nodes a version-6 controller stored: they
+// load with neither (their address is then MASTER_ADDR, and whether nodes share loopback is not
+// known) until their workers register them; written and read as fields after it.
+TEST_F(StoreTest, Version6NodesGainNoDataAddressUntilTheirWorkersSayIt) {
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(store);
+  }
+  DropMigration7(path_);
+  RawQuery(path_, "INSERT INTO nodes (name, address, slots, version, registered_ms) VALUES ('n1', 'n1.example.org', "
+                  "8, '0.1.0', 100)");
+  RawQuery(path_, "PRAGMA user_version = 6");
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->schema_version(), Store::kSchemaVersion);
+  auto nodes = store->LoadNodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  ASSERT_EQ(nodes->size(), 1u);
+  NodeRecord n = nodes->front();
+  EXPECT_EQ(n.address, "n1.example.org");
+  EXPECT_EQ(n.data_address, "");
+  EXPECT_EQ(n.network_stack, "");
+  EXPECT_EQ(DataAddressOf(n), "n1.example.org") << "an older worker's address is where its ranks are reached";
+
+  n.data_address = "10.0.0.1";
+  n.network_stack = "boot-a/4026531840";
+  ASSERT_TRUE(store->UpsertNode(n).ok());
+  store.reset();
+  store = OpenStore();
+  EXPECT_EQ(Tie(store->LoadNodes()->front()), Tie(n));
+  EXPECT_EQ(DataAddressOf(n), "10.0.0.1");
 }
 
 TEST_F(StoreTest, NewerSchemaIsRefused) {

@@ -29,7 +29,8 @@ inline auto Tie(const AttemptRecord& a) {
                   a.master_port, a.resume_from, a.start_ms, a.end_ms, a.end_reason, a.reached_step, a.end);
 }
 inline auto Tie(const NodeRecord& n) {
-  return std::tie(n.name, n.address, n.slots, n.drained, n.version, n.registered_ms, n.lost, n.state_reason);
+  return std::tie(n.name, n.address, n.slots, n.drained, n.version, n.registered_ms, n.lost, n.state_reason,
+                  n.data_address, n.network_stack);
 }
 inline auto Tie(const CheckpointRecord& c) {
   return std::tie(c.job_id, c.step, c.kind, c.path, c.bytes, c.attempt, c.time_ms);

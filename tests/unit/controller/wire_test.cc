@@ -59,7 +59,12 @@ TEST(WireTest, ANodeShowsItsStateAndJobs) {
   n.name = "n1";
   n.slots = 8;
   n.drained = true;
+  n.address = "n1.example.org";
+  n.data_address = "10.0.0.1";
+  n.network_stack = "boot-a/4026531840";
   v1::Node lost = NodeToProto(n, /*ready=*/false, 0, {});
+  EXPECT_EQ(lost.address(), "n1.example.org");
+  EXPECT_EQ(lost.data_address(), "10.0.0.1") << "where its ranks are reached";
   EXPECT_EQ(lost.state(), v1::NODE_STATE_LOST);
   EXPECT_TRUE(lost.drained());
   EXPECT_FALSE(lost.has_last_heartbeat_time());

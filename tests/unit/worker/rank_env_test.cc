@@ -37,7 +37,9 @@ v1::JobSpec Spec() {
   return *parsed;
 }
 
-NodeFacts Node() { return NodeFacts{"node-b", {"GPU-aaa", "GPU-bbb"}, "/opt/eft/bin", std::string("/usr/bin")}; }
+NodeFacts Node() {
+  return NodeFacts{"node-b", {"GPU-aaa", "GPU-bbb"}, "/opt/eft/bin", std::string("/usr/bin"), "", "", std::nullopt};
+}
 
 TEST(BuildRankEnvTest, SetsTheRankProtocolVariables) {
   auto e = BuildRankEnv(Assignment(), Spec(), Node());
@@ -105,6 +107,44 @@ TEST(BuildRankEnvTest, PathOnlyWhenTheWorkersDirectoryIsKnown) {
   EXPECT_EQ(BuildRankEnv(Assignment(), Spec(), node)["PATH"], "/opt/eft/bin:/usr/bin:/bin");
   node.program_dir.clear();
   EXPECT_EQ(BuildRankEnv(Assignment(), Spec(), node).count("PATH"), 0u);
+}
+
+// Rank traffic on the node's address (docs/architecture.md, "Rank traffic and the node's address").
+TEST(BuildRankEnvTest, TheNodesAddressAndItsInterface) {
+  NodeFacts node = Node();
+  node.address = "10.0.0.12";
+  node.interface = "eth1";
+  v1::RankAssignment a = Assignment();
+  a.set_nodes_share_loopback(false);
+  auto e = BuildRankEnv(a, Spec(), node);
+  EXPECT_EQ(e[env::kNodeAddress], "10.0.0.12");
+  EXPECT_EQ(e[env::kNodesShareLoopback], "0");
+  EXPECT_EQ(e["NCCL_SOCKET_IFNAME"], "=eth1") << "that interface exactly, not every name it prefixes";
+  a.set_nodes_share_loopback(true);
+  EXPECT_EQ(BuildRankEnv(a, Spec(), node)[env::kNodesShareLoopback], "1");
+  a.clear_nodes_share_loopback();
+  EXPECT_EQ(BuildRankEnv(a, Spec(), node).count(env::kNodesShareLoopback), 0u) << "not known: unset";
+
+  // The job's choice of NCCL interface, or the worker's own environment's, stands.
+  v1::RankAssignment own = Assignment();
+  (*own.mutable_env())["NCCL_SOCKET_IFNAME"] = "ib";
+  EXPECT_EQ(BuildRankEnv(own, Spec(), node)["NCCL_SOCKET_IFNAME"], "ib");
+  NodeFacts inherited = node;
+  inherited.nccl_socket_ifname = "bond0";
+  EXPECT_EQ(BuildRankEnv(Assignment(), Spec(), inherited).count("NCCL_SOCKET_IFNAME"), 0u)
+      << "the rank inherits the worker's own NCCL_SOCKET_IFNAME";
+  // A spec cannot pretend to be another node.
+  (*own.mutable_env())[env::kNodeAddress] = "127.0.0.1";
+  EXPECT_EQ(BuildRankEnv(own, Spec(), node)[env::kNodeAddress], "10.0.0.12");
+
+  // An address on no interface (NAT), or none at all (a config built by hand): nothing to set.
+  NodeFacts nat = node;
+  nat.interface.clear();
+  EXPECT_EQ(BuildRankEnv(Assignment(), Spec(), nat).count("NCCL_SOCKET_IFNAME"), 0u);
+  EXPECT_EQ(BuildRankEnv(Assignment(), Spec(), nat)[env::kNodeAddress], "10.0.0.12");
+  auto none = BuildRankEnv(Assignment(), Spec(), Node());
+  EXPECT_EQ(none.count(env::kNodeAddress), 0u);
+  EXPECT_EQ(none.count("NCCL_SOCKET_IFNAME"), 0u);
 }
 
 TEST(BuildRankEnvTest, GroupRankWithoutALocalWorldSizeIsZero) {

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/daemon_settings.h"
+
 namespace eft::worker {
 namespace {
 
@@ -75,6 +77,87 @@ TEST_F(WorkerConfigTest, DefaultsAndBadNames) {
   WorkerConfig bad;
   bad.name = "node 1/../x";
   EXPECT_FALSE(FinalizeWorkerConfig(&bad).ok());
+}
+
+// The data address (docs/architecture.md, "Rank traffic and the node's address"): an interface name
+// is its IPv4 address, a numeric address is itself, a name is resolved, each once, with the interface
+// that holds it; one that does not resolve stops the worker with the setting's name.
+TEST_F(WorkerConfigTest, TheDataAddressIsResolvedOnceToANumericAddress) {
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  WorkerConfig lo;
+  lo.address = "192.0.2.10";
+  lo.data_address = "lo";
+  ASSERT_TRUE(FinalizeWorkerConfig(&lo).ok());
+  EXPECT_EQ(lo.node_address, "127.0.0.1") << "lo's IPv4 address";
+  EXPECT_EQ(lo.node_interface, "lo");
+  EXPECT_EQ(lo.address, "192.0.2.10") << "the address stays as given";
+  EXPECT_FALSE(lo.network_stack.empty());
+
+  WorkerConfig numeric;
+  numeric.address = "127.0.0.1";
+  ASSERT_TRUE(FinalizeWorkerConfig(&numeric).ok());
+  EXPECT_EQ(numeric.node_address, "127.0.0.1") << "without --data-address, --address";
+  EXPECT_EQ(numeric.node_interface, "lo");
+
+  WorkerConfig named;
+  named.data_address = "localhost";
+  ASSERT_TRUE(FinalizeWorkerConfig(&named).ok());
+  EXPECT_TRUE(named.node_address == "127.0.0.1" || named.node_address == "::1") << named.node_address;
+
+  WorkerConfig elsewhere;
+  elsewhere.data_address = "203.0.113.254";  // TEST-NET-3: on no interface here (a NAT'd address)
+  ASSERT_TRUE(FinalizeWorkerConfig(&elsewhere).ok());
+  EXPECT_EQ(elsewhere.node_address, "203.0.113.254");
+  EXPECT_EQ(elsewhere.node_interface, "") << "NCCL then picks its interface itself";
+
+  WorkerConfig unknown;
+  unknown.data_address = "no-such-host.invalid";
+  Status s = FinalizeWorkerConfig(&unknown);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("--data-address no-such-host.invalid: cannot tell the address rank traffic uses: "
+                              "no-such-host.invalid is not a network interface of this host, and host name "
+                              "no-such-host.invalid does not resolve",
+                              0),
+            0u)
+      << s;
+  WorkerConfig unknown_address;
+  unknown_address.address = "no-such-host.invalid";
+  EXPECT_EQ(FinalizeWorkerConfig(&unknown_address).message().rfind("--address no-such-host.invalid: ", 0), 0u);
+}
+
+TEST_F(WorkerConfigTest, ALoopbackDataAddressIsWarnedAboutInOneLine) {
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  WorkerConfig c;
+  c.address = "127.0.0.1";
+  ASSERT_TRUE(FinalizeWorkerConfig(&c).ok());
+  EXPECT_EQ(LoopbackWarning(c),
+            "rank traffic address 127.0.0.1 (--address 127.0.0.1) is a loopback address: jobs on this node alone, or "
+            "on workers of this host only, work; ranks of jobs that span nodes on other hosts will refuse it. Set "
+            "--address (or --data-address) to an address other hosts reach");
+  c.data_address = "lo";
+  EXPECT_NE(LoopbackWarning(c).find("(--data-address lo)"), std::string::npos);
+  WorkerConfig real;
+  real.address = "192.0.2.254";
+  ASSERT_TRUE(FinalizeWorkerConfig(&real).ok());
+  EXPECT_EQ(LoopbackWarning(real), "");
+  EXPECT_EQ(LoopbackWarning(WorkerConfig()), "") << "not resolved: nothing to say";
+}
+
+// The config file's key, as deploy/config/worker.yaml documents it.
+TEST_F(WorkerConfigTest, DataAddressIsAConfigFileKey) {
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("eft-worker-data-" + std::to_string(::getpid()) + ".yaml")).string();
+  std::ofstream(path) << "controller: 127.0.0.1:1\naddress: 192.0.2.10\ndata_address: lo\n";
+  WorkerSettings s;
+  DaemonSettings settings(nullptr, "");
+  AddWorkerSettings(&settings, &s);
+  ASSERT_TRUE(settings.ApplyFile(path).ok());
+  std::filesystem::remove(path);
+  auto c = ResolveWorkerConfig(s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data_address, "lo");
+  EXPECT_EQ(c->node_address, "127.0.0.1");
 }
 
 // The files behind the endpoint: the join token's first non-empty line, the TLS pairing rule and

@@ -1,12 +1,16 @@
 // Where a rank learns who it is (trainer/train/launch.h): the names of the rank protocol
-// (common/rank_protocol.h) from eft-worker or torchrun, Slurm's own, or none at all.
+// (common/rank_protocol.h) from eft-worker or torchrun, Slurm's own, or none at all; and the rule for
+// its addresses it applies before its rendezvous.
 #include "trainer/train/launch.h"
+
+#include <unistd.h>
 
 #include <map>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "common/net_address.h"
 #include "common/rank_protocol.h"
 
 namespace eft::trainer {
@@ -107,6 +111,8 @@ TEST(RankEnvTest, BadValuesNameTheVariable) {
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}, "MASTER_PORT is not set"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}}, "MASTER_PORT='70000'"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"EFT_EVENTS_FD", "-1"}}, "EFT_EVENTS_FD='-1'"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"EFT_NODES_SHARE_LOOPBACK", "yes"}},
+       "EFT_NODES_SHARE_LOOPBACK='yes': expected 0 or 1"},
   };
   for (const auto& [env, expected] : cases) {
     auto r = RankEnvFromEnvironment(&env);
@@ -114,6 +120,101 @@ TEST(RankEnvTest, BadValuesNameTheVariable) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << expected;
     EXPECT_NE(r.status().message().find(expected), std::string::npos) << r.status();
   }
+}
+
+// Rank traffic (docs/architecture.md, "Rank traffic and the node's address"): what the worker says
+// about the node, and the rule each rank applies before its rendezvous.
+TEST(RankEnvTest, TheNodesAddressIsRead) {
+  Env env = {{names::kRank, "2"},         {names::kWorldSize, "4"},          {names::kLocalWorldSize, "2"},
+             {names::kMasterAddr, "10.0.0.1"}, {names::kMasterPort, "29500"}, {names::kJobId, "7"},
+             {names::kNodeName, "node2"},  {names::kNodeAddress, "10.0.0.2"}, {names::kNodesShareLoopback, "0"}};
+  auto r = RankEnvFromEnvironment(&env);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->node_name, "node2");
+  EXPECT_EQ(r->node_address, "10.0.0.2");
+  EXPECT_EQ(r->nodes_share_loopback, std::optional<bool>(false));
+  EXPECT_FALSE(r->gloo_interface_given);
+  env[names::kNodesShareLoopback] = "1";
+  env["GLOO_SOCKET_IFNAME"] = "eth1";
+  r = RankEnvFromEnvironment(&env);
+  EXPECT_EQ(r->nodes_share_loopback, std::optional<bool>(true));
+  EXPECT_TRUE(r->gloo_interface_given);
+  env.erase(names::kNodesShareLoopback);
+  env.erase(names::kNodeAddress);
+  r = RankEnvFromEnvironment(&env);
+  EXPECT_EQ(r->nodes_share_loopback, std::nullopt);
+  EXPECT_EQ(r->node_address, "");
+}
+
+// The case, as the rank sees it: the worker's host name resolved to 127.0.1.1, rank 0 is on a
+// node with a real address. Refused as bad input (exit 2), in one line naming the fix.
+TEST(CheckRankAddressesTest, ALoopbackNodeAddressAcrossHostsIsRefused) {
+  RankEnv env;
+  env.rank = 2;
+  env.world = 4;
+  env.local_world = 2;
+  env.master_addr = "10.0.0.1";
+  env.node_name = "node2";
+  env.node_address = "127.0.1.1";
+  env.nodes_share_loopback = false;
+  for (bool gloo : {true, false}) {
+    Status s = CheckRankAddresses(env, gloo);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << "the rank protocol's bad input";
+    EXPECT_EQ(s.message(),
+              "node address 127.0.1.1 (node2) is a loopback address, but this job's ranks span 2 nodes that are not "
+              "all on this host: start eft-worker on node2 with --address (or --data-address) set to an address the "
+              "other nodes reach");
+    EXPECT_EQ(s.message().find('\n'), std::string::npos);
+  }
+  env.master_addr = "localhost";  // resolved: loopback
+  env.node_address = "10.0.0.2";
+  EXPECT_NE(CheckRankAddresses(env, true).message().find("MASTER_ADDR localhost is a loopback address"),
+            std::string::npos);
+}
+
+TEST(CheckRankAddressesTest, LocalClustersAndSingleNodesKeepLoopback) {
+  RankEnv env;
+  env.world = 3;
+  env.local_world = 1;
+  env.master_addr = "127.0.0.1";
+  env.node_address = "127.0.0.1";
+  env.nodes_share_loopback = true;  // three workers on this host, as the e2e tests run them
+  EXPECT_TRUE(CheckRankAddresses(env, true).ok());
+  env.nodes_share_loopback.reset();  // an older controller
+  EXPECT_TRUE(CheckRankAddresses(env, true).ok());
+  env.node_address.clear();  // torchrun with MASTER_ADDR on loopback: bound to loopback, as before
+  EXPECT_TRUE(CheckRankAddresses(env, true).ok());
+  env = RankEnv();
+  env.world = 4;
+  env.local_world = 4;  // `eft-train train --nproc 4`
+  env.master_addr = "10.0.0.1";
+  env.node_address = "127.0.0.1";
+  env.nodes_share_loopback = false;
+  EXPECT_TRUE(CheckRankAddresses(env, true).ok());
+}
+
+// Without EFT_NODE_ADDRESS, a Gloo rank binds what this host's name resolves to: refused when that is
+// loopback and MASTER_ADDR is not, unless GLOO_SOCKET_IFNAME picks the interface; NCCL ranks pick
+// their own interface, so theirs is not checked.
+TEST(CheckRankAddressesTest, WithoutANodeAddressGlooBindsTheHostName) {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  auto own = net::ResolveNumeric(host);
+  RankEnv env;
+  env.world = 2;
+  env.local_world = 1;
+  env.master_addr = "203.0.113.1";
+  Status s = CheckRankAddresses(env, /*gloo=*/true);
+  if (own.ok() && net::IsLoopback(*own)) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.message().rfind("this host's name " + std::string(host) + " resolves to " + *own, 0), 0u) << s;
+  } else {
+    EXPECT_TRUE(s.ok()) << s << " (this host's name resolves to " << (own.ok() ? *own : own.status().message())
+                        << ")";
+  }
+  EXPECT_TRUE(CheckRankAddresses(env, /*gloo=*/false).ok());
+  env.gloo_interface_given = true;
+  EXPECT_TRUE(CheckRankAddresses(env, /*gloo=*/true).ok());
 }
 
 TEST(RankEnvTest, FirstSlurmHost) {
