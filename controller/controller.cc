@@ -72,6 +72,14 @@ Status Controller::Load() {
 void Controller::Tick() {
   MutexLock lock(&mu_);
   for (const auto& [name, why] : nodes_.Silent()) MarkNodeLostLocked(*nodes_.Find(name), why);
+  // A node that missed a heartbeat may be declared lost soon: the other nodes of its jobs heartbeat
+  // fast meanwhile, so that they hear of it (stop_now) within transition_heartbeat_interval rather
+  // than at their next normal heartbeat (docs/architecture.md, "Fast heartbeats").
+  for (const std::string& name : nodes_.Late()) {
+    for (const auto& id : jobs_.index().ActiveOn(name)) {
+      if (const AttemptRecord* a = jobs_.At(id).current()) nodes_.ExpectTransition(a->nodes);
+    }
+  }
   scheduler_.Pass();
   progress_.FlushIfDue();
   // A finished job's last steps and loss points go to the store (the next flush) before it leaves.

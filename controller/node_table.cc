@@ -201,6 +201,18 @@ std::vector<std::pair<std::string, std::string>> NodeTable::Silent() const {
   return out;
 }
 
+std::vector<std::string> NodeTable::Late() const {
+  std::vector<std::string> out;
+  const SteadyTime now = clock_->Now();
+  for (const auto& [name, node] : nodes_) {
+    const auto silent = now - node.last_heartbeat;
+    if (node.ready && silent > config_.heartbeat_interval * 3 / 2 && silent <= config_.heartbeat_timeout) {
+      out.push_back(name);
+    }
+  }
+  return out;
+}
+
 Status NodeTable::MarkLost(NodeEntry& node, const std::string& reason) {
   NodeRecord rec = node.rec;
   rec.lost = true;

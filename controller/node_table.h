@@ -92,6 +92,9 @@ class NodeTable {
 
   // READY nodes silent for longer than heartbeat_timeout, with how long, in words.
   std::vector<std::pair<std::string, std::string>> Silent() const;
+  // READY nodes that missed a heartbeat (silent for more than 1.5 heartbeat intervals) but are not
+  // past heartbeat_timeout yet: they may be about to be declared lost.
+  std::vector<std::string> Late() const;
   // Stores the node LOST with `reason` and forgets what it ran. A store failure is returned (the
   // next tick retries).
   Status MarkLost(NodeEntry& node, const std::string& reason);

@@ -82,5 +82,33 @@ TEST_F(ControllerPaceTest, OffWhenTheTransitionIntervalIsTheNormalOne) {
   EXPECT_EQ(Interval("n1", {Rank(ranks["n1"], v1::RANK_STATE_RUNNING)}), 1000);
 }
 
+// A node that misses a heartbeat may be lost: the other nodes of its job heartbeat fast until it
+// is, so that they hear of it (stop_now) at once. Nodes of other jobs do not.
+TEST_F(ControllerPaceTest, TheOtherNodesOfALateNodesJobHeartbeatFast) {
+  Register("n1");
+  Register("n2");
+  Register("n3");
+  std::string id = Submit(Spec("a", 2, 2));
+  auto ranks = StartRanks({"n1", "n2"});
+  ASSERT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Interval("n1", {Rank(ranks["n1"], v1::RANK_STATE_RUNNING)}, {Step(ranks["n1"], 1)}), 1000);
+  EXPECT_EQ(Interval("n2", {Rank(ranks["n2"], v1::RANK_STATE_RUNNING)}), 1000);
+  // n2 heartbeats no more: on time at 1.4 s, late at 1.6 s.
+  clock_.Advance(1400ms);
+  Heartbeat("n3");
+  EXPECT_EQ(Interval("n1", {Rank(ranks["n1"], v1::RANK_STATE_RUNNING)}), 1000);
+  c_->Tick();
+  EXPECT_EQ(Interval("n1", {Rank(ranks["n1"], v1::RANK_STATE_RUNNING)}), 1000) << "n2 is not late yet";
+  clock_.Advance(200ms);
+  c_->Tick();
+  EXPECT_EQ(Interval("n1", {Rank(ranks["n1"], v1::RANK_STATE_RUNNING)}), 200);
+  EXPECT_EQ(Interval("n3"), 1000) << "not a node of n2's job";
+  clock_.Advance(1500ms);  // past the 3 s timeout: n2 is lost, n1 told to kill its rank at once
+  c_->Tick();
+  auto h1 = Heartbeat("n1", {Rank(ranks["n1"], v1::RANK_STATE_RUNNING)});
+  EXPECT_EQ(h1.stop_now_size(), 1);
+  EXPECT_EQ(h1.heartbeat_interval_ms(), 200);
+}
+
 }  // namespace
 }  // namespace eft::controller
