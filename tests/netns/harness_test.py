@@ -119,17 +119,9 @@ class HarnessTest(unittest.TestCase):
             self.assertNotIn(c.mgmt_ip("node1"), socket.gethostbyname_ex(socket.gethostname())[2])
 
 
-def main():
+def set_build(path):
     global BUILD
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    BUILD = os.path.abspath(sys.argv.pop(1))
-    why = nc.available()
-    if why:
-        print(f"SKIPPED: {why}")
-        return 77
-    return 0 if unittest.main(exit=False, verbosity=2).result.wasSuccessful() else 1
-
+    BUILD = path
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(nc.run_tests(__doc__, set_build))

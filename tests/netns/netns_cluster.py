@@ -60,6 +60,32 @@ def _pid_alive(pid):
         return False
 
 
+def delete_namespace(name):
+    """Kills what still runs in namespace `name`, deletes it and its /etc/netns files."""
+    for pid in _run("ip", "netns", "pids", name, check=False).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    _run("ip", "netns", "del", name, check=False)
+    shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+
+
+def run_tests(doc, set_build):
+    """main() of a test script: `script.py BUILD_DIR [unittest arguments]`; exit 77 (skipped, saying
+    why) where namespaces cannot be made."""
+    import unittest
+
+    if len(sys.argv) < 2:
+        sys.exit(doc)
+    set_build(os.path.abspath(sys.argv.pop(1)))
+    why = available()
+    if why:
+        print(f"SKIPPED: {why}")
+        return 77
+    return 0 if unittest.main(exit=False, verbosity=2).result.wasSuccessful() else 1
+
+
 def remove_stale_namespaces():
     """Namespaces (and their /etc/netns files) of earlier runs whose process is gone."""
     r = _run("ip", "netns", "list", check=False)
@@ -67,13 +93,7 @@ def remove_stale_namespaces():
         name = line.split()[0] if line.split() else ""
         m = _NS_RE.match(name)
         if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
-            for pid in _run("ip", "netns", "pids", name, check=False).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            _run("ip", "netns", "del", name, check=False)
-            shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+            delete_namespace(name)
 
 
 class Process:
@@ -247,13 +267,7 @@ class NetnsCluster:
         self.controller = None
         self.workers = {}
         for name in reversed(self._made):
-            for pid in _run("ip", "netns", "pids", name, check=False).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            _run("ip", "netns", "del", name, check=False)
-            shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+            delete_namespace(name)
         self._made = []
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)

@@ -218,17 +218,9 @@ class NetworkTest(unittest.TestCase):
             c.failed = False
 
 
-def main():
+def set_build(path):
     global BUILD
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    BUILD = os.path.abspath(sys.argv.pop(1))
-    why = nc.available()
-    if why:
-        print(f"SKIPPED: {why}")
-        return 77
-    return 0 if unittest.main(exit=False, verbosity=2).result.wasSuccessful() else 1
-
+    BUILD = path
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(nc.run_tests(__doc__, set_build))
