@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <boost/asio/post.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -68,7 +70,11 @@ WorkerAgent::WorkerAgent(WorkerConfig config, AgentDeps deps)
       incarnation_(RandomIncarnation()),
       work_(boost::asio::make_work_guard(io_)),
       interval_(config_.heartbeat_interval) {
-  if (!deps_.new_stub) deps_.new_stub = [endpoint = endpoint_] { return NewAgentStub(endpoint); };
+  if (!deps_.new_stub) {
+    deps_.new_stub = [endpoint = endpoint_, timeout = config_.connect_timeout] {
+      return NewAgentStub(endpoint, timeout);
+    };
+  }
   if (deps_.clock == nullptr) deps_.clock = RealClock::Get();
   if (!deps_.new_launcher) {
     deps_.new_launcher = [ledger = config_.work_dir + "/ranks.ledger"](boost::asio::io_context& io,
@@ -229,7 +235,11 @@ void WorkerAgent::HeartbeatLoop() {
       continue;
     }
     if (ok && !registered_) continue;  // told to re-register: do it now
-    wake_cv_.WaitFor(&mu_, interval_, [&]() REQUIRES(mu_) { return wake_ || stop_; });
+    // While the lease runs, a failed heartbeat is retried soon (on a new connection): the
+    // controller declares this node lost at the same moment the lease runs out.
+    const bool hurry = !ok && registered_ && LeaseRunning();
+    const auto wait = hurry ? std::min(interval_, config_.reconnect_pause) : interval_;
+    wake_cv_.WaitFor(&mu_, wait, [&]() REQUIRES(mu_) { return wake_ || stop_; });
     wake_ = false;
     if (stop_) break;
   }
@@ -326,6 +336,7 @@ bool WorkerAgent::HeartbeatOnce() {
   req.set_node_name(config_.name);
   req.set_incarnation(incarnation_);
   std::vector<Key> ended;
+  std::chrono::milliseconds deadline;
   {
     MutexLock lock(&mu_);
     req.set_shutting_down(draining_);
@@ -335,9 +346,10 @@ bool WorkerAgent::HeartbeatOnce() {
       if (++n > 1000) break;  // the rest rides the next heartbeat
       *req.add_events() = e;
     }
+    deadline = HeartbeatDeadline();
   }
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + config_.rpc_timeout);
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
   AddJoinToken(endpoint_, &ctx);
   v1::HeartbeatResponse resp;
   const SteadyTime sent = deps_.clock->Now();
@@ -395,6 +407,16 @@ void WorkerAgent::RenewLease(SteadyTime sent, int32_t lease_ms) {
     EFT_LOG(INFO) << "lease renewed: the controller " << config_.controller
                   << " accepted a request again; ranks start again as it asks";
   }
+}
+
+bool WorkerAgent::LeaseRunning() const {
+  return lease_ && lease_from_ && !lease_expired_;
+}
+
+std::chrono::milliseconds WorkerAgent::HeartbeatDeadline() const {
+  if (!LeaseRunning()) return config_.rpc_timeout;
+  // A third: the abandoned call, a new connection and a retry or two all fit in the lease.
+  return std::min(std::max(*lease_ / 3, std::chrono::milliseconds(100)), config_.rpc_timeout);
 }
 
 bool WorkerAgent::LeaseExpired(SteadyTime now) const {

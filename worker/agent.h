@@ -129,6 +129,11 @@ class WorkerAgent {
   // the lease that reply gave (0: none).
   void RenewLease(SteadyTime sent, int32_t lease_ms) REQUIRES(mu_);
   bool LeaseExpired(SteadyTime now) const REQUIRES(mu_);
+  // A lease was given, and has not run out as far as EnforceLease has seen.
+  bool LeaseRunning() const REQUIRES(mu_);
+  // A heartbeat's deadline: a third of a running lease (WorkerConfig::connect_timeout says why), else
+  // config_.rpc_timeout.
+  std::chrono::milliseconds HeartbeatDeadline() const REQUIRES(mu_);
   // io thread: when the lease has run out, kills every live rank, once per expiry, and says so.
   void EnforceLease() REQUIRES(mu_);
   void ScheduleLeaseCheck();  // io thread: EnforceLease every config_.lease_check_interval

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <grpcpp/grpcpp.h>
 
 #include "common/grpc/credentials.h"
@@ -14,14 +16,26 @@ namespace eft::worker {
 namespace {
 constexpr size_t kMaxChunk = 256 * 1024;
 constexpr size_t kMaxRequest = 2 * 1024 * 1024;
+// Logs are not urgent: gRPC's usual patience, short of its 20 s default.
+constexpr std::chrono::milliseconds kConnectTimeout{5000};
 
 std::string KeyText(const v1::RankKey& k) {
   return k.job_id() + "/" + std::to_string(k.attempt()) + "/" + std::to_string(k.rank());
 }
 }  // namespace
 
-std::unique_ptr<v1::AgentService::Stub> NewAgentStub(const ControllerEndpoint& controller) {
-  return v1::AgentService::NewStub(grpc::CreateChannel(controller.address, MakeChannelCredentials(controller.tls)));
+std::unique_ptr<v1::AgentService::Stub> NewAgentStub(const ControllerEndpoint& controller,
+                                                     std::chrono::milliseconds connect_timeout) {
+  grpc::ChannelArguments args;
+  // Channels to one target share their connections by default: a "new" channel would inherit the
+  // old one's stuck connection and its backoff.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  const int ms = static_cast<int>(connect_timeout.count());
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, ms);  // gRPC's name for the minimum connect timeout
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, ms);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, std::max(ms, 1000));
+  return v1::AgentService::NewStub(
+      grpc::CreateCustomChannel(controller.address, MakeChannelCredentials(controller.tls), args));
 }
 
 void AddJoinToken(const ControllerEndpoint& controller, grpc::ClientContext* ctx) {
@@ -34,7 +48,7 @@ LogShipper::LogShipper(ControllerEndpoint controller, std::string node_name, std
       node_name_(std::move(node_name)),
       interval_(interval),
       rpc_timeout_(rpc_timeout),
-      stub_(NewAgentStub(controller_)) {}
+      stub_(NewAgentStub(controller_, kConnectTimeout)) {}
 
 LogShipper::~LogShipper() {
   {
@@ -132,7 +146,7 @@ bool LogShipper::PushOnce() {
   if (!s.ok()) {
     EFT_LOG(DEBUG) << "PushLogs failed (" << s.error_message() << "); retrying later";
     ++push_failures_;
-    stub_ = NewAgentStub(controller_);
+    stub_ = NewAgentStub(controller_, kConnectTimeout);
     return false;
   }
   MutexLock lock(&mu_);

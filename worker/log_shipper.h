@@ -23,10 +23,13 @@ class ClientContext;
 }
 
 namespace eft::worker {
-// A stub on a new channel. Callers make a new one after a failed call: a channel whose connection
-// was refused (controller restarting) waits out gRPC's reconnect backoff, which can exceed the
-// controller's heartbeat timeout, while a new channel connects at once.
-std::unique_ptr<v1::AgentService::Stub> NewAgentStub(const ControllerEndpoint& controller);
+// A stub on a new channel with a connection of its own. Callers make a new one after a failed call:
+// a channel whose connection was refused (controller restarting) waits out gRPC's reconnect backoff,
+// which can exceed the controller's heartbeat timeout, and a connection cut by a partition waits out
+// TCP's retransmission backoff; a new channel connects at once. Its connection attempts give up
+// after `connect_timeout` (gRPC's default: 20 s), so one lost to a partition is retried soon.
+std::unique_ptr<v1::AgentService::Stub> NewAgentStub(const ControllerEndpoint& controller,
+                                                     std::chrono::milliseconds connect_timeout);
 // Adds the join token to a call.
 void AddJoinToken(const ControllerEndpoint& controller, grpc::ClientContext* ctx);
 }  // namespace eft::worker

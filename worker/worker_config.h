@@ -37,6 +37,13 @@ struct WorkerConfig {
   std::vector<std::string> gpu_ids;
   std::chrono::milliseconds heartbeat_interval{1000};  // until the controller says otherwise
   std::chrono::milliseconds rpc_timeout{5000};
+  // Riding out a short partition (docs/architecture.md, "Lease"): while the lease runs, a heartbeat
+  // unanswered after a third of it is abandoned with its connection (whose TCP retransmissions back
+  // off to seconds), and the next goes out reconnect_pause later on a new connection, whose attempts
+  // give up after connect_timeout. So after a cut heals, a heartbeat gets through within about
+  // connect_timeout + reconnect_pause, not at TCP's next retransmission.
+  std::chrono::milliseconds connect_timeout{500};
+  std::chrono::milliseconds reconnect_pause{200};
   std::chrono::milliseconds log_push_interval{500};
   // How often the agent looks at its lease (agent.h): it kills its ranks at most this long after
   // the lease ran out, however long an RPC to the controller hangs.

@@ -145,6 +145,9 @@ TEST_F(WorkerLeaseTest, WithoutALeaseRanksRunOnHoweverLongTheControllerIsAway) {
 // request accepted after the expiry renews the lease, and its reply is acted on.
 TEST_F(WorkerLeaseTest, NoRankStartsFromALateReplyWhileTheLeaseIsOut) {
   const RankId old_rank{"job-5", 1, 0}, new_rank{"job-6", 1, 0};
+  // A long lease: the held call's deadline (a third of it, in real time) must not end it first.
+  constexpr int kLongLeaseMs = 60000;
+  controller_.SetLease(kLongLeaseMs);
   Want({old_rank});
   StartAgent();
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(old_rank, v1::RANK_STATE_RUNNING); }));
@@ -152,7 +155,7 @@ TEST_F(WorkerLeaseTest, NoRankStartsFromALateReplyWhileTheLeaseIsOut) {
   controller_.HoldNextHeartbeat();
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.heartbeats_held == 1; }));
   Want({old_rank, new_rank});
-  clock_.Advance(std::chrono::milliseconds(kLeaseMs) + 1ms);
+  clock_.Advance(std::chrono::milliseconds(kLongLeaseMs) + 1ms);
   ASSERT_TRUE(Eventually([&] { return !ranks_.running(old_rank); })) << "the lease ran out during the call";
   EXPECT_EQ(ranks_.stops().at(0).grace, 0ms);
 
@@ -171,6 +174,37 @@ TEST_F(WorkerLeaseTest, NoRankStartsFromALateReplyWhileTheLeaseIsOut) {
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(new_rank, v1::RANK_STATE_RUNNING); }));
   EXPECT_EQ(ranks_.launches().size(), 2u);
   EXPECT_FALSE(agent_->Stats().lease_expired);
+}
+
+// A partition leaves a call hanging until TCP's retransmission, seconds after the cut heals: while the
+// lease runs, a heartbeat unanswered after a third of it is abandoned, and the next goes out soon, on
+// a new stub (a new connection), while the first is still unanswered.
+TEST_F(WorkerLeaseTest, AHeartbeatUnansweredForAThirdOfTheLeaseIsAbandonedForANewConnection) {
+  config_.rpc_timeout = 30s;  // what the call would wait without the lease
+  const RankId key{"job-8", 1, 0};
+  Want({key});
+  StartAgent();
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
+  const int stubs_before = stubs_made_;
+  size_t heartbeats_before = 0;
+  controller_.HoldNextHeartbeat();
+  ASSERT_TRUE(controller_.WaitFor([&] {
+    heartbeats_before = controller_.heartbeats.size();
+    return controller_.heartbeats_held == 1;
+  }));
+  const auto held_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.heartbeats.size() > heartbeats_before; }));
+  const auto waited = std::chrono::steady_clock::now() - held_at;
+  int held = 0;
+  controller_.Inspect([&] { held = controller_.heartbeats_held; });
+  EXPECT_EQ(held, 1) << "the first call is still unanswered";
+  EXPECT_EQ(stubs_made_, stubs_before + 1) << "the next call goes out on a new stub";
+  // Not before the deadline (a third of the 3 s lease; deadlines do not fire early), and long before
+  // the 30 s rpc_timeout: 1 s, the reconnect pause (50 ms here: the interval) and scheduling.
+  EXPECT_GE(waited, 990ms);
+  EXPECT_LT(waited, 10s);
+  EXPECT_TRUE(ranks_.running(key));
+  controller_.ReleaseHeld();
 }
 
 // After the lease ran out the worker keeps calling; once the controller answers, the killed rank is
