@@ -19,6 +19,12 @@ std::string JoinNodes(const std::vector<std::string>& nodes) {
   return out;
 }
 
+// The node `rank` of attempt `a` runs on: ranks are laid out node by node (DesiredFor).
+const std::string& NodeOfRank(const AttemptRecord& a, int rank) {
+  const size_t index = static_cast<size_t>(rank / std::max(1, a.ranks_per_node));
+  return a.nodes.at(std::min(index, a.nodes.size() - 1));
+}
+
 // "exited with code 78 (out of memory)": how OnRankExit words an out-of-memory end.
 std::string OutOfMemoryExit() {
   const int code = rank::ToInt(rank::ExitCode::kOutOfMemory);
@@ -275,8 +281,9 @@ void AttemptLifecycle::OnRankExit(JobEntry& j, int rank, const v1::RankStatus& s
   if (st.lease_expired()) {
     // Its worker lost touch with this controller for longer than the lease and killed it: the
     // node's loss (as if declared LOST here), not the job's failure.
-    (void)End(j, who + " killed by its worker on node " + j.current()->nodes[rank / std::max(1, j.current()->ranks_per_node)] +
-                     ": the controller did not answer it within its lease (" + SecondsText(config_.heartbeat_timeout) + ")",
+    (void)End(j,
+              who + " killed by its worker on node " + NodeOfRank(*j.current(), rank) +
+                  ": the controller did not answer it within its lease (" + SecondsText(config_.heartbeat_timeout) + ")",
               v1::ATTEMPT_END_NODE_LOST, Outcome::kRestart);
     return;
   }

@@ -23,7 +23,8 @@ heartbeat settings. Each trial hits one job with one network fault at a random s
 Checked per trial as in run.sh: SUCCEEDED, step 40 reached, final weights equal to an uninterrupted
 run's (bit for bit at world size 3 throughout, else within workload.TOLERANCE), every committed
 checkpoint verifies; controller_cut_short also: one attempt. Recovery: seconds from the fault until
-a later step than the fault's is reported again.
+the job trains past the fault's step again (class Recovered says how that is told), watched from
+the moment the fault begins.
 
 Usage: netns_soak.py [--trials N] [--seed S] [--build DIR] [--kinds a,b]; prints a table by kind and
 "N passed, M failed" last; exit 0 only when every trial passed. Needs root and `ip netns`.
@@ -47,44 +48,34 @@ KINDS = ["node_partition", "mgmt_partition", "data_partition", "controller_cut_s
 
 
 def inject(c, kind, job, rng):
-    """Applies the fault and undoes it; returns what was done (for the log)."""
+    """Applies the fault; returns (what was done, for the log; how long it lasts, s; how to undo it)."""
     nodes = job["attempts"][-1]["nodes"]
     node = rng.choice(nodes)
     if kind == "node_partition":
         c.cut(node)
-        time.sleep(6)
-        c.heal(node)
-        return f"cut {node} off for 6 s"
+        return f"cut {node} off for 6 s", 6, lambda: c.heal(node)
     if kind == "mgmt_partition":
         if rng.random() < 0.5:
             node = nodes[0]  # rank 0's
         c.cut(node, nc.MGMT)
-        time.sleep(6)
-        c.heal(node, nc.MGMT)
-        return f"cut {node}'s management link for 6 s" + (" (rank 0's node)" if node == nodes[0] else "")
+        return (f"cut {node}'s management link for 6 s" + (" (rank 0's node)" if node == nodes[0] else ""), 6,
+                lambda: c.heal(node, nc.MGMT))
     if kind == "data_partition":
         seconds = round(rng.uniform(1, 5), 1)
         c.cut(node, nc.DATA)
-        time.sleep(seconds)
-        c.heal(node, nc.DATA)
-        return f"cut {node}'s data link for {seconds} s"
+        return f"cut {node}'s data link for {seconds} s", seconds, lambda: c.heal(node, nc.DATA)
     if kind == "controller_cut_short":
         c.cut("ctl")
-        time.sleep(1.5)
-        c.heal("ctl")
-        return "cut the controller off for 1.5 s"
+        return "cut the controller off for 1.5 s", 1.5, lambda: c.heal("ctl")
     if kind == "controller_cut_long":
         c.cut("ctl")
-        time.sleep(6)
-        c.heal("ctl")
-        return "cut the controller off for 6 s"
+        return "cut the controller off for 6 s", 6, lambda: c.heal("ctl")
     if kind == "loopback_host":
         i = int(node[4:])
         c.stop_worker(i)
         c.set_loopback_name(node, True)
-        time.sleep(3)
-        c.start_worker(i)
-        return f"killed {node}, restarted it with its name resolving to 127.0.1.1"
+        return (f"killed {node}, restarted it with its name resolving to 127.0.1.1", 3,
+                lambda: c.start_worker(i))
     raise ValueError(kind)
 
 
@@ -100,6 +91,35 @@ def restore(c):
     c.wait_ready(3)
 
 
+class Recovered:
+    """Whether a job hit by a fault at `step` has recovered: for the kinds that restart it, a step
+    past the fault's reported by a later attempt (the job's progress shows the old attempt's last
+    step until the new one reports, and a node cut off from the controller only trains on until it
+    is declared lost); for the others, a step two past the fault's (one in flight may end after the
+    cut without anything having recovered)."""
+    RESTARTING = {"node_partition", "mgmt_partition", "controller_cut_long", "loopback_host"}
+
+    def __init__(self, kind, job, step):
+        self.restarting = kind in self.RESTARTING
+        self.attempts = len(job["attempts"])
+        self.step = step
+        self.stale = None  # the progress step when the later attempt was first seen
+        self.done = False
+
+    def __call__(self, job):
+        if workload.is_terminal(job):  # finished before it was seen training on (a late fault)
+            self.done = job.get("state") == "JOB_STATE_SUCCEEDED"
+            return True
+        now = workload.step_of(job)
+        if not self.restarting:
+            self.done = now >= self.step + 2
+        elif len(job["attempts"]) > self.attempts and "endTime" not in job["attempts"][-1]:
+            if self.stale is None:
+                self.stale = now
+            self.done = now != self.stale and now > self.step
+        return self.done
+
+
 def trial(c, work, n, kind, rng, reference):
     at = rng.randrange(3, 33)
     name = f"t{n}"
@@ -107,9 +127,17 @@ def trial(c, work, n, kind, rng, reference):
     job = workload.wait_for(c, job_id, lambda j: workload.step_of(j) >= at or workload.is_terminal(j), 120)
     step = workload.step_of(job)
     t_fault = time.time()
-    what = inject(c, kind, job, rng)
-    recovered = workload.wait_for(c, job_id, lambda j: workload.step_of(j) > step or workload.is_terminal(j), 180)
-    recovery = round(time.time() - t_fault, 1) if recovered and workload.step_of(recovered) > step else None
+    what, seconds, undo = inject(c, kind, job, rng)
+    # Recovery is watched while the fault lasts too: a job that goes on without a cut-off node
+    # recovers before the link is back.
+    moved_on = Recovered(kind, job, step)
+    recovered = workload.wait_for(c, job_id, moved_on, seconds)
+    recovery = round(time.time() - t_fault, 1) if moved_on.done else None
+    time.sleep(max(0.0, t_fault + seconds - time.time()))
+    undo()
+    if recovery is None:
+        recovered = workload.wait_for(c, job_id, moved_on, 180)
+        recovery = round(time.time() - t_fault, 1) if moved_on.done else None
     job = workload.wait_for(c, job_id, workload.is_terminal, 300)
     worlds = ",".join(str(a.get("worldSize", 0)) for a in (job or {}).get("attempts", []))
     why, diff = "", None
