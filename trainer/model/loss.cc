@@ -7,6 +7,7 @@
 // Peak memory is one chunk of logits; the head costs 3 matmuls, as with plain autograd, not the 4
 // that recomputing the logits in backward would; and the head weight is not saved for backward,
 // so a sharded trainer may free the gathered weight right after forward.
+#include <algorithm>
 #include <atomic>
 
 #include <torch/csrc/autograd/custom_function.h>
@@ -19,6 +20,9 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// Elements of the widest block of logits the composite loss widens at a time (4 MB in fp32).
+constexpr int64_t kWideBlockElements = int64_t{1} << 20;
 
 // Logits and cross-entropy in at least fp32 (fp64 stays fp64 for gradient checks).
 at::ScalarType Wide(at::ScalarType t) { return at::promote_types(t, at::kFloat); }
@@ -89,14 +93,28 @@ struct ChunkedHeadLoss : public torch::autograd::Function<ChunkedHeadLoss> {
         if (!want_rows && !want_head) continue;
         dlogits = logits;
       } else {
-        at::Tensor logits = at::linear(r, head).to(wide);
-        at::Tensor lse = at::logsumexp(logits, -1, /*keepdim=*/true);
-        total += (lse - logits.gather(1, t)).sum();
-        if (!want_rows && !want_head) continue;
-        // d(-log softmax(z)[t]) / dz = softmax(z) - onehot(t), computed in place of the logits.
-        dlogits = logits.sub_(lse).exp_();
-        dlogits.scatter_add_(1, t, at::full({n, 1}, -1.0, dlogits.options()));
-        dlogits = dlogits.to(rows.scalar_type());
+        at::Tensor logits = at::linear(r, head);
+        const bool write_grad = want_rows || want_head;
+        at::Tensor row_loss = at::empty({n, 1}, logits.options().dtype(wide));
+        // In blocks of rows, each widened on its own: the widened block and logsumexp's temporary stay
+        // in cache, and no [n, V] fp32 tensor (100 MB at SmolLM2's vocabulary, twice) is allocated
+        // per micro-batch. Rows are independent, so the values are the whole chunk's.
+        const int64_t block = std::max<int64_t>(1, kWideBlockElements / std::max<int64_t>(1, logits.size(1)));
+        for (int64_t b = 0; b < n; b += block) {
+          const int64_t m = std::min(block, n - b);
+          at::Tensor z = logits.narrow(0, b, m), tb = t.narrow(0, b, m);
+          at::Tensor w = z.to(wide);  // z itself when the logits are already wide
+          at::Tensor lse = at::logsumexp(w, -1, /*keepdim=*/true);
+          row_loss.narrow(0, b, m).copy_(lse - w.gather(1, tb));
+          if (!write_grad) continue;
+          // d(-log softmax(z)[t]) / dz = softmax(z) - onehot(t), written over the logits.
+          w.sub_(lse).exp_();
+          w.scatter_add_(1, tb, at::full({m, 1}, -1.0, w.options()));
+          if (!w.is_same(z)) z.copy_(w);
+        }
+        total += row_loss.sum();
+        if (!write_grad) continue;
+        dlogits = logits;
       }
       if (want_rows) {
         at::Tensor out = grad_rows.narrow(0, start, n);  // whole rows: contiguous

@@ -422,11 +422,14 @@ HeadGradientMagnitudes MagnitudesOfHeadGradients(const ModelConfig& c, const Roo
   return m;
 }
 
-class LossSumChunkingTest : public ::testing::TestWithParam<std::tuple<std::string, at::ScalarType>> {};
+// (arch, dtype, vocabulary size: 0 for the tiny model's own). A vocabulary of 200,000 makes the
+// composite loss widen its logits in blocks of 5 rows (loss.cc, kWideBlockElements), fewer than a chunk.
+class LossSumChunkingTest : public ::testing::TestWithParam<std::tuple<std::string, at::ScalarType, int64_t>> {};
 
 TEST_P(LossSumChunkingTest, EqualsUnchunkedLossAndGradients) {
-  const auto [arch, dtype] = GetParam();  // mistral: untied head; qwen2: tied
-  const ModelConfig config = TinyConfig(arch);
+  const auto [arch, dtype, vocab] = GetParam();  // mistral: untied head; qwen2: tied
+  ModelConfig config = TinyConfig(arch);
+  if (vocab > 0) config.vocab_size = vocab;
   const TinyModel model = TinyModel::Random(config, 9, dtype);
   const Batch batch = StandardBatch(config);
   const at::Tensor hidden = testing::RunHidden(model, batch).detach();
@@ -483,7 +486,8 @@ TEST_P(LossSumChunkingTest, EqualsUnchunkedLossAndGradients) {
       worst_of_all = std::max(worst_of_all, worst);
     }
   }
-  std::cout << "[" << arch << "/" << c10::toString(dtype) << "] largest difference / rounding bound: " << worst_of_all
+  std::cout << "[" << arch << "/" << c10::toString(dtype) << "/vocab " << config.vocab_size
+            << "] largest difference / rounding bound: " << worst_of_all
             << "\n";
   {  // Evaluation: no autograd, no gradient work, same value.
     c10::NoGradGuard no_grad;
@@ -496,7 +500,8 @@ TEST_P(LossSumChunkingTest, EqualsUnchunkedLossAndGradients) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, LossSumChunkingTest,
                          ::testing::Combine(::testing::Values("mistral", "qwen2"),
-                                            ::testing::Values(at::kFloat, at::kBFloat16)));
+                                            ::testing::Values(at::kFloat, at::kBFloat16),
+                                            ::testing::Values(int64_t{0}, int64_t{200000})));
 
 TEST(LlamaTest, LossSumWithNothingTrainedIsZeroAndDifferentiable) {
   const ModelConfig config = TinyConfig("llama");
