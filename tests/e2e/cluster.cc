@@ -97,10 +97,13 @@ void TestCluster::StartController() {
   std::snprintf(interval, sizeof(interval), "%g", options_.heartbeat_interval_s);
   std::snprintf(timeout, sizeof(timeout), "%g", options_.heartbeat_timeout_s);
   // Each cluster gets its own MASTER_PORT range, so clusters of tests running side by side (or
-  // another checkout's tests) never rendezvous on each other's ports.
-  if (master_port_base_ == 0) master_port_base_ = 20000 + (PickFreePort() % 20000);
+  // another checkout's tests) rarely rendezvous on each other's ports; below the ephemeral range, so
+  // no outgoing connection on the host takes one (a busy port costs an uncounted retry, and tests
+  // count attempts).
+  constexpr int kMasterPortCount = 200;
+  if (master_port_base_ == 0) master_port_base_ = PortRangeBelowEphemeral(kMasterPortCount);
   std::ofstream(dir_ + "/controller.yaml") << "master_port_base: " << master_port_base_
-                                           << "\nmaster_port_count: 200\ntrainer_program: " << TrainerBinary()
+                                           << "\nmaster_port_count: " << kMasterPortCount << "\ntrainer_program: " << TrainerBinary()
                                            << "\n";
   std::vector<std::string> argv = {BuildDir() + "/controller/eft-controller", "--listen", controller_address(), "--db",
                                    dir_ + "/controller.db", "--config", dir_ + "/controller.yaml",

@@ -37,6 +37,8 @@ class ChildProcess {
 };
 
 int PickFreePort();
+// The first of `count` ports below the kernel's ephemeral range, varying from call to call.
+int PortRangeBelowEphemeral(int count);
 std::string BuildDir();  // $EFT_BUILD_DIR
 std::string WorkloadBinary();
 std::string TrainerBinary();  // eft-train
