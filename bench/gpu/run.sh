@@ -20,7 +20,7 @@
 # Usage, from this machine:   scripts/gpu-deps.sh
 #   device run: command "bench/gpu/run.sh", carry [".gpu-deps"]
 # Options (environment): EFT_GPU_PARTS="build tests kernels compare fixtures bench" (default: all),
-#   EFT_GPU_BENCH_STEPS=10, EFT_GPU_JOBS=$(nproc). For checking this script on a machine without a
+#   EFT_GPU_BENCH_STEPS=10, EFT_GPU_COMPARE_STEPS=20 (the two-rank run takes half), EFT_GPU_JOBS=$(nproc). For checking this script on a machine without a
 #   GPU: EFT_GPU_DEVICE=cpu (the "GPU" runs use the CPU) and EFT_GPU_BUILD=an existing build, or
 #   for the build itself EFT_GPU_PYTHON=.venv/bin/python (the project's PyTorch: the build CI makes).
 # The machine's own PyTorch is found through its python3 (cmake/EftTorch.cmake, -DEFT_PYTHON).
@@ -33,6 +33,7 @@ parts=${EFT_GPU_PARTS:-build tests kernels compare fixtures bench}
 jobs=${EFT_GPU_JOBS:-$(nproc)}
 build=${EFT_GPU_BUILD:-$src/build-gpu}
 gpu=${EFT_GPU_DEVICE:-cuda}
+compare_steps=${EFT_GPU_COMPARE_STEPS:-20}
 root=$src/.gpu-deps/root
 work=$(mktemp -d /tmp/eft-gpu-XXXXXX)
 trap 'rm -rf "$work"' EXIT  # scratch models and data; what is kept goes to $out
@@ -183,15 +184,15 @@ gpu_vs_cpu() {
   "$train" init-model --arch qwen3 --hidden 256 --layers 4 --heads 8 --kv-heads 4 --intermediate 704 \
     --vocab-size 4096 --dtype float32 --seed 3 --out "$work/model" >/dev/null || return 1
   make_data "$work" 4096 64 256
-  train_run cpu-fp32 cpu fp32 true 20 && train_run gpu-fp32 "$gpu" fp32 true 20 || return 1
+  train_run cpu-fp32 cpu fp32 true "$compare_steps" && train_run gpu-fp32 "$gpu" fp32 true "$compare_steps" || return 1
   grep -h "threads per rank" "$out/train-gpu-fp32.log" | head -1
   # fp32 on both; cuBLAS and the CPU BLAS sum in different orders (TF32 stays off: LibTorch's
-  # default for matmuls), so losses drift apart by float rounding compounded over 20 Adam steps.
+  # default for matmuls), so losses drift apart by float rounding compounded over the Adam steps.
   compare_losses gpu-fp32 cpu-fp32 1e-3 "GPU fp32 vs CPU fp32 (packed, masked attention)"
 }
 gpu_variants() {
-  train_run gpu-bf16 "$gpu" bf16 true 20 && train_run gpu-fp32-unpacked "$gpu" fp32 false 20 &&
-    train_run cpu-fp32-unpacked cpu fp32 false 20 || return 1
+  train_run gpu-bf16 "$gpu" bf16 true "$compare_steps" && train_run gpu-fp32-unpacked "$gpu" fp32 false "$compare_steps" &&
+    train_run cpu-fp32-unpacked cpu fp32 false "$compare_steps" || return 1
   compare_losses gpu-bf16 gpu-fp32 1e-2 "GPU bf16 vs GPU fp32" || return 1
   # Unpacked rows: every row one document, so the GPU takes the is_causal SDPA (flash) path.
   compare_losses gpu-fp32-unpacked cpu-fp32-unpacked 1e-3 "GPU SDPA (unpacked) vs CPU"
@@ -220,13 +221,14 @@ print(f"the parallel write equals the gathered one: {len(names)} file(s), {count
 PY
 }
 gpu_ranks() {
-  train_run gpu-w1 "$gpu" fp32 true 10 && train_run gpu-w2 "$gpu" fp32 true 10 2 \
-    "checkpoint: {dir: $work/gpu-w2-ckpt, every_steps: 0, full_every_steps: 10, full_write: parallel}" \
+  local steps=$(((compare_steps + 1) / 2))
+  train_run gpu-w1 "$gpu" fp32 true "$steps" && train_run gpu-w2 "$gpu" fp32 true "$steps" 2 \
+    "checkpoint: {dir: $work/gpu-w2-ckpt, every_steps: 0, full_every_steps: $steps, full_write: parallel}" \
     EFT_GPU_COLLECTIVES=gloo || return 1
   grep -h "threads per rank" "$out/train-gpu-w2.log" | head -1
-  # fp32, the gradients summed in another order at W = 2: float rounding over 10 Adam steps.
+  # fp32, the gradients summed in another order at W = 2: float rounding over the Adam steps.
   compare_losses gpu-w2 gpu-w1 1e-3 "two GPU ranks sharing one GPU vs one rank" || return 1
-  same_weights "$work/gpu-w2-ckpt/step-10" "$work/gpu-w2-out"
+  same_weights "$work/gpu-w2-ckpt/step-$steps" "$work/gpu-w2-out"
 }
 if want compare && [[ -x $train ]]; then
   part gpu-vs-cpu gpu_vs_cpu

@@ -54,7 +54,7 @@ std::string SourceDir() {
 #ifdef EFT_SOURCE_DIR_DEFAULT
   return EFT_SOURCE_DIR_DEFAULT;
 #else
-  throw std::runtime_error("EFT_SOURCE_DIR is not set (ctest sets it)");
+  throw std::runtime_error("EFT_SOURCE_DIR is not set (the build defines EFT_SOURCE_DIR_DEFAULT for this)");
 #endif
 }
 
