@@ -6,6 +6,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <mutex>
+#include <random>
 #include <string>
 
 namespace eft {
@@ -53,7 +56,32 @@ Status CheckPortFreeToListen(int port) {
   return Status::Ok();
 }
 
+int EphemeralPortsStart(const std::string& range_file) {
+  std::ifstream in(range_file);
+  int low = 0, high = 0;
+  if (in >> low >> high && low >= 1 && low <= high && high <= 65535) return low;
+  return 32768;  // Linux's default
+}
+
 int PickFreeLoopbackPort() {
+  // Below the ephemeral range, where no outgoing connection takes the port between this check and
+  // the caller's bind (a port the kernel hands out for port 0 is in that range: any connect() on
+  // the host may take it next). Above 10000, clear of the usual fixed service ports.
+  constexpr int kFirst = 10000;
+  const int end = EphemeralPortsStart("/proc/sys/net/ipv4/ip_local_port_range");
+  if (end - kFirst >= 1000) {
+    static std::mutex mu;
+    static std::mt19937 rng(std::random_device{}());
+    for (int i = 0; i < 64; ++i) {
+      int port;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        port = kFirst + static_cast<int>(rng() % static_cast<unsigned>(end - kFirst));
+      }
+      if (CheckPortFreeToListen(port).ok()) return port;
+    }
+  }
+  // A host whose ephemeral range starts low (or 64 busy ports in a row): what the kernel hands out.
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
   sockaddr_in addr{};

@@ -4,6 +4,8 @@
 // of as a failed rendezvous that would count against the job's restarts.
 #pragma once
 
+#include <string>
+
 #include "common/status.h"
 
 namespace eft {
@@ -13,9 +15,14 @@ namespace eft {
 // program can still take the port before the caller binds it, which the caller's own bind reports.
 Status CheckPortFreeToListen(int port);
 
-// A TCP port on 127.0.0.1 that the kernel just handed out as free (bind to port 0), for a local
-// rendezvous. Free at this moment only: the caller's own bind says whether it still is. 0 when no
-// socket could be bound.
+// A TCP port free to listen on at this moment, for a local rendezvous: a random one between 10000 and
+// the kernel's ephemeral range (which outgoing connections take ports from), or, where that range
+// starts too low, what the kernel hands out for port 0. The caller's own bind says whether it is
+// still free. 0 when no socket could be bound.
 int PickFreeLoopbackPort();
+
+// The first port of the kernel's ephemeral range as `range_file` (normally
+// /proc/sys/net/ipv4/ip_local_port_range, "low high") gives it; 32768 when it cannot be read.
+int EphemeralPortsStart(const std::string& range_file);
 
 }  // namespace eft

@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -150,15 +152,14 @@ void RememberSignal(int sig) { g_forward_signal = sig; }
 
 }  // namespace
 
-int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv) {
-  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  int port = PickFreeLoopbackPort();
+namespace {
+
+constexpr int kExitRendezvousPortBusy = rank::ToInt(rank::ExitCode::kRendezvousPortBusy);
+
+// One launch of the N ranks on `port`: forks them, forwards SIGTERM/SIGINT, stops the rest when one
+// fails. The first failing rank's exit code, or 0 (75 when they stopped on request).
+int RunRanksOnce(int nproc, const std::string& program, const std::vector<std::string>& argv, int port) {
   std::vector<pid_t> pids;
-  struct sigaction sa {};
-  sa.sa_handler = RememberSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
   const pid_t launcher = ::getpid();
   for (int r = 0; r < nproc; ++r) {
     std::vector<std::string> env_strings;
@@ -172,11 +173,19 @@ int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv) {
       env_strings.push_back(k + "=" + v);
     }
     std::vector<char*> cargv, cenv;
-    cargv.push_back(const_cast<char*>(self.c_str()));
+    cargv.push_back(const_cast<char*>(program.c_str()));
     for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
     cargv.push_back(nullptr);
     for (auto& e : env_strings) cenv.push_back(e.data());
     cenv.push_back(nullptr);
+    // SIGTERM/SIGINT blocked across fork(): one sent to the child before it execs (a rank that
+    // fails at once stops the others) must not run this launcher's handler there and be lost; it
+    // waits, pending, until the child has the default action back.
+    sigset_t stop_signals, saved;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    ::sigprocmask(SIG_BLOCK, &stop_signals, &saved);
     pid_t pid = ::fork();
     if (pid == 0) {
       // Ranks get signals only through this launcher (Ctrl-C at a terminal would otherwise reach
@@ -184,10 +193,14 @@ int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv) {
       ::setpgid(0, 0);
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != launcher) ::_exit(1);  // the launcher died before prctl
-      ::execve(self.c_str(), cargv.data(), cenv.data());
+      ::signal(SIGTERM, SIG_DFL);
+      ::signal(SIGINT, SIG_DFL);
+      ::sigprocmask(SIG_SETMASK, &saved, nullptr);
+      ::execve(program.c_str(), cargv.data(), cenv.data());
       std::perror("eft-train: exec");
       ::_exit(127);
     }
+    ::sigprocmask(SIG_SETMASK, &saved, nullptr);
     pids.push_back(pid);
   }
   int result = 0;
@@ -223,6 +236,28 @@ int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv) {
     }
   }
   return result;
+}
+
+}  // namespace
+
+int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv, const LocalLaunchOptions& options) {
+  const std::string program =
+      options.program.empty() ? std::filesystem::read_symlink("/proc/self/exe").string() : options.program;
+  struct sigaction sa {};
+  sa.sa_handler = RememberSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  const int tries = std::max(1, options.port_tries);
+  for (int attempt = 1;; ++attempt) {
+    const int port = options.pick_port ? options.pick_port() : PickFreeLoopbackPort();
+    const int code = RunRanksOnce(nproc, program, argv, port);
+    // Rank 0 exits with this code only before its rendezvous, so nothing has been trained or written:
+    // the port was free when picked and another program took it since.
+    if (code != kExitRendezvousPortBusy || g_forward_signal || attempt >= tries) return code;
+    std::fprintf(stderr, "eft-train: rendezvous port %d was taken before rank 0 listened on it; starting the %d ranks "
+                 "again on another port (try %d of %d)\n", port, nproc, attempt + 1, tries);
+  }
 }
 
 }  // namespace eft::trainer

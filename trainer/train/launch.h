@@ -4,10 +4,13 @@
 // host of SLURM_JOB_NODELIST). No variables at all: a single process, world size 1.
 //
 // SpawnLocalRanks is `eft-train train --nproc N`: it re-executes this program N times with the
-// variables set, forwards SIGTERM/SIGINT, and fails fast: when one rank fails the others are
-// stopped. Its exit code is the first failing rank's, or 0.
+// variables set (MASTER_PORT a free port of 127.0.0.1), forwards SIGTERM/SIGINT, and fails fast:
+// when one rank fails the others are stopped. Its exit code is the first failing rank's, or 0. When
+// rank 0 finds its port taken (exit 76, before anything is trained), all ranks start again on
+// another port, up to LocalLaunchOptions::port_tries launches in all.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -50,6 +53,12 @@ Status CheckRankAddresses(const RankEnv& env, bool gloo);
 // The first host of a Slurm host list: "gpu[03-05,07],cpu1" -> "gpu03".
 std::string FirstSlurmHost(const std::string& nodelist);
 
-int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv);
+struct LocalLaunchOptions {
+  std::string program;            // what each rank runs; "": this program (/proc/self/exe)
+  std::function<int()> pick_port;  // MASTER_PORT of each launch; empty: PickFreeLoopbackPort
+  int port_tries = 3;             // launches when rank 0's port is taken each time
+};
+
+int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv, const LocalLaunchOptions& options = {});
 
 }  // namespace eft::trainer

@@ -1,9 +1,13 @@
-// CheckPortFreeToListen against real sockets on this host.
+// CheckPortFreeToListen and PickFreeLoopbackPort against real sockets on this host.
 #include "common/listen_port.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -46,16 +50,37 @@ TEST(ListenPortTest, OutOfRangePortsAreRefused) {
   EXPECT_EQ(CheckPortFreeToListen(70000).code(), StatusCode::kInvalidArgument);
 }
 
-// Two picks in a row are usable ports that nothing holds (the kernel hands out ports round-robin, so
-// they also differ, which keeps concurrent local rendezvous apart).
-TEST(ListenPortTest, PickedLoopbackPortsAreFree) {
-  const int a = PickFreeLoopbackPort(), b = PickFreeLoopbackPort();
-  for (int p : {a, b}) {
+// Picks are usable ports that nothing holds, between 10000 and the ephemeral range (no outgoing
+// connection takes them before the caller binds), and they vary, which keeps concurrent local
+// rendezvous apart (8 picks of ~22,000 ports: all equal by chance with probability ~1e-30).
+TEST(ListenPortTest, PickedLoopbackPortsAreFreeAndBelowTheEphemeralRange) {
+  const int ephemeral = EphemeralPortsStart("/proc/sys/net/ipv4/ip_local_port_range");
+  std::set<int> seen;
+  for (int i = 0; i < 8; ++i) {
+    const int p = PickFreeLoopbackPort();
     ASSERT_GT(p, 0);
     ASSERT_LE(p, 65535);
     EXPECT_TRUE(CheckPortFreeToListen(p).ok()) << p;
+    if (ephemeral - 10000 >= 1000) {
+      EXPECT_GE(p, 10000);
+      EXPECT_LT(p, ephemeral);
+    }
+    seen.insert(p);
   }
-  EXPECT_NE(a, b);
+  EXPECT_GT(seen.size(), 1u);
+}
+
+TEST(ListenPortTest, TheEphemeralRangeIsReadOrLinuxsDefault) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  EXPECT_EQ(EphemeralPortsStart(write("range-ok", "20000\t60999\n")), 20000);
+  EXPECT_EQ(EphemeralPortsStart(write("range-garbage", "low high\n")), 32768);
+  EXPECT_EQ(EphemeralPortsStart(write("range-reversed", "60999 20000\n")), 32768);
+  EXPECT_EQ(EphemeralPortsStart(write("range-truncated", "20000")), 32768);
+  EXPECT_EQ(EphemeralPortsStart(dir + "/no-such-file"), 32768);
 }
 
 }  // namespace

@@ -5,8 +5,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -215,6 +220,59 @@ TEST(CheckRankAddressesTest, WithoutANodeAddressGlooBindsTheHostName) {
   EXPECT_TRUE(CheckRankAddresses(env, /*gloo=*/false).ok());
   env.gloo_interface_given = true;
   EXPECT_TRUE(CheckRankAddresses(env, /*gloo=*/true).ok());
+}
+
+// The --nproc launcher with real processes: /bin/sh ranks that append "RANK MASTER_PORT" to a log and
+// exit as the script says, and ports from a counter (nothing binds them).
+class LocalLaunchTest : public ::testing::Test {
+ protected:
+  int Launch(const std::string& exit_rule, int tries = 3) {
+    LocalLaunchOptions o;
+    o.program = "/bin/sh";
+    o.pick_port = [this] { return next_port_++; };
+    o.port_tries = tries;
+    const std::string script = "echo \"$RANK $MASTER_PORT\" >> " + log_ + "; " + exit_rule;
+    return SpawnLocalRanks(2, {"-c", script}, o);
+  }
+  std::vector<std::string> Lines() {
+    std::vector<std::string> lines;
+    std::ifstream in(log_);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    std::sort(lines.begin(), lines.end());
+    return lines;
+  }
+  std::string log_ = ::testing::TempDir() + "/launch-" + std::to_string(::getpid()) + "-" +
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".log";
+  int next_port_ = 41000;
+  void SetUp() override { std::remove(log_.c_str()); }
+};
+
+TEST_F(LocalLaunchTest, ATakenRendezvousPortStartsEveryRankAgainOnAnotherPort) {
+  // Rank 0 finds the first port taken (76: before anything is trained); the second launch runs.
+  EXPECT_EQ(Launch("[ \"$RANK\" = 0 ] && [ \"$MASTER_PORT\" = 41000 ] && exit 76; exit 0"), 0);
+  EXPECT_EQ(next_port_, 41002) << "two launches, two ports";
+  // Rank 1 of the first launch may have been stopped before it wrote its line.
+  std::vector<std::string> lines = Lines();
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "0 41000"), lines.end());
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "0 41001"), lines.end());
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "1 41001"), lines.end());
+}
+
+TEST_F(LocalLaunchTest, APortTakenEveryTimeGivesUpAfterTheTriesWithItsExitCode) {
+  EXPECT_EQ(Launch("[ \"$RANK\" = 0 ] && exit 76; exec sleep 30", 3), 76);
+  EXPECT_EQ(next_port_, 41003);
+}
+
+TEST_F(LocalLaunchTest, OtherFailuresAreNotRetriedAndStopTheOtherRanksAtOnce) {
+  // (exec: a sleep left behind by its shell would hold ctest's output pipe for its 30 s.)
+  // Rank 0 fails while rank 1 may not have exec'd yet: the SIGTERM must reach rank 1 all the same
+  // (it was lost in the child's copy of the launcher's handler, and the launch took rank 1's 30 s).
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(Launch("[ \"$RANK\" = 0 ] && exit 3; exec sleep 30"), 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "rank 1 was not stopped";
+  EXPECT_EQ(next_port_, 41001);
+  EXPECT_EQ(Launch("exit 0"), 0);
+  EXPECT_EQ(next_port_, 41002);
 }
 
 TEST(RankEnvTest, FirstSlurmHost) {
