@@ -56,11 +56,11 @@ Status CheckPortFreeToListen(int port) {
   return Status::Ok();
 }
 
-int EphemeralPortsStart(const std::string& range_file) {
+PortRange EphemeralPorts(const std::string& range_file) {
   std::ifstream in(range_file);
-  int low = 0, high = 0;
-  if (in >> low >> high && low >= 1 && low <= high && high <= 65535) return low;
-  return 32768;  // Linux's default
+  int first = 0, last = 0;
+  if (in >> first >> last && first >= 1 && first <= last && last <= 65535) return PortRange{first, last};
+  return PortRange{};
 }
 
 int PickFreeLoopbackPort() {
@@ -68,7 +68,7 @@ int PickFreeLoopbackPort() {
   // the caller's bind (a port the kernel hands out for port 0 is in that range: any connect() on
   // the host may take it next). Above 10000, clear of the usual fixed service ports.
   constexpr int kFirst = 10000;
-  const int end = EphemeralPortsStart("/proc/sys/net/ipv4/ip_local_port_range");
+  const int end = EphemeralPorts().first;
   if (end - kFirst >= 1000) {
     static std::mutex mu;
     static std::mt19937 rng(std::random_device{}());

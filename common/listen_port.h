@@ -21,8 +21,13 @@ Status CheckPortFreeToListen(int port);
 // still free. 0 when no socket could be bound.
 int PickFreeLoopbackPort();
 
-// The first port of the kernel's ephemeral range as `range_file` (normally
-// /proc/sys/net/ipv4/ip_local_port_range, "low high") gives it; 32768 when it cannot be read.
-int EphemeralPortsStart(const std::string& range_file);
+// The kernel's ephemeral port range, from which outgoing connections take their ports, as
+// `range_file` (normally /proc/sys/net/ipv4/ip_local_port_range, "first last") gives it; Linux's
+// default, 32768..60999, when it cannot be read.
+struct PortRange {
+  int first = 32768;
+  int last = 60999;
+};
+PortRange EphemeralPorts(const std::string& range_file = "/proc/sys/net/ipv4/ip_local_port_range");
 
 }  // namespace eft

@@ -133,4 +133,14 @@ Status FinalizeControllerConfig(ControllerConfig* c) {
   return Status::Ok();
 }
 
+std::string MasterPortRangeWarning(const ControllerConfig& c, PortRange ephemeral) {
+  const int last = c.master_port_base + c.master_port_count - 1;
+  if (last < ephemeral.first || c.master_port_base > ephemeral.last) return "";
+  return "MASTER_PORTs " + std::to_string(c.master_port_base) + ".." + std::to_string(last) +
+         " (master_port_base, master_port_count) reach into the ephemeral port range " +
+         std::to_string(ephemeral.first) + ".." + std::to_string(ephemeral.last) +
+         " (net.ipv4.ip_local_port_range), from which outgoing connections take their ports: an attempt whose port "
+         "one holds is retried on the next port; keep the range below " + std::to_string(ephemeral.first);
+}
+
 }  // namespace eft::controller

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 
+#include "common/listen_port.h"
 #include "common/status.h"
 
 namespace eft {
@@ -91,5 +92,9 @@ void AddControllerSettings(DaemonSettings* settings, ControllerConfig* config);
 Status LoadControllerConfig(const std::string& path, ControllerConfig* config);
 // Fills derived defaults (data_dir) and checks ranges.
 Status FinalizeControllerConfig(ControllerConfig* config);
+// A warning when the MASTER_PORT range reaches into `ephemeral` (the ports outgoing connections take:
+// any connection on a node may hold one, and each time one does, an attempt is retried on the next
+// port); "" when it stays clear. The controller checks its own host's range at start.
+std::string MasterPortRangeWarning(const ControllerConfig& config, PortRange ephemeral);
 
 }  // namespace eft::controller

@@ -199,6 +199,9 @@ int RunController(const ControllerServerConfig& server_config) {
     return 1;
   }
   c->StartTicker();
+  if (std::string warning = MasterPortRangeWarning(c->config(), EphemeralPorts()); !warning.empty()) {
+    EFT_LOG(WARNING) << warning;
+  }
   EFT_LOG(INFO) << "listening on " << c->config().listen << " (port " << bound_port << "), database "
                 << c->config().db_path << ", heartbeat timeout " << c->config().heartbeat_timeout.count() << " ms";
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -54,7 +55,7 @@ TEST(ListenPortTest, OutOfRangePortsAreRefused) {
 // connection takes them before the caller binds), and they vary, which keeps concurrent local
 // rendezvous apart (8 picks of ~22,000 ports: all equal by chance with probability ~1e-30).
 TEST(ListenPortTest, PickedLoopbackPortsAreFreeAndBelowTheEphemeralRange) {
-  const int ephemeral = EphemeralPortsStart("/proc/sys/net/ipv4/ip_local_port_range");
+  const int ephemeral = EphemeralPorts().first;
   std::set<int> seen;
   for (int i = 0; i < 8; ++i) {
     const int p = PickFreeLoopbackPort();
@@ -76,11 +77,16 @@ TEST(ListenPortTest, TheEphemeralRangeIsReadOrLinuxsDefault) {
     std::ofstream(dir + "/" + name) << text;
     return dir + "/" + name;
   };
-  EXPECT_EQ(EphemeralPortsStart(write("range-ok", "20000\t60999\n")), 20000);
-  EXPECT_EQ(EphemeralPortsStart(write("range-garbage", "low high\n")), 32768);
-  EXPECT_EQ(EphemeralPortsStart(write("range-reversed", "60999 20000\n")), 32768);
-  EXPECT_EQ(EphemeralPortsStart(write("range-truncated", "20000")), 32768);
-  EXPECT_EQ(EphemeralPortsStart(dir + "/no-such-file"), 32768);
+  auto read = [](const std::string& file) {
+    PortRange r = EphemeralPorts(file);
+    return std::pair{r.first, r.last};
+  };
+  EXPECT_EQ(read(write("range-ok", "20000\t40999\n")), std::pair(20000, 40999));
+  const std::pair linux_default(32768, 60999);
+  EXPECT_EQ(read(write("range-garbage", "low high\n")), linux_default);
+  EXPECT_EQ(read(write("range-reversed", "60999 20000\n")), linux_default);
+  EXPECT_EQ(read(write("range-truncated", "20000")), linux_default);
+  EXPECT_EQ(read(dir + "/no-such-file"), linux_default);
 }
 
 }  // namespace

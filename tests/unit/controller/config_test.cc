@@ -59,5 +59,21 @@ TEST(ControllerConfig, RejectsUnknownKeysWrongTypesAndBadRanges) {
   EXPECT_FALSE(FinalizeControllerConfig(&ports).ok());
 }
 
+TEST(ControllerConfig, AMasterPortRangeInTheEphemeralRangeIsWarnedAbout) {
+  ControllerConfig c;  // 29500..31499
+  const PortRange linux_default;  // 32768..60999
+  EXPECT_EQ(MasterPortRangeWarning(c, linux_default), "") << "the defaults stay clear of Linux's default range";
+  c.master_port_base = 61000;
+  EXPECT_EQ(MasterPortRangeWarning(c, linux_default), "") << "above the range";
+  c.master_port_base = 31000;  // 31000..32999: its last 232 ports inside
+  EXPECT_EQ(MasterPortRangeWarning(c, linux_default),
+            "MASTER_PORTs 31000..32999 (master_port_base, master_port_count) reach into the ephemeral port range "
+            "32768..60999 (net.ipv4.ip_local_port_range), from which outgoing connections take their ports: an attempt "
+            "whose port one holds is retried on the next port; keep the range below 32768");
+  c.master_port_base = 29500;
+  EXPECT_NE(MasterPortRangeWarning(c, PortRange{31499, 60999}), "") << "one port shared";
+  EXPECT_EQ(MasterPortRangeWarning(c, PortRange{31500, 60999}), "");
+}
+
 }  // namespace
 }  // namespace eft::controller
