@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <random>
 #include <string>
 
@@ -70,14 +69,9 @@ int PickFreeLoopbackPort() {
   constexpr int kFirst = 10000;
   const int end = EphemeralPorts().first;
   if (end - kFirst >= 1000) {
-    static std::mutex mu;
-    static std::mt19937 rng(std::random_device{}());
+    thread_local std::mt19937 rng(std::random_device{}());
     for (int i = 0; i < 64; ++i) {
-      int port;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        port = kFirst + static_cast<int>(rng() % static_cast<unsigned>(end - kFirst));
-      }
+      const int port = kFirst + static_cast<int>(rng() % static_cast<unsigned>(end - kFirst));
       if (CheckPortFreeToListen(port).ok()) return port;
     }
   }
