@@ -207,16 +207,16 @@ int RunRanksOnce(int nproc, const std::string& program, const std::vector<std::s
   size_t alive = pids.size();
   bool stopping = false;
   while (alive > 0) {
+    // Checked before each wait too: a signal handled while the ranks were being forked (it was
+    // blocked across each fork) interrupts no wait.
+    if (g_forward_signal && !stopping) {
+      stopping = true;
+      for (pid_t p : pids) ::kill(p, g_forward_signal);
+    }
     int status = 0;
     pid_t pid = ::waitpid(-1, &status, 0);
     if (pid < 0) {
-      if (errno == EINTR) {
-        if (g_forward_signal && !stopping) {
-          stopping = true;
-          for (pid_t p : pids) ::kill(p, g_forward_signal);
-        }
-        continue;
-      }
+      if (errno == EINTR) continue;  // the signal is forwarded above
       break;
     }
     --alive;
@@ -243,6 +243,7 @@ int RunRanksOnce(int nproc, const std::string& program, const std::vector<std::s
 int SpawnLocalRanks(int nproc, const std::vector<std::string>& argv, const LocalLaunchOptions& options) {
   const std::string program =
       options.program.empty() ? std::filesystem::read_symlink("/proc/self/exe").string() : options.program;
+  g_forward_signal = 0;
   struct sigaction sa {};
   sa.sa_handler = RememberSignal;
   sigemptyset(&sa.sa_mask);

@@ -3,6 +3,7 @@
 // its addresses it applies before its rendezvous.
 #include "trainer/train/launch.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -273,6 +275,26 @@ TEST_F(LocalLaunchTest, OtherFailuresAreNotRetriedAndStopTheOtherRanksAtOnce) {
   EXPECT_EQ(next_port_, 41001);
   EXPECT_EQ(Launch("exit 0"), 0);
   EXPECT_EQ(next_port_, 41002);
+}
+
+TEST_F(LocalLaunchTest, ASigtermToTheLauncherReachesEveryRankAndIsNotRetried) {
+  std::thread stopper([] {
+    // Blocked here, so the launcher's thread (waiting for its ranks) is the one the signal interrupts,
+    // as in eft-train, whose launcher is its only thread.
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    ::pthread_sigmask(SIG_BLOCK, &term, nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::kill(::getpid(), SIGTERM);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(Launch("exec sleep 30"), 128 + SIGTERM);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "the ranks were not stopped";
+  stopper.join();
+  EXPECT_EQ(next_port_, 41001);
+  // The next launch in this process starts afresh: the signal was this launch's.
+  EXPECT_EQ(Launch("exit 0"), 0);
 }
 
 TEST(RankEnvTest, FirstSlurmHost) {
