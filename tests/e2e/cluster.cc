@@ -103,8 +103,8 @@ void TestCluster::StartController() {
   constexpr int kMasterPortCount = 200;
   if (master_port_base_ == 0) master_port_base_ = PortRangeBelowEphemeral(kMasterPortCount);
   std::ofstream(dir_ + "/controller.yaml") << "master_port_base: " << master_port_base_
-                                           << "\nmaster_port_count: " << kMasterPortCount << "\ntrainer_program: " << TrainerBinary()
-                                           << "\n";
+                                           << "\nmaster_port_count: " << kMasterPortCount
+                                           << "\ntrainer_program: " << TrainerBinary() << "\n";
   std::vector<std::string> argv = {BuildDir() + "/controller/eft-controller", "--listen", controller_address(), "--db",
                                    dir_ + "/controller.db", "--config", dir_ + "/controller.yaml",
                                    "--heartbeat-interval", interval, "--heartbeat-timeout", timeout};

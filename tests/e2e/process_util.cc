@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/listen_port.h"
 #include "tests/unit/common/read_file_test_util.h"
 
 extern char** environ;
@@ -112,12 +113,8 @@ int PickFreePort() {
 int PortRangeBelowEphemeral(int count) {
   // The kernel hands out ephemeral ports (outgoing connections, PickFreePort's, Gloo's) from
   // ip_local_port_range; a MASTER_PORT there can be taken by any connection on the host.
-  int ephemeral_low = 32768;
-  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
-  int low = 0;
-  if (range >> low && low > 0) ephemeral_low = low;
   const int first = 10000;
-  const int span = ephemeral_low - count - first;
+  const int span = EphemeralPorts().first - count - first;
   if (span <= 0) return first;  // a host whose ephemeral range starts low: nothing is safe, keep it predictable
   // A different range per call (PickFreePort varies), so clusters running side by side rarely share one.
   return first + PickFreePort() % span;

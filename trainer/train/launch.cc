@@ -148,12 +148,6 @@ namespace {
 constexpr int kExitStoppedOnRequest = rank::ToInt(rank::ExitCode::kStoppedOnRequest);
 volatile sig_atomic_t g_forward_signal = 0;
 void RememberSignal(int sig) { g_forward_signal = sig; }
-
-
-}  // namespace
-
-namespace {
-
 constexpr int kExitRendezvousPortBusy = rank::ToInt(rank::ExitCode::kRendezvousPortBusy);
 
 // One launch of the N ranks on `port`: forks them, forwards SIGTERM/SIGINT, stops the rest when one
