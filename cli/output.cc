@@ -194,10 +194,17 @@ std::string DescribeJob(const v1::Job& j) {
   for (const auto& a : j.attempts()) {
     std::string nodes;
     for (const auto& n : a.nodes()) nodes += (nodes.empty() ? "" : ",") + n;
+    // Where it resumed: "memory 137" (a staged memory snapshot), "disk 100", "-" for a fresh start.
+    std::string from = "-";
+    if (a.has_resume_step() && a.resume_step() > 0) {
+      const bool memory = a.resume_from().size() > 9 && a.resume_from().substr(a.resume_from().size() - 9) == ".snapshot";
+      from = (memory ? "memory " : "disk ") + std::to_string(a.resume_step());
+    }
     rows.push_back({std::to_string(a.number()), std::to_string(a.world_size()), nodes, FormatTime(a.start_time()),
-                    FormatTime(a.end_time()), a.end_reason().empty() ? "-" : a.end_reason()});
+                    FormatTime(a.end_time()), from, a.has_steps_lost() ? std::to_string(a.steps_lost()) : "-",
+                    a.end_reason().empty() ? "-" : a.end_reason()});
   }
-  std::string table = FormatTable({"#", "WORLD", "NODES", "STARTED", "ENDED", "END REASON"}, rows);
+  std::string table = FormatTable({"#", "WORLD", "NODES", "STARTED", "ENDED", "FROM", "LOST", "END REASON"}, rows);
   std::istringstream lines(table);
   for (std::string l; std::getline(lines, l);) out << "  " << l << "\n";
   if (j.checkpoints_size()) {

@@ -80,8 +80,37 @@ std::string TruncateUtf8(const std::string& s, size_t max) {
   return s.substr(0, end) + "...";
 }
 
-// An error's headline: its first line with text, trimmed, bounded. The rest (a C++ stack, a Python
-// traceback, LibTorch's "Exception raised from ..." frames) stays in the rank's log.
+// `line` without the source locations C++ libraries prefix their messages with, such as Gloo's
+// "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] ": "[", a path with no spaces, ":", a line
+// number, "]" and the spaces after it. People read end reasons; the location stays in the log.
+std::string WithoutSourceLocations(const std::string& line) {
+  std::string out;
+  size_t i = 0;
+  while (i < line.size()) {
+    if (line[i] == '[') {
+      const size_t close = line.find(']', i);
+      const size_t colon = close == std::string::npos ? std::string::npos : line.rfind(':', close);
+      if (colon != std::string::npos && colon > i + 1) {
+        const std::string path = line.substr(i + 1, colon - i - 1);
+        const std::string number = line.substr(colon + 1, close - colon - 1);
+        const bool is_path = path.find_first_of(" \t") == std::string::npos &&
+                             (path.find('/') != std::string::npos || path.find(".c") != std::string::npos ||
+                              path.find(".h") != std::string::npos);
+        if (is_path && !number.empty() && number.find_first_not_of("0123456789") == std::string::npos) {
+          i = close + 1;
+          while (i < line.size() && line[i] == ' ') ++i;
+          continue;
+        }
+      }
+    }
+    out += line[i++];
+  }
+  return out;
+}
+
+// An error's headline: its first line with text, trimmed, bounded, without source locations. The
+// rest (a C++ stack, a Python traceback, LibTorch's "Exception raised from ..." frames) stays in the
+// rank's log.
 std::string ErrorHeadline(const std::string& message) {
   size_t begin = 0;
   while (begin < message.size()) {
@@ -90,7 +119,11 @@ std::string ErrorHeadline(const std::string& message) {
     size_t a = begin, b = end;
     while (a < b && std::isspace(static_cast<unsigned char>(message[a]))) ++a;
     while (b > a && std::isspace(static_cast<unsigned char>(message[b - 1]))) --b;
-    if (a < b) return TruncateUtf8(message.substr(a, b - a), kMaxErrorMessageBytes);
+    if (a < b) {
+      std::string line = WithoutSourceLocations(message.substr(a, b - a));
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+      if (!line.empty()) return TruncateUtf8(line, kMaxErrorMessageBytes);
+    }
     begin = end + 1;
   }
   return "";
@@ -163,6 +196,8 @@ std::string EventTypeName(const Event& event) {
                         [](const NoValidCheckpointEvent&) { return std::string("no_valid_checkpoint"); },
                         [](const UnknownEvent& e) { return e.type; },
                         [](const EvalEvent&) { return std::string("eval"); },
+                        [](const MemorySnapshotEvent&) { return std::string("memory_snapshot"); },
+                        [](const MemorySnapshotRefusedEvent&) { return std::string("memory_snapshot_refused"); },
                     },
                     event);
 }
@@ -226,6 +261,22 @@ std::string EncodeEvent(const Event& event) {
                    doc.update({{"step", e.step}, {"loss", e.loss}, {"tokens", e.tokens}, {"set", e.set},
                                {"index", e.index}});
                    if (e.seconds >= 0) doc["seconds"] = e.seconds;
+                 },
+                 [&](const MemorySnapshotEvent& e) {
+                   doc.update({{"step", e.step},
+                               {"rank", e.rank},
+                               {"world_size", e.world_size},
+                               {"path", e.path},
+                               {"bytes", e.bytes},
+                               {"crc32c", e.crc32c}});
+                   if (e.seconds >= 0) doc["seconds"] = e.seconds;
+                   if (e.stall_seconds >= 0) doc["stall_seconds"] = e.stall_seconds;
+                 },
+                 [&](const MemorySnapshotRefusedEvent& e) {
+                   doc.update({{"step", e.step},
+                               {"rank", e.rank},
+                               {"node", e.node},
+                               {"reason", TruncateUtf8(e.reason, kMaxErrorMessageBytes)}});
                  },
              },
              event);
@@ -321,6 +372,24 @@ Result<Event> DecodeEvent(std::string_view line) {
     r.Number("seconds", &e.seconds);
     r.String("set", &e.set);
     r.Number("index", &e.index);
+    out = e;
+  } else if (type == "memory_snapshot") {
+    MemorySnapshotEvent e;
+    r.Number("step", &e.step, /*required=*/true);
+    r.Number("rank", &e.rank, /*required=*/true);
+    r.Number("world_size", &e.world_size, /*required=*/true);
+    r.String("path", &e.path, /*required=*/true);
+    r.Number("bytes", &e.bytes, /*required=*/true);
+    r.Number("crc32c", &e.crc32c, /*required=*/true);
+    r.Number("seconds", &e.seconds);
+    r.Number("stall_seconds", &e.stall_seconds);
+    out = e;
+  } else if (type == "memory_snapshot_refused") {
+    MemorySnapshotRefusedEvent e;
+    r.Number("step", &e.step, /*required=*/true);
+    r.Number("rank", &e.rank);
+    r.String("node", &e.node);
+    r.String("reason", &e.reason);
     out = e;
   } else {
     out = UnknownEvent{type};

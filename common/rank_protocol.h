@@ -97,6 +97,9 @@ inline constexpr char kNodesShareLoopback[] = "EFT_NODES_SHARE_LOOPBACK";
 inline constexpr char kJobSpec[] = "EFT_JOB_SPEC";        // the normalized job spec, JSON
 inline constexpr char kResumeFrom[] = "EFT_RESUME_FROM";  // "", "auto" or a checkpoint directory
 inline constexpr char kEventsFd[] = "EFT_EVENTS_FD";      // the fd events are written to
+// A directory in the node's memory (tmpfs) that the worker keeps for this rank's attempt: memory
+// snapshots go there (common/memory_snapshot.h). Unset: the rank takes none.
+inline constexpr char kSnapshotDir[] = "EFT_SNAPSHOT_DIR";
 }  // namespace env
 
 // True for names a job's spec.env may not set because a launcher sets them: every name above and
@@ -209,12 +212,37 @@ struct EvalEvent {
   int index = 0;             // its place in data.eval; 0, the first, is the one keep_best ranks by
 };
 
+// One rank's memory snapshot after `step` steps is complete in EFT_SNAPSHOT_DIR (every rank, each its
+// own): `path` is the file, whole, with its size and CRC-32C (common/memory_snapshot.h). The worker
+// takes it over from here.
+struct MemorySnapshotEvent {
+  int64_t step = 0;
+  int rank = 0;
+  int world_size = 0;
+  std::string path;
+  int64_t bytes = 0;
+  uint32_t crc32c = 0;
+  double seconds = -1;        // writing it; < 0: not reported
+  double stall_seconds = -1;  // how long the step loop waited for it; < 0: not reported
+};
+
+// A node's worker could not hold (or replicate) a rank's memory snapshot: `node` says which worker,
+// `reason` why ("needs 310 MiB, 120 MiB of the 1024 MiB budget free"). The worker itself adds this
+// line to the rank's events; the job runs on (its older snapshots and disk checkpoints remain).
+struct MemorySnapshotRefusedEvent {
+  int64_t step = 0;
+  int rank = 0;
+  std::string node;
+  std::string reason;
+};
+
 using Event = std::variant<StepEvent, CheckpointEvent, CheckpointDeletedEvent, ResumedEvent, FinishedEvent,
                            MemoryEvent, ErrorEvent, NoValidCheckpointEvent, UnknownEvent,
-                           EvalEvent, CheckpointFailedEvent>;
+                           EvalEvent, CheckpointFailedEvent, MemorySnapshotEvent, MemorySnapshotRefusedEvent>;
 
 // The "event" value of each type: "step", "checkpoint", "checkpoint_deleted", "resumed", "finished",
-// "memory", "error", "no_valid_checkpoint", "eval", "checkpoint_failed" (an UnknownEvent's own type).
+// "memory", "error", "no_valid_checkpoint", "eval", "checkpoint_failed", "memory_snapshot",
+// "memory_snapshot_refused" (an UnknownEvent's own type).
 std::string EventTypeName(const Event& event);
 
 // One line of JSON, without the newline. Optional fields that are "not reported" are left out; an

@@ -23,6 +23,7 @@ Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req
     return *std::move(registration.refusal);
   }
   NodeEntry& node = *registration.node;
+  snapshots_.Forget(node.rec.name);  // held again once its heartbeats say so
   lifecycle_.OnRankReports(node);
   scheduler_.MaybePass();
   v1::RegisterResponse out;
@@ -44,10 +45,13 @@ Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& 
   node.acked_seq = progress_.OnEvents(node.rec.name, node.acked_seq, req.events());
   out.set_acked_event_seq(node.acked_seq);
   nodes_.Report(node, req.ranks());
+  snapshots_.OnHeartbeat(node.rec.name, req.snapshots(), req.staged());
   lifecycle_.OnRankReports(node);
   scheduler_.MaybePass();
   lifecycle_.DesiredFor(node, out.mutable_desired(), out.mutable_attempt_specs());
   lifecycle_.StopNowFor(node, out.mutable_stop_now());
+  snapshots_.OrdersFor(node.rec.name, out.mutable_stage());
+  snapshots_.KeepFor(node.rec.name, out.mutable_keep_snapshots());
   // After this heartbeat's reports and decisions: a stop or start they caused is seen here.
   out.set_heartbeat_interval_ms(static_cast<int32_t>(HeartbeatIntervalLocked(node).count()));
   return out;

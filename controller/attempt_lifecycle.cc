@@ -34,8 +34,14 @@ std::string OutOfMemoryExit() {
 }  // namespace
 
 AttemptLifecycle::AttemptLifecycle(const ControllerConfig& config, Clock* clock, JobTable* jobs, NodeTable* nodes,
+                                   const SnapshotTracker* snapshots,
                                    std::function<void(const std::string& job_id)> on_started)
-    : config_(config), clock_(clock), jobs_(jobs), nodes_(nodes), on_started_(std::move(on_started)) {}
+    : config_(config),
+      clock_(clock),
+      jobs_(jobs),
+      nodes_(nodes),
+      snapshots_(snapshots),
+      on_started_(std::move(on_started)) {}
 
 void AttemptLifecycle::Restore(JobEntry& j) {
   const SteadyTime now = clock_->Now();
@@ -95,7 +101,10 @@ void AttemptLifecycle::ForgiveLastFailure(JobEntry& j, const std::string& cause)
   c.rec.not_before_ms = 0;
   c.rec.reason = cause + "; " + c.rec.reason;
   AttemptRecord a = *j.current();
-  a.end_reason += "; " + cause + " at the same time, so not counted against max_restarts";
+  // The node's loss is the cause, so the words name it first; the failures of its peers'
+  // collectives (Gloo's "Connection reset by peer") came first only in time. The typed end kind
+  // keeps what happened to the rank.
+  a.end_reason = cause + "; its peers' ranks failed first (" + a.end_reason + "), not counted against max_restarts";
   c.update_attempt = a;
   EventRecord e = jobs_->MakeEvent(j, "restart_reclassified",
                             "attempt " + std::to_string(a.number) + ": " + cause +
@@ -120,10 +129,17 @@ Status AttemptLifecycle::Start(JobEntry& j, const Placement& p) {
     if (!newest || c.step > newest->step || (c.step == newest->step && c.time_ms >= newest->time_ms)) newest = &c;
   }
   if (newest) a.resume_from = newest->path;
-  const int64_t resume_step = newest ? newest->step : 0;
+  const int64_t disk_step = newest ? newest->step : 0;
+  // A memory snapshot staged for this restart (snapshot_tracker.h) is newer than any disk checkpoint.
+  const AttemptRecord* ended = j.current();
+  const bool decided_now = ended != nullptr && j.memory_decided_after == ended->number;
+  const std::optional<JobEntry::MemoryResume> memory = decided_now ? j.memory_resume : std::nullopt;
+  if (memory) a.resume_from = memory->path;
+  const int64_t resume_step = memory ? memory->step : disk_step;
   // Steps the previous attempt reported beyond the checkpoint this one resumes from are trained
   // again: "steps lost". Stored with the attempt, so known across controller restarts too.
   a.reached_step = resume_step;
+  a.resume_step = resume_step;
   const AttemptRecord* previous = j.current();
   const int64_t reached = previous ? j.reached_step : 0;
   const int64_t lost = std::max<int64_t>(0, reached - resume_step);
@@ -139,8 +155,21 @@ Status AttemptLifecycle::Start(JobEntry& j, const Placement& p) {
   c.insert_attempt = a;
   std::ostringstream msg;
   msg << "attempt " << a.number << ": world size " << a.world_size << " on " << JoinNodes(a.nodes) << " (master "
-      << a.master_addr << ":" << a.master_port << "), "
-      << (a.resume_from.empty() ? std::string("fresh start") : "resuming from " + a.resume_from);
+      << a.master_addr << ":" << a.master_port << "), ";
+  if (memory) {
+    msg << "resuming from the memory snapshot of step " << memory->step << " (" << memory->from << ", staged in "
+        << memory->path << "; the newest disk checkpoint was step " << disk_step << ")";
+  } else {
+    msg << (a.resume_from.empty() ? std::string("fresh start") : "resuming from " + a.resume_from);
+  }
+  if (decided_now && !j.memory_note.empty()) {
+    c.events.push_back(jobs_->MakeEvent(
+        j, "memory_snapshot_unusable",
+        j.memory_note + "; " +
+            (newest ? "resuming from the newest disk checkpoint, step " + std::to_string(disk_step) + " (" +
+                          newest->path + ")"
+                    : std::string("no disk checkpoint either: starting from scratch"))));
+  }
   if (reached > 0) {
     msg << " (step " << resume_step << "; attempt " << previous->number << " reached step " << reached << ": " << lost
         << (lost == 1 ? " step lost)" : " steps lost)");
@@ -165,6 +194,13 @@ Status AttemptLifecycle::Start(JobEntry& j, const Placement& p) {
   EFT_RETURN_IF_ERROR(jobs_->Apply(j, std::move(c)));
   on_started_(j.rec.id);
   ++attempts_created_;
+  j.steps_lost_total += lost;
+  if (previous != nullptr && EndedUnplanned(*previous)) {
+    const RecoverySource source = memory ? RecoverySource::kMemory
+                                  : newest ? RecoverySource::kDisk
+                                           : RecoverySource::kScratch;
+    ++j.recoveries[static_cast<size_t>(source)];
+  }
   // The attempt starts at its checkpoint's step: stopped before its first step, it lost nothing.
   j.reached_step = resume_step;
   j.ranks.assign(a.world_size, RankView{});
@@ -458,6 +494,7 @@ void AttemptLifecycle::DesiredFor(const NodeEntry& node,
         s->set_job_id(id);
         s->set_attempt(a.number);
         *s->mutable_spec() = spec;
+        snapshots_->PeersFor(j, a, node.rec.name, s->mutable_snapshot_peers());
         spec_sent = true;
       }
     }

@@ -22,6 +22,7 @@
 #include "controller/node_table.h"
 #include "controller/resize_policy.h"
 #include "controller/scheduler.h"
+#include "controller/snapshot_tracker.h"
 #include "eft/v1/agent.pb.h"
 
 namespace eft::controller {
@@ -35,7 +36,7 @@ class AttemptLifecycle {
 
   // The tables must outlive it.
   AttemptLifecycle(const ControllerConfig& config, Clock* clock, JobTable* jobs, NodeTable* nodes,
-                   std::function<void(const std::string& job_id)> on_started);
+                   const SnapshotTracker* snapshots, std::function<void(const std::string& job_id)> on_started);
 
   // A job loaded from the store: what memory must assume of its ranks and timers (a RUNNING
   // attempt had every rank running; a RECOVERING job waits for its old ranks' reports again).
@@ -87,6 +88,7 @@ class AttemptLifecycle {
   Clock* const clock_;
   JobTable* const jobs_;
   NodeTable* const nodes_;
+  const SnapshotTracker* const snapshots_;
   const std::function<void(const std::string&)> on_started_;
   int64_t attempts_created_ = 0;
 };

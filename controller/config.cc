@@ -47,6 +47,7 @@ void AddControllerSettings(DaemonSettings* s, ControllerConfig* c) {
   s->AddSeconds({"restart_backoff_initial_s", "", ""}, &c->restart_backoff_initial);
   s->AddSeconds({"restart_backoff_max_s", "", ""}, &c->restart_backoff_max);
   s->AddSeconds({"stop_report_slack_s", "", ""}, &c->stop_report_slack);
+  s->AddSeconds({"snapshot_stage_timeout_s", "", ""}, &c->snapshot_stage_timeout);
   s->AddString({"trainer_program", "", ""}, &c->trainer_program);
   s->AddInt({"finished_jobs_in_memory", "--finished-jobs-in-memory",
              "finished jobs kept in memory; older ones are read from the database (default 1000)"},

@@ -49,6 +49,10 @@ struct ControllerConfig {
   // After ranks were told to stop, how long past their grace period the controller waits for their
   // workers to report them gone before it gives up on them (their slots stay busy until then).
   std::chrono::milliseconds stop_report_slack{5000};
+  // The longest a restart waits for live nodes to stage a memory snapshot's shards into the job's
+  // checkpoint directory (docs/checkpoints.md, "Memory snapshots") before it takes the newest disk
+  // checkpoint instead.
+  std::chrono::milliseconds snapshot_stage_timeout{60000};
   // Highest spec.priority a non-admin may submit (docs/auth.md); admins may submit any.
   int max_submitter_priority = 0;
   // Where eft-train is found when a job has no `command` (a name is looked up in the worker's PATH).

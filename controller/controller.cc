@@ -35,9 +35,10 @@ Controller::Controller(ControllerConfig config, Clock* clock, std::unique_ptr<St
                 {/*on_first_step=*/[this](const AttemptRecord& a)
                      REQUIRES(mu_) { nodes_.TransitionDone(a.nodes); },
                  /*on_checkpoint=*/{}}),
-      lifecycle_(config_, clock_, &jobs_, &nodes_,
+      snapshots_(config_, clock_, &jobs_, &nodes_),
+      lifecycle_(config_, clock_, &jobs_, &nodes_, &snapshots_,
                  [this](const std::string& job_id) REQUIRES(mu_) { scheduler_.ReleaseReservations(job_id); }),
-      scheduler_(config_, clock_, store_.get(), &jobs_, &nodes_, &lifecycle_) {}
+      scheduler_(config_, clock_, store_.get(), &jobs_, &nodes_, &lifecycle_, &snapshots_) {}
 
 Controller::~Controller() {
   stopping_ = true;
@@ -92,6 +93,7 @@ void Controller::MarkNodeLostLocked(NodeEntry& node, const std::string& reason) 
     EFT_LOG(ERROR) << "node " << node.rec.name << ": could not persist LOST (" << s << "); retrying";
     return;
   }
+  snapshots_.Forget(node.rec.name);  // its memory went with it
   lifecycle_.OnNodeLost(node.rec.name, reason);
 }
 
@@ -278,6 +280,13 @@ ControllerSnapshot Controller::Snapshot(size_t max_terminal_jobs) const {
     v.resizes = j.resizes;
     v.preemptions = j.preemptions;
     v.checkpoint_failures = j.checkpoint_failures;
+    if (j.active()) {
+      v.memory_snapshot_step = snapshots_.NewestWholeStep(j);
+      v.memory_replicated_step = snapshots_.NewestReplicatedStep(j);
+      v.memory_snapshot_bytes = snapshots_.HeldBytes(j);
+    }
+    v.steps_lost_total = j.steps_lost_total;
+    v.recoveries = j.recoveries;
   }
   for (const auto& [state, n] : jobs_.evicted_by_state()) out.jobs_by_state[state] += n;
   const SteadyTime now = clock_->Now();

@@ -52,6 +52,7 @@
 #include "controller/records.h"
 #include "controller/resize_policy.h"
 #include "controller/scheduler.h"
+#include "controller/snapshot_tracker.h"
 #include "controller/store.h"
 #include "eft/v1/agent.pb.h"
 #include "eft/v1/job.pb.h"
@@ -79,6 +80,13 @@ struct ControllerSnapshot {
     std::array<int64_t, kResizeReasons.size()> resizes{};
     int64_t preemptions = 0;  // from the job's `preempted` events
     int64_t checkpoint_failures = 0;  // from the job's `checkpoint_failed` events
+    // Memory snapshots of the current attempt (SnapshotTracker): the newest step held whole and the
+    // newest held with its replicas (-1: none), and the bytes the nodes hold.
+    int64_t memory_snapshot_step = -1;
+    int64_t memory_replicated_step = -1;
+    int64_t memory_snapshot_bytes = 0;
+    int64_t steps_lost_total = 0;       // since this controller started
+    std::array<int64_t, 3> recoveries{};  // by RecoverySource, since this controller started
   };
   struct Node {
     std::string name;
@@ -173,6 +181,7 @@ class Controller {
   JobTable jobs_ GUARDED_BY(mu_);
   NodeTable nodes_ GUARDED_BY(mu_);
   ProgressTracker progress_ GUARDED_BY(mu_);
+  SnapshotTracker snapshots_ GUARDED_BY(mu_);
   AttemptLifecycle lifecycle_ GUARDED_BY(mu_);
   JobScheduler scheduler_ GUARDED_BY(mu_);
 

@@ -236,6 +236,44 @@ Status ControllerMetrics::RegisterAll() {
                                 "Unix time the job's newest checkpoint was reported.",
                                 [](const Job& j) { return IfCheckpointed(j, double(j.last_checkpoint_ms) / 1000.0); }));
 
+  // Memory snapshots (docs/checkpoints.md, "Memory snapshots"), from the workers' heartbeats.
+  EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_memory_snapshot_step",
+                                "Newest step of the job's running attempt whose memory snapshot the nodes hold whole "
+                                "(every rank); absent when none.",
+                                [](const Job& j) -> std::optional<double> {
+                                  if (j.memory_snapshot_step < 0) return std::nullopt;
+                                  return double(j.memory_snapshot_step);
+                                }));
+  EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_memory_snapshot_replication_lag_steps",
+                                "Steps between the newest memory snapshot held whole and the newest held with all its "
+                                "replicas (checkpoint.memory_replicas); absent when none is replicated yet.",
+                                [](const Job& j) -> std::optional<double> {
+                                  if (j.memory_snapshot_step < 0 || j.memory_replicated_step < 0) return std::nullopt;
+                                  return double(j.memory_snapshot_step - j.memory_replicated_step);
+                                }));
+  EFT_RETURN_IF_ERROR(AddPerJob(kGauge, "eft_job_memory_snapshot_bytes",
+                                "Bytes of the running attempt's memory snapshots the nodes hold, all copies.",
+                                always([](const Job& j) { return double(j.memory_snapshot_bytes); })));
+  EFT_RETURN_IF_ERROR(AddPerJob(kCounter, "eft_job_steps_lost_total",
+                                "Steps trained again because a restart resumed from an earlier step than the one "
+                                "the previous attempt reached (since the controller started).",
+                                always([](const Job& j) { return double(j.steps_lost_total); })));
+  EFT_RETURN_IF_ERROR(Add(kCounter, "eft_job_recoveries_total",
+                          "Restarts after an unplanned end (a node lost, a rank failed) by where they resumed: "
+                          "memory (a memory snapshot), disk (a checkpoint), scratch (nothing to resume from); "
+                          "since the controller started.",
+                          {"job", "source"}, [](const ControllerSnapshot& s) {
+                            Samples out;
+                            for (const Job& j : s.jobs) {
+                              for (RecoverySource r : {RecoverySource::kMemory, RecoverySource::kDisk,
+                                                       RecoverySource::kScratch}) {
+                                out.push_back({{j.id, RecoverySourceLabel(r)},
+                                               static_cast<double>(j.recoveries[static_cast<size_t>(r)])});
+                              }
+                            }
+                            return out;
+                          }));
+
   // Save times are not stored by the controller: they are relayed from checkpoint events (OnCheckpoint).
   EFT_RETURN_IF_ERROR(Add(kGauge, "eft_job_checkpoint_save_seconds",
                           "Seconds the job's newest checkpoint took to write, as its rank reported (since the "

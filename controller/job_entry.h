@@ -29,6 +29,12 @@ struct RankView {
   std::string error;  // the rank's error event (its fatal error), for the attempt's end reason
 };
 
+// Where a restart after an unplanned end resumed from (eft_job_recoveries_total's `source`).
+enum class RecoverySource { kMemory = 0, kDisk = 1, kScratch = 2 };
+inline const char* RecoverySourceLabel(RecoverySource s) {
+  return s == RecoverySource::kMemory ? "memory" : s == RecoverySource::kDisk ? "disk" : "scratch";
+}
+
 struct JobEntry {
   // Stored.
   JobRecord rec;
@@ -60,6 +66,21 @@ struct JobEntry {
   bool awaiting_first_step = false;
   // Why the job last did not grow although a node was free, so it is logged once, not every pass.
   std::string grow_held;
+  // Memory snapshots (snapshot_tracker.h): decided before the next attempt starts, used by its start.
+  // The staged snapshot directory it resumes from, with the step and where its shards came from
+  // (path empty: the newest disk checkpoint); and, when a memory snapshot could not be used, why.
+  struct MemoryResume {
+    std::string path;
+    int64_t step = 0;
+    std::string from;  // "ranks 0-1 from node1, rank 2 from node3"
+  };
+  std::optional<MemoryResume> memory_resume;
+  std::string memory_note;
+  int memory_decided_after = 0;  // the attempt whose end these were decided for (0: none)
+  // Since this controller started (memory only): steps trained again after restarts, and restarts
+  // after an unplanned end by where they resumed (index: RecoverySource).
+  int64_t steps_lost_total = 0;
+  std::array<int64_t, 3> recoveries{};
   uint64_t version = 1;
   // The capacity epoch when placement last failed: until capacity changes it would fail again.
   uint64_t unplaceable_epoch = 0;

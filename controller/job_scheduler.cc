@@ -10,8 +10,14 @@
 namespace eft::controller {
 
 JobScheduler::JobScheduler(const ControllerConfig& config, Clock* clock, Store* store, JobTable* jobs,
-                           NodeTable* nodes, AttemptLifecycle* lifecycle)
-    : config_(config), clock_(clock), store_(store), jobs_(jobs), nodes_(nodes), lifecycle_(lifecycle) {}
+                           NodeTable* nodes, AttemptLifecycle* lifecycle, SnapshotTracker* snapshots)
+    : config_(config),
+      clock_(clock),
+      store_(store),
+      jobs_(jobs),
+      nodes_(nodes),
+      lifecycle_(lifecycle),
+      snapshots_(snapshots) {}
 
 Status JobScheduler::Load() {
   EFT_ASSIGN_OR_RETURN(auto reservations, store_->LoadReservations());
@@ -117,6 +123,9 @@ void JobScheduler::TryPlace(JobEntry& j, std::optional<std::vector<NodeCapacity>
     if (now < j.ended_at + config_.heartbeat_timeout + config_.heartbeat_interval && !PreviousNodesSettled(j)) {
       return;
     }
+    // Where it resumes from: the newest memory snapshot the live nodes hold whole is staged first
+    // (snapshot_tracker.h); the ticker's passes see it through.
+    if (!snapshots_->ResumeDecided(j)) return;
   }
   if (!caps->has_value()) *caps = Capacities();
   // Nodes held for a waiting job that outranks this one are not this one's to take.

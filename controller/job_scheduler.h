@@ -26,6 +26,7 @@
 #include "controller/job_table.h"
 #include "controller/node_table.h"
 #include "controller/scheduler.h"
+#include "controller/snapshot_tracker.h"
 #include "controller/store.h"
 
 namespace eft::controller {
@@ -34,7 +35,7 @@ class JobScheduler {
  public:
   // Everything passed in must outlive it.
   JobScheduler(const ControllerConfig& config, Clock* clock, Store* store, JobTable* jobs, NodeTable* nodes,
-               AttemptLifecycle* lifecycle);
+               AttemptLifecycle* lifecycle, SnapshotTracker* snapshots);
 
   // The stored reservations of jobs that still wait; the others' rows are dropped.
   Status Load();
@@ -81,6 +82,7 @@ class JobScheduler {
   JobTable* const jobs_;
   NodeTable* const nodes_;
   AttemptLifecycle* const lifecycle_;
+  SnapshotTracker* const snapshots_;
 
   uint64_t capacity_epoch_ = 1;
   uint64_t last_pass_epoch_ = 0;

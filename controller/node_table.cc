@@ -147,6 +147,7 @@ Result<NodeTable::Registration> NodeTable::Register(const v1::RegisterRequest& r
   node.ready = true;
   if (node.incarnation != req.incarnation()) node.acked_seq = 0;
   node.incarnation = req.incarnation();
+  node.snapshot_port = req.snapshot_port();
   node.shutting_down = false;
   node.last_heartbeat = clock_->Now();
   node.last_heartbeat_ms = clock_->WallMillis();

@@ -48,6 +48,9 @@ struct NodeEntry {
   std::vector<v1::RankStatus> reported;
   uint64_t acked_seq = 0;
   bool shutting_down = false;
+  // Its worker's SnapshotService port (RegisterRequest.snapshot_port; 0: none): memory only, every
+  // registration says it again.
+  int snapshot_port = 0;
   // A second worker asking for this name while `incarnation` may still be alive: it waits until
   // `incarnation` misses a heartbeat, and is fenced if it does not.
   std::string contender;

@@ -93,8 +93,16 @@ RankEventEffect InterpretRankEvent(const v1::RankEvent& ev, int current_attempt)
           out.event_type = "merged_model";
           out.message = "LoRA adapters merged into the base model: " + e.merged_model + " (step " +
                         std::to_string(e.step) + ")";
+        } else if constexpr (std::is_same_v<T, rank::MemorySnapshotRefusedEvent>) {
+          out.kind = RankEventEffect::Kind::kJobEvent;
+          out.event_type = "memory_snapshot_refused";
+          out.message = (e.node.empty() ? std::string("a node") : e.node) + " could not hold rank " +
+                        std::to_string(e.rank) + "'s memory snapshot of step " + std::to_string(e.step) +
+                        " (attempt " + std::to_string(ev.key().attempt()) + "): " + e.reason +
+                        "; older snapshots and disk checkpoints remain";
         }
-        // resumed, plain finished, memory and unknown types: in the rank's log; nothing to keep here.
+        // resumed, plain finished, memory, memory_snapshot (the worker reports what it holds in its
+        // heartbeats) and unknown types: in the rank's log; nothing to keep here.
       },
       *decoded);
   return out;

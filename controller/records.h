@@ -57,6 +57,8 @@ struct AttemptRecord {
   // (rows from schema 2). What the next attempt's "N steps lost" is measured against.
   int64_t reached_step = 0;
   v1::AttemptEnd end = v1::ATTEMPT_END_UNSPECIFIED;  // what decisions read; unspecified while it runs
+  // The step it resumed from (0: a fresh start); -1: not known (rows from schema 7 and before).
+  int64_t resume_step = -1;
 };
 
 struct NodeRecord {

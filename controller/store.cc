@@ -112,6 +112,12 @@ WHERE end_ms != 0;
 ALTER TABLE nodes ADD COLUMN data_address TEXT NOT NULL DEFAULT '';
 ALTER TABLE nodes ADD COLUMN network_stack TEXT NOT NULL DEFAULT '';
 )sql",
+    // 8: the step an attempt resumed from (0: a fresh start), so each attempt's steps lost can be
+    // shown after its reached_step has moved on (docs/checkpoints.md, "Memory snapshots"). -1 in rows
+    // from before: not known.
+    R"sql(
+ALTER TABLE attempts ADD COLUMN resume_step INTEGER NOT NULL DEFAULT -1;
+)sql",
 };
 
 }  // namespace

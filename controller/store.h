@@ -24,7 +24,7 @@ class Store {
   // Creates the file (and its parent directory) if missing and migrates it to the current schema.
   static Result<std::unique_ptr<Store>> Open(const std::string& path);
 
-  static constexpr int kSchemaVersion = 7;
+  static constexpr int kSchemaVersion = 8;
   int schema_version() const { return db_->schema_version(); }
   const std::string& path() const { return db_->path(); }
 

@@ -52,7 +52,7 @@ namespace {
   "id, request_id, spec, state, reason, create_ms, start_ms, end_ms, attempt, restarts, not_before_ms, owner"
 #define EFT_ATTEMPT_COLUMNS                                                                                        \
   "job_id, number, world_size, ranks_per_node, nodes, slots, master_addr, master_port, resume_from, start_ms, " \
-  "end_ms, end_reason, reached_step, end_kind"
+  "end_ms, end_reason, reached_step, end_kind, resume_step"
 #define EFT_CHECKPOINT_COLUMNS "job_id, step, kind, path, bytes, attempt, time_ms"
 
 template <typename T>
@@ -125,7 +125,8 @@ Result<AttemptRecord> AttemptFromRow(const Row& row) {
   using Slots = std::vector<std::vector<int>>;
   return AttemptRecord{std::to_string(row.Int(0)), row.Int32(1), row.Int32(2), row.Int32(3),
                        nodes.template get<std::vector<std::string>>(), slots.template get<Slots>(), row.Text(6),
-                       row.Int32(7), row.Text(8), row.Int(9), row.Int(10), row.Text(11), row.Int(12), end};
+                       row.Int32(7), row.Text(8), row.Int(9), row.Int(10), row.Text(11), row.Int(12), end,
+                       row.Int(14)};
 }
 
 template <typename Row>
@@ -234,10 +235,10 @@ Status Store::InsertAttempt(const AttemptRecord& a) {
     EFT_ASSIGN_OR_RETURN(std::string nodes, NodesToJson(a.nodes));
     EFT_ASSIGN_OR_RETURN(std::string end, EndName(a.end));
     return MissingJobIsNotFound(db_->Write("INSERT INTO attempts (" EFT_ATTEMPT_COLUMNS
-                                      ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                      ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                       job_id, a.number, a.world_size, a.ranks_per_node, nodes,
                                       nlohmann::json(a.slots).dump(), a.master_addr, a.master_port, a.resume_from,
-                                      a.start_ms, a.end_ms, a.end_reason, a.reached_step, end));
+                                      a.start_ms, a.end_ms, a.end_reason, a.reached_step, end, a.resume_step));
   }();
   return status.WithContext("inserting attempt " + std::to_string(a.number) + " of job " + a.job_id);
 }
@@ -250,9 +251,9 @@ Status Store::UpdateAttempt(const AttemptRecord& a) {
     EFT_RETURN_IF_ERROR(db_->Write(
         "UPDATE attempts SET world_size = ?, ranks_per_node = ?, nodes = ?, slots = ?, master_addr = ?, "
         "master_port = ?, resume_from = ?, start_ms = ?, end_ms = ?, end_reason = ?, reached_step = ?, "
-        "end_kind = ? WHERE job_id = ? AND number = ?",
+        "end_kind = ?, resume_step = ? WHERE job_id = ? AND number = ?",
         a.world_size, a.ranks_per_node, nodes, nlohmann::json(a.slots).dump(), a.master_addr, a.master_port,
-        a.resume_from, a.start_ms, a.end_ms, a.end_reason, a.reached_step, end, job_id, a.number));
+        a.resume_from, a.start_ms, a.end_ms, a.end_reason, a.reached_step, end, a.resume_step, job_id, a.number));
     return db_->changes() == 0 ? Status::NotFound("no such attempt") : Status::Ok();
   }();
   return status.WithContext("updating attempt " + std::to_string(a.number) + " of job " + a.job_id);

@@ -1,5 +1,7 @@
 #include "controller/wire.h"
 
+#include <algorithm>
+
 #include <google/protobuf/util/time_util.h>
 
 namespace eft::controller {
@@ -21,6 +23,8 @@ v1::Attempt AttemptToProto(const AttemptRecord& a) {
   if (a.end_ms) *p.mutable_end_time() = Ts(a.end_ms);
   p.set_end_reason(a.end_reason);
   p.set_end(a.end);
+  if (a.resume_step >= 0) p.set_resume_step(a.resume_step);
+  p.set_reached_step(a.reached_step);
   return p;
 }
 
@@ -59,7 +63,14 @@ v1::Job JobToProto(const JobView& j, bool full) {
   if (j.running_world_size > 0) out.set_world_size(j.running_world_size);
   if (j.progress.step() > 0 || j.progress.has_eval_loss()) *out.mutable_progress() = j.progress;
   if (!full) return out;
-  for (const auto& a : j.attempts) *out.add_attempts() = AttemptToProto(a);
+  for (size_t i = 0; i < j.attempts.size(); ++i) {
+    v1::Attempt* a = out.add_attempts();
+    *a = AttemptToProto(j.attempts[i]);
+    // Measured against the previous attempt's reached step, known once this one's resume step is.
+    if (i > 0 && j.attempts[i].resume_step >= 0) {
+      a->set_steps_lost(std::max<int64_t>(0, j.attempts[i - 1].reached_step - j.attempts[i].resume_step));
+    }
+  }
   for (const auto& c : j.checkpoints) *out.add_checkpoints() = CheckpointToProto(c);
   for (const auto& e : j.events) *out.add_events() = EventToProto(e);
   auto add = [](const std::vector<LossPointRecord>* points, google::protobuf::RepeatedPtrField<v1::LossPoint>* to) {

@@ -8,7 +8,7 @@
 #           and to real ones it answers right.
 #   Part 2: the fine-tuning job on 3 nodes, with two eval sets (new facts, known facts); a node is
 #           killed in the middle of it, and the controller restarts the job on the remaining two, at
-#           world size 2, from its newest checkpoint.
+#           world size 2, from the newest memory snapshot they hold (docs/checkpoints.md).
 #   Part 3: the same questions after fine-tuning, and each eval set's loss before and after.
 #
 # Usage: scripts/demo.sh [BUILD_DIR]. Everything lives under a temporary directory that is printed;
@@ -19,6 +19,8 @@ BUILD=${1:-build}
 BUILD=$(cd "$BUILD" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEMO=$(mktemp -d /tmp/eft-demo-XXXXXX)
+# Each worker holds memory snapshots in memory (tmpfs), as on a real node; removed on exit.
+SHM=$(mktemp -d /dev/shm/eft-demo-XXXXXX 2>/dev/null || echo "$DEMO/shm")
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export EFT_CONTROLLER=127.0.0.1:$PORT
 EFTCTL="$BUILD/cli/eftctl"
@@ -28,6 +30,7 @@ PIDS=()
 cleanup() {
   for pid in "${PIDS[@]}"; do kill -9 "-$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  rm -rf "$SHM"
 }
 trap cleanup EXIT
 
@@ -79,7 +82,7 @@ for _ in $(seq 50); do "$EFTCTL" node list >/dev/null 2>&1 && break; sleep 0.1; 
 say "Starting 3 eft-workers (node0, node1, node2), one CPU slot each"
 for i in 0 1 2; do
   CUDA_VISIBLE_DEVICES= setsid "$BUILD/worker/eft-worker" --controller "$EFT_CONTROLLER" --name "node$i" \
-    --slots 1 --work-dir "$DEMO/work/node$i" --address 127.0.0.1 >"$DEMO/node$i.log" 2>&1 &
+    --slots 1 --work-dir "$DEMO/work/node$i" --address 127.0.0.1 --snapshot-dir "$SHM/node$i" >"$DEMO/node$i.log" 2>&1 &
   PIDS+=($!)
   eval "NODE${i}_PID=$!"
   disown $!  # no "Killed" message from bash when the demo kills it
@@ -118,16 +121,18 @@ for _ in $(seq 3000); do
 done
 step=$(job_field $JOB 'j.get("progress", {}).get("step", 0)')
 kill -9 "$NODE2_PID"
-echo "killed node2 (kill -9: its worker and rank die at once) at step $step; the controller notices within the"
-echo "heartbeat timeout (2 s), stops the survivors and restarts the job on node0 and node1 from the newest"
-echo "checkpoint..."
+rm -rf "$SHM/node2"  # a dead node's memory is gone with it
+echo "killed node2 (kill -9: its worker and rank die at once, and its memory with them) at step $step; the"
+echo "controller notices within the heartbeat timeout (2 s), stops the survivors and restarts the job on node0"
+echo "and node1 from the newest memory snapshot they hold (node2's part from its replica on node0), losing at"
+echo "most a step, or from the newest disk checkpoint when no snapshot survived whole..."
 wait "$FOLLOW" && rc=0 || rc=$?
 say "Job progress as eftctl --follow printed it"
 cat "$DEMO/follow.log"
 say "eftctl job describe $JOB"
 "$EFTCTL" job describe $JOB
 say "What the second attempt's rank 0 said when it started"
-grep -h -E "resumed from|eval set" "$DEMO"/work/node0/logs/$JOB/attempt-2/rank-0.log || true
+grep -h -E "memory snapshot of step|resumed from|eval set" "$DEMO"/work/node0/logs/$JOB/attempt-2/rank-0.log || true
 [ "$rc" -eq 0 ] || { say "The job did not succeed (exit $rc); logs: $DEMO"; exit "$rc"; }
 
 say "Part 3: after fine-tuning (the merged model: $DEMO/checkpoints/merged)"

@@ -87,6 +87,14 @@ Status CheckChoice(const std::string& field, std::string* value, const char* def
   return Invalid(field + " (" + Quote(*value) + ") must be one of " + list);
 }
 
+// checkpoint.memory_every_steps: "auto" (the default), or a whole number of steps ("0": off).
+Status NormalizeMemoryEverySteps(std::string* value) {
+  if (value->empty()) *value = "auto";
+  if (MemorySnapshotInterval(*value).has_value()) return Status::Ok();
+  return Invalid("spec.checkpoint.memory_every_steps (" + Quote(*value) +
+                 ") must be auto or a whole number of steps from 0 (off) to 999999999");
+}
+
 Status CheckName(const std::string& name) {
   const std::string rule = "1-63 characters of a-z, 0-9 and '-', starting with a letter (e.g. \"qwen-sft\")";
   if (name.empty()) return Invalid("spec.name is required: " + rule);
@@ -131,6 +139,16 @@ Status CheckEnv(const v1::JobSpec& spec) {
 }
 
 }  // namespace
+
+std::optional<int64_t> MemorySnapshotInterval(const std::string& memory_every_steps) {
+  if (memory_every_steps == "auto") return -1;
+  // At most 9 digits: what docs/openapi.yaml states, and far beyond any run's length.
+  if (memory_every_steps.empty() || memory_every_steps.size() > 9 ||
+      memory_every_steps.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoll(memory_every_steps);
+}
 
 Status NormalizeJobSpec(v1::JobSpec* spec) {
   const bool own_command = spec->command_size() > 0;
@@ -263,6 +281,9 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
                                  std::numeric_limits<int32_t>::max()));
   EFT_RETURN_IF_ERROR(CheckChoice("spec.checkpoint.full_write", ckpt->mutable_full_write(), "parallel",
                                   {"parallel", "rank0"}));
+  EFT_RETURN_IF_ERROR(NormalizeMemoryEverySteps(ckpt->mutable_memory_every_steps()));
+  if (!ckpt->has_memory_replicas()) ckpt->set_memory_replicas(1);
+  EFT_RETURN_IF_ERROR(CheckRange("spec.checkpoint.memory_replicas", ckpt->memory_replicas(), 0, 3));
   if (ckpt->merge_lora() && !t->has_lora()) {
     return Invalid("spec.checkpoint.merge_lora needs spec.training.lora: only a LoRA run has adapters to merge "
                    "(a full fine-tuning run's output is already a merged model)");

@@ -7,6 +7,7 @@
 //   "spec.resources.nodes.max (1) must be >= spec.resources.nodes.min (2)".
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ Result<v1::JobSpec> ParseJobSpec(const std::string& text);
 // one) gets its default; an explicit 0 is kept where 0 is allowed and refused where it is not (never
 // silently replaced by a default).
 Status NormalizeJobSpec(v1::JobSpec* spec);
+
+// checkpoint.memory_every_steps as a number: -1 for "auto", 0 for off, N for every N steps;
+// nullopt when it is neither "auto" nor a whole number of at most 9 digits.
+std::optional<int64_t> MemorySnapshotInterval(const std::string& memory_every_steps);
 
 // The spec as JSON with snake_case field names (as YAML files write them).
 nlohmann::json JobSpecToJson(const v1::JobSpec& spec);

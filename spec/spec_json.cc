@@ -387,6 +387,9 @@ Status CheckMessage(const pb::Descriptor* d, const json& in, const std::string& 
         EFT_RETURN_IF_ERROR(CheckValue(f, list[i], field_path + "[" + std::to_string(i) + "]", &element));
         converted.push_back(std::move(element));
       }
+    } else if (f->full_name() == "eft.v1.CheckpointSpec.memory_every_steps" && value.is_number_integer()) {
+      // "auto" or a number of steps: a number is written without quotes.
+      converted = value.dump();
     } else {
       EFT_RETURN_IF_ERROR(CheckValue(f, value, field_path, &converted));
     }

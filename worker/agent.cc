@@ -86,6 +86,11 @@ Status WorkerAgent::Start() {
                                    [this](RankLauncher::Id id, ProcessExit exit) { OnExit(id, exit); }});
   if (!launcher.ok()) return launcher.status();
   launcher_ = std::move(launcher).value();
+  if (Status s = StartSnapshots(); !s.ok()) {
+    launcher_.reset();
+    work_dir_lock_.reset();
+    return s;
+  }
   boost::asio::post(io_, [this] { ScheduleLeaseCheck(); });
   io_thread_ = std::thread([this] { io_.run(); });
   shipper_ = std::make_unique<LogShipper>(endpoint_, config_.name, config_.log_push_interval,
@@ -131,6 +136,8 @@ void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
     MutexLock lock(&mu_);
     registered = registered_;
   }
+  // A stopping worker's memory goes with it; the last report says so.
+  StopSnapshots();
   if (deadline.count() > 0 && registered) HeartbeatOnce();
   work_.reset();
   io_.stop();
@@ -138,6 +145,7 @@ void WorkerAgent::Shutdown(std::chrono::milliseconds deadline) {
   // After the io thread, whose OnExit and StartRank use it: a rank exiting now must not find it gone.
   shipper_.reset();  // pushes what is left of the logs once
   launcher_.reset();  // SIGKILLs whatever still runs
+  if (snapshots_) snapshots_->Close();  // what those ranks wrote since StopSnapshots
   work_dir_lock_.reset();
 }
 
@@ -163,6 +171,17 @@ WorkerStats WorkerAgent::Stats() {
   s.heartbeats = heartbeats_.load();
   s.heartbeat_failures = heartbeat_failures_.load();
   s.controller_reachable = controller_reachable_.load();
+  if (snapshots_) {
+    const SnapshotStoreStats held = snapshots_->Stats();
+    s.snapshot_own_bytes = held.own_bytes;
+    s.snapshot_replica_bytes = held.replica_bytes + held.receiving_bytes;
+    s.snapshot_budget_bytes = held.budget_bytes;
+    const ReplicatorStats pushes = replicator_->Stats();
+    s.snapshot_pushes = pushes.pushes;
+    s.snapshot_push_seconds = pushes.last_push_seconds;
+    s.snapshot_pushed_bytes = pushes.pushed_bytes;
+    s.snapshot_refusals = snapshot_refusals_.load();
+  }
   if (shipper_) {
     LogShipper::Stats logs = shipper_->stats();
     s.log_bytes_shipped = logs.bytes_shipped;
@@ -253,6 +272,7 @@ bool WorkerAgent::RegisterOnce() {
   req.set_slots(config_.slots);
   req.set_version(config_.version);
   req.set_incarnation(incarnation_);
+  if (snapshot_server_) req.set_snapshot_port(snapshot_server_->port());
   if (work_dir_lock_) req.set_previous_incarnation(work_dir_lock_->previous_incarnation());
   std::vector<Key> ended;
   std::chrono::milliseconds retry_every;
@@ -323,8 +343,10 @@ bool WorkerAgent::HeartbeatOnce() {
   req.set_incarnation(incarnation_);
   std::vector<Key> ended;
   std::chrono::milliseconds deadline;
+  std::vector<AttemptId> keep;  // besides what the reply lists
   {
     MutexLock lock(&mu_);
+    keep = LocalAttempts();
     req.set_shutting_down(draining_);
     for (auto& s : SnapshotRanks(&ended)) *req.add_ranks() = std::move(s);
     size_t n = 0;
@@ -334,6 +356,7 @@ bool WorkerAgent::HeartbeatOnce() {
     }
     deadline = HeartbeatDeadline();
   }
+  AddSnapshotReport(&req);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
   AddJoinToken(endpoint_, &ctx);
@@ -357,6 +380,7 @@ bool WorkerAgent::HeartbeatOnce() {
     return true;
   }
   ++heartbeats_;
+  if (!resp.reregister()) ApplySnapshotOrders(resp, std::move(keep));
   MutexLock lock(&mu_);
   while (!pending_events_.empty() && pending_events_.front().seq() <= resp.acked_event_seq()) {
     pending_events_.pop_front();
@@ -383,7 +407,10 @@ bool WorkerAgent::HeartbeatOnce() {
 void WorkerAgent::Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAssignment>& desired,
                             const AttemptSpecs& specs, const google::protobuf::RepeatedPtrField<v1::RankKey>& stop_now) {
   if (!launcher_) return;
-  for (const auto& s : specs) specs_[{s.job_id(), s.attempt()}] = s.spec();
+  for (const auto& s : specs) {
+    specs_[{s.job_id(), s.attempt()}] = s.spec();
+    snapshot_peers_[{s.job_id(), s.attempt()}].assign(s.snapshot_peers().begin(), s.snapshot_peers().end());
+  }
   std::set<AttemptId> have_spec;
   for (const auto& [attempt, spec] : specs_) have_spec.insert(attempt);
   bool changed = false;
@@ -435,7 +462,13 @@ void WorkerAgent::Reconcile(const google::protobuf::RepeatedPtrField<v1::RankAss
     EFT_LOG(INFO) << "job " << job << " attempt " << attempt << " rank " << rank
                   << " waits for its attempt's spec (it comes with the next reply)";
   }
-  for (const auto& attempt : plan.forget_specs) specs_.erase(attempt);
+  for (const auto& attempt : plan.forget_specs) {
+    specs_.erase(attempt);
+    snapshot_peers_.erase(attempt);
+    for (auto it = refusing_.begin(); it != refusing_.end();) {
+      it = AttemptIdOf(*it) == attempt ? refusing_.erase(it) : std::next(it);
+    }
+  }
   for (const auto& a : plan.start) {
     StartRank(a, specs_.at(AttemptIdOf(a.key())));
     changed = true;
@@ -453,9 +486,17 @@ void WorkerAgent::StartRank(const v1::RankAssignment& a, const v1::JobSpec& job_
   spec.argv.assign(a.command().begin(), a.command().end());
   spec.log_path = LogPath(a.key());
   NodeFacts node{config_.name,         config_.gpu_ids,        OwnDirectory(), std::nullopt,
-                 config_.node_address, config_.node_interface, std::nullopt};
+                 config_.node_address, config_.node_interface, std::nullopt, ""};
   if (const char* path = std::getenv("PATH")) node.path = path;
   if (const char* ifname = std::getenv("NCCL_SOCKET_IFNAME")) node.nccl_socket_ifname = ifname;
+  if (snapshots_) {
+    auto dir = snapshots_->IncomingDir(AttemptIdOf(a.key()));
+    if (dir.ok()) {
+      node.snapshot_dir = *dir;
+    } else {
+      EFT_LOG(WARNING) << Describe(a.key()) << " takes no memory snapshots: " << dir.status().message();
+    }
+  }
   spec.env = BuildRankEnv(a, job_spec, node);
 
   LocalRank r;
@@ -518,15 +559,26 @@ void WorkerAgent::OnExit(ProcessSupervisor::Id id, ProcessExit exit) {
 }
 
 void WorkerAgent::OnEventLine(ProcessSupervisor::Id id, const std::string& line) {
-  MutexLock lock(&mu_);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end() || line.empty()) return;
-  v1::RankEvent e;
-  *e.mutable_key() = ranks_.at(it->second).status.key();
-  e.set_seq(next_seq_++);
-  e.set_time_ms(deps_.clock->WallMillis());
-  e.set_json(line);
-  pending_events_.push_back(std::move(e));
+  v1::RankKey key;
+  {
+    MutexLock lock(&mu_);
+    auto it = by_id_.find(id);
+    if (it == by_id_.end() || line.empty()) return;
+    v1::RankEvent e;
+    key = ranks_.at(it->second).status.key();
+    *e.mutable_key() = key;
+    e.set_seq(next_seq_++);
+    e.set_time_ms(deps_.clock->WallMillis());
+    e.set_json(line);
+    pending_events_.push_back(std::move(e));
+  }
+  // Relayed above all the same: the controller logs it. Only these lines are decoded here.
+  if (snapshots_ && line.find("\"memory_snapshot\"") != std::string::npos) {
+    Result<rank::Event> event = rank::DecodeEvent(line);
+    if (event.ok()) {
+      if (const auto* snapshot = std::get_if<rank::MemorySnapshotEvent>(&*event)) OnMemorySnapshot(key, *snapshot);
+    }
+  }
 }
 
 }  // namespace eft::worker

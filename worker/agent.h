@@ -12,6 +12,13 @@
 // line, and starts nothing until a request is accepted again (agent.proto, HeartbeatResponse.lease_ms).
 // docs/architecture.md ("Worker", "Lease") describes it.
 //
+// Memory snapshots (agent_snapshots.cc; off when WorkerConfig::snapshot_dir is empty): each rank gets
+// its attempt's incoming dir as EFT_SNAPSHOT_DIR; a memory_snapshot event is relayed as any other
+// and its file taken over by the SnapshotStore and queued for the attempt's snapshot_peers (a
+// refusal becomes a memory_snapshot_refused event of that rank). Every heartbeat lists what the
+// store holds and the results of StageOrders (carried out by a SnapshotStager), and each reply's
+// keep_snapshots, with the attempts of the ranks this node still knows, is what the store keeps.
+//
 // Threads: an io thread owns the RankLauncher (rank processes must be forked from a thread that
 // lives as long as they do, because of PR_SET_PDEATHSIG) and the attempt specs, a heartbeat thread
 // does the RPCs, and the LogShipper has its own. `mu_` guards the rank table, pending events and
@@ -25,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -36,12 +44,16 @@
 
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "common/rank_protocol.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "eft/v1/agent.grpc.pb.h"
 #include "worker/log_shipper.h"
 #include "worker/rank_launcher.h"
 #include "worker/reconcile.h"
+#include "worker/snapshot_service.h"
+#include "worker/snapshot_stager.h"
+#include "worker/snapshot_store.h"
 #include "worker/work_dir_lock.h"
 #include "worker/worker_config.h"
 
@@ -64,6 +76,14 @@ struct WorkerStats {
   uint64_t pending_events = 0;  // rank events not yet acknowledged by the controller
   uint64_t log_bytes_shipped = 0;
   uint64_t log_push_failures = 0;
+  // Memory snapshots; all 0 when they are off.
+  int64_t snapshot_own_bytes = 0;      // this node's ranks' files held
+  int64_t snapshot_replica_bytes = 0;  // other nodes' files held or being received
+  int64_t snapshot_budget_bytes = 0;
+  std::map<std::string, uint64_t> snapshot_pushes;  // to peers, by result: ok, refused, failed
+  double snapshot_push_seconds = 0;                 // the newest accepted push
+  uint64_t snapshot_pushed_bytes = 0;
+  uint64_t snapshot_refusals = 0;  // own snapshots this node could not take over
 };
 
 // How a rank ended: rank::ExitClassName(rank::ClassifyExit(...)) of common/rank_protocol.h,
@@ -146,6 +166,20 @@ class WorkerAgent {
   void MarkEndsReported(const std::vector<Key>& ended) REQUIRES(mu_);
   std::string LogPath(const v1::RankKey& key) const;
 
+  // Memory snapshots (agent_snapshots.cc). Start/Stop: before the threads start, after they end.
+  Status StartSnapshots();
+  void StopSnapshots();
+  // io thread: a rank's memory_snapshot event (already relayed).
+  void OnMemorySnapshot(const v1::RankKey& key, const rank::MemorySnapshotEvent& event);
+  // Adds a memory_snapshot_refused line to `key`'s events, as if the rank had written it.
+  void AddRefusal(const v1::RankKey& key, const rank::MemorySnapshotRefusedEvent& refusal) EXCLUDES(mu_);
+  // The attempts of the ranks this node knows, which it keeps whatever the controller says (one
+  // that predates keep_snapshots says nothing).
+  std::vector<AttemptId> LocalAttempts() const REQUIRES(mu_);
+  // Heartbeat thread: what a request reports, and what a reply orders.
+  void AddSnapshotReport(v1::HeartbeatRequest* req);
+  void ApplySnapshotOrders(const v1::HeartbeatResponse& resp, std::vector<AttemptId> keep);
+
   // Set at construction, read-only after: no lock needed.
   WorkerConfig config_;
   ControllerEndpoint endpoint_;  // config_.endpoint with its address
@@ -166,6 +200,17 @@ class WorkerAgent {
   // io thread only: the spec of each attempt this node has a rank of, from the AttemptSpecs of
   // replies (the controller sends each one once; see PlanReconcile for when it is forgotten).
   std::map<AttemptId, v1::JobSpec> specs_;
+  // io thread only: each such attempt's AttemptSpec.snapshot_peers, and the own shards whose last
+  // take-over was refused (a refusal is reported once per series).
+  std::map<AttemptId, std::vector<v1::SnapshotPeer>> snapshot_peers_;
+  std::set<RankId> refusing_;
+  // Memory snapshots: made by Start() before the threads start (when on), stopped by Shutdown(),
+  // destroyed with the agent; each is thread-safe.
+  std::unique_ptr<SnapshotStore> snapshots_;
+  std::unique_ptr<SnapshotServer> snapshot_server_;
+  std::unique_ptr<SnapshotReplicator> replicator_;
+  std::unique_ptr<SnapshotStager> stager_;
+  std::atomic<uint64_t> snapshot_refusals_{0};
 
   Mutex mu_;
   CondVar wake_cv_;  // notified when wake_ or stop_ is set

@@ -42,6 +42,11 @@ std::map<std::string, std::string> BuildRankEnv(const v1::RankAssignment& a, con
   if (!node.interface.empty() && !node.nccl_socket_ifname.has_value() && !out.count(kNcclSocketIfname)) {
     out[kNcclSocketIfname] = "=" + node.interface;
   }
+  if (node.snapshot_dir.empty()) {
+    out.erase(env::kSnapshotDir);  // a snapshot nobody takes over would only fill the node's memory
+  } else {
+    out[env::kSnapshotDir] = node.snapshot_dir;
+  }
   if (!node.program_dir.empty()) out["PATH"] = node.program_dir + ":" + node.path.value_or("/usr/bin:/bin");
   return out;
 }

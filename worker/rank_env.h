@@ -30,6 +30,9 @@ struct NodeFacts {
   std::string address;
   std::string interface;
   std::optional<std::string> nccl_socket_ifname;  // the worker's NCCL_SOCKET_IFNAME (nullopt: unset)
+  // The directory the worker keeps for the memory snapshots of this rank's attempt (EFT_SNAPSHOT_DIR,
+  // worker/snapshot_store.h); empty: snapshots are off on this node, and the rank takes none.
+  std::string snapshot_dir;
 };
 
 // `spec` is the attempt's AttemptSpec.spec, the normalized job spec. A rank is another process, so

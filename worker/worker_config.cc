@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +13,8 @@
 #include "common/daemon_settings.h"
 #include "common/file_util.h"
 #include "common/net_address.h"
+#include "common/crc32c.h"
+#include "worker/snapshot_store.h"
 
 namespace eft::worker {
 namespace {
@@ -86,6 +89,25 @@ Status FinalizeWorkerConfig(WorkerConfig* c) {
   Result<std::string> interface = net::InterfaceOf(c->node_address);
   c->node_interface = interface.ok() ? *interface : "";
   c->network_stack = net::NetworkStackId();
+  if (c->snapshot_memory_mb < 0) {
+    return Status::InvalidArgument("--snapshot-memory-mb: must be >= 0 (0: a quarter of the node's memory)");
+  }
+  if (c->snapshot_port < 0 || c->snapshot_port > 65535) return Status::InvalidArgument("--snapshot-port: not a port");
+  if (!c->snapshots) {
+    c->snapshot_dir.clear();
+  } else if (c->snapshot_dir.empty()) {
+    // One directory per work dir (which one worker holds at a time, work_dir_lock.h), so two workers
+    // of one name on a host (tests, clusters in one machine) never wipe each other's snapshots.
+    std::error_code ec;
+    const std::string work_dir = std::filesystem::absolute(c->work_dir, ec).lexically_normal().string();
+    char tag[16];
+    std::snprintf(tag, sizeof tag, "%08x", Crc32c(work_dir.data(), work_dir.size()));
+    c->snapshot_dir = std::filesystem::is_directory("/dev/shm", ec)
+                          ? "/dev/shm/eft-worker-" + c->name + "-" + tag
+                          : c->work_dir + "/snapshots";
+  }
+  c->snapshot_budget_bytes =
+      c->snapshot_memory_mb > 0 ? int64_t{c->snapshot_memory_mb} << 20 : DefaultSnapshotBudget();
   std::vector<std::string> gpus = DiscoverGpus();
   if (c->slots < 0) return Status::InvalidArgument("--slots: must be >= 1");
   if (!gpus.empty()) {
@@ -128,6 +150,21 @@ void AddWorkerSettings(DaemonSettings* d, WorkerSettings* s) {
                &c->metrics_address);
   d->AddString({"nvidia_smi", "--nvidia-smi", "nvidia-smi program for GPU metrics (default: nvidia-smi on PATH)"},
                &c->nvidia_smi);
+  d->AddBool({"snapshots", "--snapshots",
+               "hold the ranks' memory snapshots and replicas of other nodes' (default: true; --snapshots=false: "
+               "off)"},
+              &c->snapshots);
+  d->AddString({"snapshot_dir", "--snapshot-dir",
+                "directory in memory for snapshots (default: /dev/shm/eft-worker-NAME-<hash of the work dir>; its job-* entries are "
+                "deleted at start)"},
+               &c->snapshot_dir);
+  d->AddInt({"snapshot_memory_mb", "--snapshot-memory-mb",
+             "memory snapshots may hold at most this many MiB (default: a quarter of MemTotal)"},
+            &c->snapshot_memory_mb);
+  d->AddInt({"snapshot_port", "--snapshot-port",
+             "port of the snapshot service on the data address, which other workers push replicas to (default: "
+             "any free port)"},
+            &c->snapshot_port);
   d->AddChoice({"log_level", "--log-level", "debug|info|warning|error"}, {"debug", "info", "warning", "warn", "error"},
                &s->log_level);
   auto existing_file = [](CLI::Option* flag) {

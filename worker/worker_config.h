@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,15 @@ struct WorkerConfig {
   std::chrono::milliseconds gpu_poll_interval{5000};
   std::chrono::milliseconds gpu_query_timeout{3000};
   std::string version = "0.1.0";
+  // Memory snapshots (worker/snapshot_store.h): the directory (in memory: tmpfs) holding this node's
+  // own ranks' snapshots and other nodes' replicas; empty: snapshots are off (no SnapshotService,
+  // RegisterRequest.snapshot_port 0, no EFT_SNAPSHOT_DIR). FinalizeWorkerConfig fills it unless
+  // `snapshots` is false: /dev/shm/eft-worker-<name>, or <work_dir>/snapshots without /dev/shm.
+  bool snapshots = true;
+  std::string snapshot_dir;
+  int snapshot_memory_mb = 0;       // the budget as given; 0: a quarter of MemTotal
+  int64_t snapshot_budget_bytes = 0;  // the budget (FinalizeWorkerConfig); 0: the same default
+  int snapshot_port = 0;            // the SnapshotService's port on the data address; 0: any free one
   // Authentication and TLS towards the controller (docs/auth.md); address = `controller`.
   ControllerEndpoint endpoint;
 

@@ -129,6 +129,37 @@ Status WorkerMetrics::RegisterAll() {
                               [](const WorkerStats& s) { return double(s.log_bytes_shipped); }));
   EFT_RETURN_IF_ERROR(AddStat(kCounter, "eft_worker_log_push_failures_total", "PushLogs calls that failed.",
                               [](const WorkerStats& s) { return double(s.log_push_failures); }));
+  EFT_RETURN_IF_ERROR(Add(kGauge, "eft_worker_snapshot_bytes",
+                          "Memory snapshots this worker holds, by kind: own (its ranks') and replica (other "
+                          "nodes', complete or being received).",
+                          {"kind"}, [this]() -> Samples {
+                            WorkerStats s = sources_.stats();
+                            return {{{"own"}, double(s.snapshot_own_bytes)},
+                                    {{"replica"}, double(s.snapshot_replica_bytes)}};
+                          }));
+  EFT_RETURN_IF_ERROR(AddStat(kGauge, "eft_worker_snapshot_budget_bytes",
+                              "The most memory snapshots may hold on this worker (--snapshot-memory-mb); 0: off.",
+                              [](const WorkerStats& s) { return double(s.snapshot_budget_bytes); }));
+  EFT_RETURN_IF_ERROR(Add(kCounter, "eft_worker_snapshot_pushes_total",
+                          "Memory snapshots pushed to peers, by result: ok, refused (the peer said why), failed.",
+                          {"result"}, [this] {
+                            WorkerStats s = sources_.stats();
+                            Samples out;
+                            for (const char* result : {"ok", "refused", "failed"}) {
+                              auto it = s.snapshot_pushes.find(result);
+                              out.push_back({{result}, it == s.snapshot_pushes.end() ? 0.0 : double(it->second)});
+                            }
+                            return out;
+                          }));
+  EFT_RETURN_IF_ERROR(AddStat(kGauge, "eft_worker_snapshot_push_seconds",
+                              "Seconds the newest accepted push of a memory snapshot to a peer took.",
+                              [](const WorkerStats& s) { return s.snapshot_push_seconds; }));
+  EFT_RETURN_IF_ERROR(AddStat(kCounter, "eft_worker_snapshot_pushed_bytes_total",
+                              "Bytes of memory snapshots peers accepted.",
+                              [](const WorkerStats& s) { return double(s.snapshot_pushed_bytes); }));
+  EFT_RETURN_IF_ERROR(AddStat(kCounter, "eft_worker_snapshot_refusals_total",
+                              "Own ranks' memory snapshots this worker could not hold (no room, a bad file).",
+                              [](const WorkerStats& s) { return double(s.snapshot_refusals); }));
 
   if (sources_.gpu_query_failures) {
     EFT_RETURN_IF_ERROR(Add(kCounter, "eft_worker_gpu_query_failures_total",

@@ -24,6 +24,9 @@
 # step-N.tmp may be left, and every committed checkpoint must verify.
 #
 # Usage: bench/soak/run.sh [--trials N] [--seed S] [--build DIR]   (default 100 trials, seed 1, build)
+# Environment: SOAK_KINDS, SOAK_TOLERANCE, SOAK_STEP_PACE, SOAK_EPOCHS (10: 40 steps), SOAK_FAULT_FROM and
+# SOAK_FAULT_SPAN (the fault's step: 3 + [0, 30)), SOAK_DISK_EVERY, SOAK_MEMORY_EVERY, SOAK_MAX_STEPS_LOST
+# (below, where each is read).
 # A seed reproduces the trials' faults and moments. Prints a table by fault kind, then
 # "N passed, M failed" as its last line; exit 0 only when every trial passed. Everything lives in a
 # temporary directory that is printed; every process started is stopped by PID on exit.
@@ -49,7 +52,19 @@ tolerance=${SOAK_TOLERANCE:-1e-4}
 # Each step is held this long (EFT_DEBUG_STALL=step, in the workers' environment): the tiny model
 # steps in ~40 ms, so unpaced a job is over before most faults land. Pacing changes no weight.
 pace=${SOAK_STEP_PACE:-0.1}
-steps=40
+# 4 steps an epoch; the fault lands at a step drawn from SOAK_FAULT_FROM + [0, SOAK_FAULT_SPAN).
+epochs=${SOAK_EPOCHS:-10}
+steps=$((4 * epochs))
+fault_from=${SOAK_FAULT_FROM:-3}
+fault_span=${SOAK_FAULT_SPAN:-30}
+# Disk checkpoints every SOAK_DISK_EVERY steps (default 5) and memory snapshots every
+# SOAK_MEMORY_EVERY (default auto; docs/checkpoints.md, "Memory snapshots"). With SOAK_MAX_STEPS_LOST
+# set, a trial of any kind but double_kill (two nodes lost within one recovery: no replica need
+# survive) also fails when an attempt lost more steps than that: SOAK_DISK_EVERY=200
+# SOAK_MAX_STEPS_LOST=1 is the soak of issue 48 (every recovery from the peers' memory).
+disk_every=${SOAK_DISK_EVERY:-5}
+memory_every=${SOAK_MEMORY_EVERY:-auto}
+max_lost=${SOAK_MAX_STEPS_LOST:-}
 work=$(mktemp -d /tmp/eft-soak-XXXXXX)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export EFT_CONTROLLER=127.0.0.1:$port
@@ -97,7 +112,8 @@ start_controller() {
 start_worker() {  # index
   # Ranks inherit the worker's environment: the step pace reaches them this way (spec.env may not set EFT_*).
   CUDA_VISIBLE_DEVICES= EFT_DEBUG_STALL=step EFT_DEBUG_STALL_SECONDS=$pace setsid "$build/worker/eft-worker" --controller "$EFT_CONTROLLER" --name "node$1" \
-    --slots 1 --work-dir "$work/work/node$1" --address 127.0.0.1 >>"$work/node$1.log" 2>&1 &
+    --slots 1 --work-dir "$work/work/node$1" --address 127.0.0.1 --snapshot-dir "$work/work/node$1/shm" \
+    >>"$work/node$1.log" 2>&1 &
   worker_pid[$1]=$!
   disown "${worker_pid[$1]}"
 }
@@ -135,8 +151,8 @@ name: $1
 model: $work/model
 data: {train: $work/sft.jsonl, format: pretokenized, max_seq_len: 64, packing: false}
 resources: {nodes: {min: 1, max: 3}, gpus_per_node: 1, resize_cooldown_seconds: 0}
-training: {epochs: 10, global_batch_size: 24, micro_batch_size: 4, lr: 3.0e-4, precision: fp32, seed: 7}
-checkpoint: {dir: $work/ckpt-$1, every_steps: 5, keep_last: 2}
+training: {epochs: $epochs, global_batch_size: 24, micro_batch_size: 4, lr: 3.0e-4, precision: fp32, seed: 7}
+checkpoint: {dir: $work/ckpt-$1, every_steps: $disk_every, keep_last: 2, memory_every_steps: $memory_every}
 fault_tolerance: {max_restarts: 10, stop_grace_seconds: 5}
 env: {OMP_NUM_THREADS: "1"}
 YAML
@@ -286,7 +302,7 @@ results=$work/results.jsonl
 : >"$results"
 for trial in $(seq "$trials"); do
   kind=${kinds[$((RANDOM % ${#kinds[@]}))]}
-  at=$((3 + RANDOM % 30))
+  at=$((fault_from + RANDOM % fault_span))
   # A resize or preemption takes seconds: started late, the job would end before it is over.
   [[ $kind == resize_kill || $kind == preempt_kill ]] && at=$((3 + at % 15))
   name=t$trial
@@ -325,6 +341,9 @@ for trial in $(seq "$trials"); do
   done
   state=$(wait_end "$id" 300)
   worlds=$(job "$id" '",".join(str(a.get("worldSize", 0)) for a in j.get("attempts", []))')
+  # Steps trained again, the most any attempt lost, and where the attempts resumed from.
+  lost=$(job "$id" 'max([int(a.get("stepsLost", 0)) for a in j.get("attempts", [])] or [0])')
+  sources=$(job "$id" '",".join("memory" if a.get("resumeFrom", "").endswith(".snapshot") else ("disk" if a.get("resumeFrom") else "-") for a in j.get("attempts", [])[1:])')
   final=$(final_weights "$name")
   why=
   diff=
@@ -349,6 +368,8 @@ for trial in $(seq "$trials"); do
   fi
   if [[ $passed == false || $state == FAILED_RIGHTLY ]]; then
     :
+  elif [[ -n $max_lost && $kind != double_kill && ${lost:-0} -gt $max_lost ]]; then
+    passed=false; why="an attempt lost ${lost} steps (more than $max_lost; resumed from: $sources)"
   elif [[ $state != JOB_STATE_SUCCEEDED ]]; then
     passed=false; why="ended $state: $reason"
   elif [[ $final != */step-$steps ]]; then
@@ -362,10 +383,10 @@ for trial in $(seq "$trials"); do
         { passed=false; why="weights differ by $diff (> $tolerance) after world sizes $worlds"; }
     fi
   fi
-  printf '{"trial": %d, "seed": %d, "kind": "%s", "at_step": %s, "what": "%s", "worlds": "%s", "weight_diff": %s, "recovery_s": %s, "passed": %s, "why": %s}\n' \
-    "$trial" "$seed" "$kind" "${step:-0}" "$what" "$worlds" "${diff:-null}" "${recovery:-null}" "$passed" \
+  printf '{"trial": %d, "seed": %d, "kind": "%s", "at_step": %s, "what": "%s", "worlds": "%s", "weight_diff": %s, "recovery_s": %s, "steps_lost": %s, "resumed_from": "%s", "passed": %s, "why": %s}\n' \
+    "$trial" "$seed" "$kind" "${step:-0}" "$what" "$worlds" "${diff:-null}" "${recovery:-null}" "${lost:-null}" "$sources" "$passed" \
     "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$why")" >>"$results"
-  echo "trial $trial: $kind at step ${step:-0} ($what): $state, worlds $worlds, weights off by ${diff:-?}, recovered in ${recovery:-?} s: $([[ $passed == true ]] && echo passed || echo "FAILED: $why")"
+  echo "trial $trial: $kind at step ${step:-0} ($what): $state, worlds $worlds, weights off by ${diff:-?}, recovered in ${recovery:-?} s, ${lost:-?} steps lost (from ${sources:--}): $([[ $passed == true ]] && echo passed || echo "FAILED: $why")"
   # A failed trial's checkpoints stay for reading (unmounted on exit: copy them first).
   [[ $kind == disk_full && $passed == true ]] && umount "$work/ckpt-$name"
 done

@@ -99,8 +99,9 @@ def committed(root):
 def table(path):
     trials = [json.loads(line) for line in open(path) if line.strip()]
     kinds = sorted({t["kind"] for t in trials})
-    print("| fault | trials | passed | recovery s (median) | recovery s (worst) | weights off by (worst) |")
-    print("|---|---|---|---|---|---|")
+    print("| fault | trials | passed | recovery s (median) | recovery s (worst) | weights off by (worst) "
+          "| steps lost (median) | steps lost (worst) | resumed from memory |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for kind in kinds:
         mine = [t for t in trials if t["kind"] == kind]
         rec = [t["recovery_s"] for t in mine if t.get("recovery_s") is not None]
@@ -108,7 +109,14 @@ def table(path):
         worst = f"{max(rec):.1f}" if rec else "-"
         diffs = [t["weight_diff"] for t in mine if t.get("weight_diff") is not None]
         off = f"{max(diffs):.2g}" if diffs else "-"
-        print(f"| {kind} | {len(mine)} | {sum(t['passed'] for t in mine)} | {med} | {worst} | {off} |")
+        lost = [t["steps_lost"] for t in mine if t.get("steps_lost") is not None]
+        lost_med = f"{statistics.median(lost):g}" if lost else "-"
+        lost_worst = f"{max(lost)}" if lost else "-"
+        # Restarts after the first attempt, and how many of them resumed from a memory snapshot.
+        sources = [s for t in mine for s in (t.get("resumed_from") or "").split(",") if s]
+        memory = f"{sources.count('memory')} of {len(sources)}" if sources else "-"
+        print(f"| {kind} | {len(mine)} | {sum(t['passed'] for t in mine)} | {med} | {worst} | {off} "
+              f"| {lost_med} | {lost_worst} | {memory} |")
     for t in trials:
         if not t["passed"]:
             print(f"FAILED trial {t['trial']} ({t['kind']}, seed {t['seed']}): {t['why']}")

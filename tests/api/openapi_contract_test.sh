@@ -49,7 +49,7 @@ pids+=($!) controller=$!
 worker_args=()
 [[ $mode == auth ]] && worker_args=(--join-token-file "$work/join-token")
 "$build/worker/eft-worker" --controller "$grpc" --name node1 --slots 2 --work-dir "$work/worker" \
-  "${worker_args[@]}" >"$work/worker.log" 2>&1 &
+  --snapshot-dir "$work/worker/shm" "${worker_args[@]}" >"$work/worker.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
   curl -fsS "http://$http/readyz" >/dev/null 2>&1 && break

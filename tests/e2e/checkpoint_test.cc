@@ -38,28 +38,6 @@ class CheckpointTest : public TrainerTest {
   }
 };
 
-// Per-step losses and final weights of a resumed run against the uninterrupted one. Different
-// world sizes sum the same fp32 numbers in a different order (per-rank partial sums, then the
-// all-reduce), so results differ by float rounding only: ~1e-7 relative per step. 1e-6 absolute on
-// losses (~4.8) and weights (~0.02..1) leaves a factor of a few for 7 steps of Adam.
-void ExpectSameTraining(const std::vector<double>& ref_losses, const std::vector<double>& losses, size_t first_step,
-                        const std::map<std::string, at::Tensor>& ref_weights,
-                        const std::map<std::string, at::Tensor>& weights, const std::string& what) {
-  ASSERT_EQ(losses.size(), ref_losses.size() - first_step) << what;
-  double max_loss_diff = 0, max_weight_diff = 0;
-  for (size_t i = 0; i < losses.size(); ++i) {
-    EXPECT_NEAR(losses[i], ref_losses[first_step + i], 1e-6) << what << " step " << first_step + i + 1;
-    max_loss_diff = std::max(max_loss_diff, std::abs(losses[i] - ref_losses[first_step + i]));
-  }
-  ASSERT_EQ(weights.size(), ref_weights.size()) << what;
-  for (const auto& [name, t] : ref_weights) {
-    const double d = (weights.at(name) - t).abs().max().item<double>();
-    EXPECT_LT(d, 1e-6) << what << " " << name;
-    max_weight_diff = std::max(max_weight_diff, d);
-  }
-  std::printf("%s: max |loss diff| %.3g, max |weight diff| %.3g\n", what.c_str(), max_loss_diff, max_weight_diff);
-}
-
 TEST_F(CheckpointTest, KilledAtW4ResumesExactlyAtW2AndW3FromASharded) {
   Run ref = TrainRun("ref", 4, Spec(5, 0, (dir_ / "ref-ckpt").string()), 0);
   ASSERT_EQ(ref.exit_code, 0) << ref.output;

@@ -142,6 +142,10 @@ void TestCluster::StartWorker(int i) {
   if (options_.worker_metrics) {
     argv.insert(argv.end(), {"--metrics", "127.0.0.1:" + std::to_string(worker_metrics_port(i))});
   }
+  const bool own_snapshot_dir =
+      std::any_of(options_.worker_args.begin(), options_.worker_args.end(),
+                  [](const std::string& a) { return a.rfind("--snapshot-dir", 0) == 0; });
+  if (!own_snapshot_dir) argv.insert(argv.end(), {"--snapshot-dir", worker_snapshot_dir(i)});
   argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
   std::map<std::string, std::string> env = {{"CUDA_VISIBLE_DEVICES", ""}};
   for (const auto& [k, v] : options_.worker_env) env[k] = v;
@@ -151,6 +155,10 @@ void TestCluster::StartWorker(int i) {
 void TestCluster::KillWorker(int i, int sig) {
   workers_.at(i)->Signal(sig);
   workers_[i]->Wait(std::chrono::seconds(10));
+  if (sig == SIGKILL) {
+    std::error_code ec;
+    fs::remove_all(worker_snapshot_dir(i), ec);
+  }
 }
 
 void TestCluster::StartAll() {

@@ -34,7 +34,8 @@ struct ClusterOptions {
   // Every worker also serves /metrics (--metrics on a free port of 127.0.0.1); see worker_metrics_port().
   bool worker_metrics = false;
   // Appended to every worker's command line, and set in its environment (which otherwise has
-  // CUDA_VISIBLE_DEVICES="", so workers are CPU nodes).
+  // CUDA_VISIBLE_DEVICES="", so workers are CPU nodes). Every worker gets --snapshot-dir
+  // worker_snapshot_dir(i) unless these name one.
   std::vector<std::string> worker_args;
   std::map<std::string, std::string> worker_env;
   // For a controller with authentication and TLS (docs/auth.md; pass its flags in controller_args):
@@ -67,9 +68,13 @@ class TestCluster {
   void KillController(int sig = 9);  // and reap
   ChildProcess& controller() { return *controller_; }
   void StartWorker(int i);
-  void KillWorker(int i, int sig = 9);  // and reap; its ranks die with it (PR_SET_PDEATHSIG)
+  // And reap; its ranks die with it (PR_SET_PDEATHSIG). With SIGKILL its snapshot dir is deleted
+  // too: a node's loss takes its memory with it, so recovery must come from a replica elsewhere.
+  void KillWorker(int i, int sig = 9);
   ChildProcess& worker(int i) { return *workers_.at(i); }
   std::string worker_name(int i) const { return "node" + std::to_string(i); }
+  // Worker i's --snapshot-dir (its memory snapshots; in the test's directory, never in /dev/shm).
+  std::string worker_snapshot_dir(int i) const { return dir_ + "/work/" + worker_name(i) + "/shm"; }
 
   // Channel credentials matching ClusterOptions::client_tls_ca, and the token of client_token.
   std::shared_ptr<grpc::ChannelCredentials> credentials() const;

@@ -219,6 +219,49 @@ TEST_F(ResizeTest, AJobGrowsBackWhenALostNodeReturns) {
   ExpectReferenceWeights(job);
 }
 
+// A node dies (kill -9 of its worker; its memory goes with it) in a job whose disk checkpoints are
+// 200 steps apart: the next attempt resumes from the newest memory snapshot the two other nodes hold
+// (node2's shard from its replica on node0), losing at most one step, and ends with the uninterrupted
+// run's weights (docs/checkpoints.md, "Memory snapshots").
+TEST_F(ResizeTest, ANodesLossCostsAtMostOneStepFromItsPeersMemory) {
+  TestCluster c;
+  c.StartAll();
+  v1::JobSpec spec = JobSpec(c, "memory", 2, 3, 600);
+  spec.mutable_checkpoint()->set_every_steps(200);
+  spec.mutable_checkpoint()->set_memory_every_steps("1");
+  const std::string id = SubmitAndWaitForStep(c, spec, 30);
+  ASSERT_EQ(c.GetJob(id).attempts(0).world_size(), 3);
+  c.KillWorker(2);
+  v1::Job job = c.WaitForJob(id, IsTerminal, 300s);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DescribeJob(job);
+  ASSERT_EQ(job.attempts_size(), 2) << DescribeJob(job);
+  EXPECT_EQ(job.attempts(1).world_size(), 2);
+  const std::string from = job.attempts(1).resume_from();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(from, m, std::regex(R"(/step-(\d+)\.snapshot$)"))) << DescribeJob(job);
+  const int64_t step = std::stoll(m[1]);
+  EXPECT_GT(step, 30);
+  std::string started;
+  for (const auto* e : Events(job, "attempt_started")) {
+    if (e->message().rfind("attempt 2:", 0) == 0) started = e->message();
+  }
+  EXPECT_NE(started.find("resuming from the memory snapshot of step " + std::to_string(step) + " ("), std::string::npos)
+      << started;
+  EXPECT_NE(started.find("the newest disk checkpoint was step 0)"), std::string::npos) << started;
+  std::printf("%s\n", started.c_str());
+  const int64_t lost = StepsLost(job, 2);
+  EXPECT_GE(lost, 0) << started;
+  EXPECT_LE(lost, 1) << started;
+  EXPECT_TRUE(Events(job, "memory_snapshot_unusable").empty()) << DescribeJob(job);
+  EXPECT_EQ(job.restarts(), 0);
+  // The adopted snapshot became an ordinary checkpoint of attempt 2 that the controller lists (kept:
+  // keep_last 3 holds it, step 200 and the final step 400).
+  bool listed = false;
+  for (const auto& k : job.checkpoints()) listed = listed || k.path() == spec.checkpoint().dir() + "/step-" + std::to_string(step);
+  EXPECT_TRUE(listed) << DescribeJob(job);
+  ExpectReferenceWeights(job);
+}
+
 // drain --evict (through eftctl): the ranks on node1 stop with a checkpoint and the job goes on at 2
 // nodes from it; node1 is left empty.
 TEST_F(ResizeTest, DrainWithEvictMovesTheJobOffTheNodeWithoutLosingSteps) {

@@ -119,6 +119,9 @@ TEST_F(TrainJob, ANodeLostMidTrainingResumesFromTheNewestCheckpointAtASmallerWor
   spec.mutable_training()->set_epochs(60);  // 240 steps: long enough to lose a node on the way
   spec.mutable_checkpoint()->set_every_steps(10);
   spec.mutable_checkpoint()->set_keep_last(2);
+  // The disk path: memory snapshots off (ResizeTest.ANodesLossCostsAtMostOneStepFromItsPeersMemory
+  // recovers the same loss from the peers' memory).
+  spec.mutable_checkpoint()->set_memory_every_steps("0");
   v1::Job job;
   ASSERT_TRUE(c.Submit(spec, &job).ok());
   job = c.WaitForJob(job.id(), [](const v1::Job& j) { return j.checkpoints_size() >= 2 || IsTerminal(j); }, 180s);

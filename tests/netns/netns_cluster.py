@@ -306,7 +306,9 @@ class NetnsCluster:
     def start_worker(self, i):
         host = self.node(i)
         argv = [os.path.join(self.build, "worker", "eft-worker"), "--controller", self.controller_address,
-                "--name", host, "--slots", "1", "--work-dir", os.path.join(self.workdir, "work", host)]
+                "--name", host, "--slots", "1", "--work-dir", os.path.join(self.workdir, "work", host),
+                # Memory snapshots in the run's own directory: removed with it, never shared with another run.
+                "--snapshot-dir", os.path.join(self.workdir, "work", host, "shm")]
         if self.address == "ip":
             argv += ["--address", self.mgmt_ip(host)]
         if self.data_network:

@@ -7,7 +7,9 @@
 
 #include "common/logging.h"
 #include "common/stopwatch.h"
+#include "common/memory_snapshot.h"
 #include "trainer/checkpoint/full_state.h"
+#include "trainer/checkpoint/snapshot_adoption.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/io/safetensors_writer.h"
 
@@ -49,13 +51,7 @@ Checkpointer::~Checkpointer() {
   if (writer_.joinable()) writer_.join();
 }
 
-std::vector<UnitState> Checkpointer::Units() {
-  std::vector<UnitState> out;
-  auto& params = optimizer_->params();
-  std::vector<FlatParamUnit*> units = model_->trainable_units();
-  for (size_t i = 0; i < units.size(); ++i) out.push_back(UnitState{units[i], params[i].exp_avg, params[i].exp_avg_sq});
-  return out;
-}
+std::vector<UnitState> Checkpointer::Units() { return TrainableUnitStates(*model_, *optimizer_); }
 
 std::string Checkpointer::DirFor(int64_t step, bool tmp) const {
   return policy_.root + "/step-" + std::to_string(step) + (tmp ? ".tmp" : "");
@@ -258,6 +254,28 @@ Status Checkpointer::Commit(int64_t step, const std::string& kind, const std::ve
   return Status::Ok();
 }
 
+std::string Checkpointer::AdoptIfStaged(const std::string& resume_from) {
+  int64_t step = 0;
+  if (!snapshot::IsStagedDir(resume_from, &step)) return resume_from;
+  const Stopwatch adopting(clock_);
+  auto adopted = AdoptStagedSnapshot(resume_from, policy_.root, attempt_);
+  if (adopted.ok()) {
+    const double seconds = adopting.Seconds();
+    EFT_LOG(INFO) << "memory snapshot of step " << step << " committed as " << *adopted << " in " << seconds
+                  << " s (staged in " << resume_from << ")";
+    // A checkpoint like any other from now on: the controller offers it to later attempts.
+    auto manifest = ReadManifest(*adopted);
+    if (manifest.ok()) {
+      events_->Emit(rank::CheckpointEvent{"sharded", step, *adopted, manifest->total_bytes(), seconds, 0});
+    }
+    return *adopted;
+  }
+  // What the nodes staged is unusable: the disk has the newest checkpoint there is.
+  EFT_LOG(WARNING) << "not resuming from the memory snapshot of step " << step << ": " << adopted.status().message()
+                   << "; taking the newest checkpoint in " << policy_.root << " instead";
+  return "auto";
+}
+
 Status Checkpointer::HoldsFence() const {
   if (!attempt_.fenced() || comm_->rank() != 0) return Status::Ok();
   return CheckFence(policy_.root, attempt_);
@@ -391,7 +409,7 @@ Result<std::optional<TrainerState>> Checkpointer::Resume(const std::string& resu
   int64_t* slots = choice.data_ptr<int64_t>();
   if (comm_->rank() == 0) {
     std::vector<std::string> skipped;
-    auto resolved = ResolveResume(resume_from, policy_.root, &skipped, Resumable());
+    auto resolved = ResolveResume(AdoptIfStaged(resume_from), policy_.root, &skipped, Resumable());
     if (resolved.ok() && resolved->empty() && !skipped.empty()) {
       // Every checkpoint there was is unusable: all progress is lost. Say it once, plainly.
       const std::string dir = policy_.root.empty() ? resume_from : policy_.root;

@@ -120,6 +120,9 @@ class Checkpointer {
   // no longer holds the fence (before or after the rename): then nothing is reported or deleted.
   Status Commit(int64_t step, const std::string& kind, const std::vector<ManifestFile>& files, double seconds,
                 double stall_seconds);
+  // Rank 0: a staged memory snapshot (step-S.snapshot, snapshot_adoption.h) committed as step-S,
+  // whose path is returned; any other `resume_from` as it is; "auto" when the staged one is unusable.
+  std::string AdoptIfStaged(const std::string& resume_from);
   // OK when the run is unfenced or still holds the fence (rank 0: it reads the fence).
   Status HoldsFence() const;
   // The checkpoints this run may resume from and count in retention: every one when unfenced.

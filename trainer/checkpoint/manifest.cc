@@ -378,6 +378,7 @@ Result<std::vector<std::string>> ApplyRetention(const std::string& root, int kee
     const std::string name = entry.path().filename().string();
     int64_t step = StepOf(name, ".tmp");
     if (step < 0) step = StepOf(name, ".replaced");
+    if (step < 0) step = StepOf(name, ".snapshot");  // a staged memory snapshot never adopted
     if (step >= 0 && step < newest_kept) {
       fs::remove_all(entry.path(), ec);
       if (ec) return Status::IoError("deleting " + entry.path().string() + ": " + ec.message());

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/memory_snapshot.h"
 #include "trainer/io/safetensors.h"
 
 namespace eft::trainer {
@@ -26,10 +27,14 @@ std::string Layout(const FlatParamUnit& u) {
 
 }  // namespace
 
-std::string ShardFileName(int rank, int world) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "rank-%05d-of-%05d.safetensors", rank, world);
-  return buf;
+std::string ShardFileName(int rank, int world) { return snapshot::ShardFileName(rank, world); }
+
+std::vector<UnitState> TrainableUnitStates(ShardedLlama& model, AdamW& optimizer) {
+  std::vector<UnitState> out;
+  auto& params = optimizer.params();
+  std::vector<FlatParamUnit*> units = model.trainable_units();
+  for (size_t i = 0; i < units.size(); ++i) out.push_back(UnitState{units[i], params[i].exp_avg, params[i].exp_avg_sq});
+  return out;
 }
 
 int64_t StagedShard::bytes() const {

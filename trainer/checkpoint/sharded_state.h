@@ -14,7 +14,9 @@
 #include <ATen/ATen.h>
 
 #include "common/status.h"
+#include "trainer/optim/adamw.h"
 #include "trainer/parallel/flat_param.h"
+#include "trainer/parallel/sharded_llama.h"
 
 namespace eft::trainer {
 
@@ -25,8 +27,11 @@ struct UnitState {
   at::Tensor exp_avg_sq;
 };
 
-// "rank-00003-of-00008.safetensors"
+// "rank-00003-of-00008.safetensors" (common/memory_snapshot.h's name: a snapshot's file is one)
 std::string ShardFileName(int rank, int world);
+
+// What this rank saves and loads: every trainable unit (the adapters under LoRA) with its moments.
+std::vector<UnitState> TrainableUnitStates(ShardedLlama& model, AdamW& optimizer);
 
 // This rank's state as it is saved: the owned part of every unit's shard and moments.
 struct StagedShard {

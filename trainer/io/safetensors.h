@@ -25,6 +25,11 @@ namespace eft::trainer {
 
 struct WrittenFile;  // safetensors_writer.h
 
+// kVolatile: for files whose loss on a crash is acceptable (memory snapshots, written into tmpfs
+// and taken over at once): no paced writeback, no fsync of the file or its directory, so writing
+// one never waits on a disk. The rename into place is still atomic.
+enum class Durability { kDurable, kVolatile };
+
 struct SafetensorsEntry {
   std::string name;
   std::string dtype;  // as written in the file: "F32", "BF16", "F16", "I64", ...
@@ -69,12 +74,14 @@ class SafetensorsFile {
 };
 
 // Writes tensors (contiguous copies are made as needed; dtype as given) to `path` atomically:
-// a temporary file in the same directory, fsynced, then renamed, then the directory fsynced.
+// a temporary file in the same directory, fsynced, then renamed, then the directory fsynced (without
+// the fsyncs for Durability::kVolatile).
 // Layout as Hugging Face's writer: widest dtype first then by name, header padded to 8 bytes.
 // InvalidArgument for a dtype the format lacks (complex, ...), a duplicate name or "__metadata__".
 // `written`, when given, receives the file's size and CRC-32C. (safetensors_writer.h streams.)
 Status WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                        const std::map<std::string, std::string>& metadata = {}, WrittenFile* written = nullptr);
+                        const std::map<std::string, std::string>& metadata = {}, WrittenFile* written = nullptr,
+                        Durability durability = Durability::kDurable);
 
 // A model directory: one file or an index of shards.
 class SafetensorsDir {

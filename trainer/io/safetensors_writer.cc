@@ -92,7 +92,7 @@ Status WriteAtomically(const std::string& path, const std::function<Status(int f
 Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(const std::string& path,
                                                                      std::vector<TensorDecl> tensors,
                                                                      const std::map<std::string, std::string>& metadata,
-                                                                     uint64_t chunk_bytes) {
+                                                                     uint64_t chunk_bytes, Durability durability) {
   if (chunk_bytes == 0 || chunk_bytes % 4096 != 0) {
     return Status::InvalidArgument(path + ": chunk_bytes must be a positive multiple of 4096");
   }
@@ -102,6 +102,7 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(const std::
   w->tmp_ = path + ".tmp." + std::to_string(::getpid());
   w->tensors_ = std::move(tensors);
   w->chunk_bytes_ = chunk_bytes;
+  w->durability_ = durability;
   w->fd_ = ::open(w->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd_ < 0) return Status::IoError("creating " + w->tmp_ + ": " + ErrnoString(errno));
   EFT_RETURN_IF_ERROR(w->Write(layout.header.data(), layout.header.size()));
@@ -130,7 +131,7 @@ Status SafetensorsWriter::Write(const void* data, uint64_t n) {
     offset_ += piece;
     p += piece;
     n -= piece;
-    if (offset_ % chunk_bytes_ != 0) continue;
+    if (offset_ % chunk_bytes_ != 0 || durability_ == Durability::kVolatile) continue;
     // Advisory: a filesystem without sync_file_range (or fadvise) still gets the fsync in Finish.
     ::sync_file_range(fd_, static_cast<off_t>(synced_to_), static_cast<off_t>(offset_ - synced_to_),
                       SYNC_FILE_RANGE_WRITE);
@@ -171,7 +172,8 @@ Result<WrittenFile> SafetensorsWriter::Finish() {
   }
   if (failed_) return Status::FailedPrecondition(tmp_ + ": an earlier write failed");
   Status s;
-  if (::fsync(fd_) != 0) s = Status::IoError("fsync " + tmp_ + ": " + ErrnoString(errno));
+  const bool durable = durability_ == Durability::kDurable;
+  if (durable && ::fsync(fd_) != 0) s = Status::IoError("fsync " + tmp_ + ": " + ErrnoString(errno));
   if (::close(fd_) != 0 && s.ok()) s = Status::IoError("closing " + tmp_ + ": " + ErrnoString(errno));
   fd_ = -1;
   if (s.ok() && ::rename(tmp_.c_str(), path_.c_str()) != 0) {
@@ -181,12 +183,13 @@ Result<WrittenFile> SafetensorsWriter::Finish() {
     ::unlink(tmp_.c_str());
     return s;
   }
-  EFT_RETURN_IF_ERROR(SyncDir(DirOf(path_)));
+  if (durable) EFT_RETURN_IF_ERROR(SyncDir(DirOf(path_)));
   return WrittenFile{path_, static_cast<int64_t>(offset_), crc_};
 }
 
 Status WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                        const std::map<std::string, std::string>& metadata, WrittenFile* written) {
+                        const std::map<std::string, std::string>& metadata, WrittenFile* written,
+                        Durability durability) {
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) {
     const auto& [name, t] = tensors[i];
@@ -208,7 +211,8 @@ Status WriteSafetensors(const std::string& path, const std::vector<std::pair<std
   for (size_t i : order) {
     decls.push_back({tensors[i].first, tensors[i].second.scalar_type(), tensors[i].second.sizes().vec()});
   }
-  EFT_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(path, std::move(decls), metadata));
+  EFT_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(path, std::move(decls), metadata,
+                                                              SafetensorsWriter::kChunkBytes, durability));
   for (size_t i : order) EFT_RETURN_IF_ERROR(writer->Append(tensors[i].second));
   EFT_ASSIGN_OR_RETURN(WrittenFile file, writer->Finish());
   if (written != nullptr) *written = file;

@@ -23,6 +23,7 @@
 #include <ATen/ATen.h>
 
 #include "common/status.h"
+#include "trainer/io/safetensors.h"  // Durability
 
 namespace eft::trainer {
 
@@ -47,7 +48,8 @@ class SafetensorsWriter {
   // `chunk_bytes`: the writeback pacing unit (a multiple of the page size; tests make it small).
   static Result<std::unique_ptr<SafetensorsWriter>> Create(const std::string& path, std::vector<TensorDecl> tensors,
                                                            const std::map<std::string, std::string>& metadata = {},
-                                                           uint64_t chunk_bytes = kChunkBytes);
+                                                           uint64_t chunk_bytes = kChunkBytes,
+                                                           Durability durability = Durability::kDurable);
   ~SafetensorsWriter();
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
@@ -73,6 +75,7 @@ class SafetensorsWriter {
   uint64_t dropped_to_ = 0;   // written out and dropped from the page cache: [0, dropped_to_)
   uint32_t crc_ = 0;
   bool failed_ = false;
+  Durability durability_ = Durability::kDurable;
 };
 
 // A model directory as Hugging Face writes it: `model.safetensors`, or shards of at most

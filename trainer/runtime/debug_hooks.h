@@ -8,7 +8,8 @@
 //    is how long each stall lasts (default 30). The phases: "tokenize" (data preparation), "load"
 //    (model weights), "save" (writing a full checkpoint, after its files are written and before it
 //    is committed), "sharded_write" (the background writer of a sharded save, before it writes: a
-//    slow disk), "commit" (rank 0 committing a checkpoint, after its last look at the fence and
+//    slow disk), "memory_snapshot" (the background writer of a memory snapshot, before it writes),
+//    "commit" (rank 0 committing a checkpoint, after its last look at the fence and
 //    before the rename: the window in which a newer attempt may start unseen, trainer/checkpoint/
 //    fence.h), "step" (after every step: a slow trainer, for tests whose job must outlast a timer
 //    of the controller's). Each phase is logged the first time it stalls.

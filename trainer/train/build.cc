@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "spec/job_spec.h"
 #include "trainer/parallel/device.h"
 
 namespace eft::trainer {
@@ -169,6 +170,15 @@ Result<CheckpointPolicy> BuildCheckpointPolicy(const TrainConfig& config) {
   policy.require_resume = checkpoint.require_resume();
   policy.keep_best = checkpoint.keep_best();
   policy.full_write = *full_write;
+  return policy;
+}
+
+MemorySnapshotPolicy BuildMemorySnapshotPolicy(const TrainConfig& config, const RankEnv& env) {
+  MemorySnapshotPolicy policy;
+  policy.dir = env.snapshot_dir;
+  // Normalized specs hold "auto" or a number; anything else (a config built by hand) means off.
+  policy.every_steps = spec::MemorySnapshotInterval(config.spec.checkpoint().memory_every_steps()).value_or(0);
+  policy.attempt = AttemptId{env.job_id, env.attempt};
   return policy;
 }
 

@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "trainer/checkpoint/checkpointer.h"
+#include "trainer/checkpoint/memory_snapshot.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/model/model_config.h"
 #include "trainer/optim/adamw.h"
@@ -65,5 +66,8 @@ ScheduleConfig BuildSchedule(const TrainConfig& config);
 // weights and config.json: the model directory's tokenizer, templates, generation config and licence,
 // and the chat template training rendered its data with when data.chat_template names one.
 Result<CheckpointPolicy> BuildCheckpointPolicy(const TrainConfig& config);
+
+// checkpoint.memory_every_steps with the rank's EFT_SNAPSHOT_DIR and attempt: off without a directory.
+MemorySnapshotPolicy BuildMemorySnapshotPolicy(const TrainConfig& config, const RankEnv& env);
 
 }  // namespace eft::trainer

@@ -99,6 +99,7 @@ Result<RankEnv> RankEnvFromEnvironment(const std::map<std::string, std::string>*
     EFT_ASSIGN_OR_RETURN(r.attempt, ParseInt(env, rank::env::kAttempt, 0, 1 << 30));
   }
   r.resume_from = get(rank::env::kResumeFrom);
+  r.snapshot_dir = get(rank::env::kSnapshotDir);
   r.node_name = get(rank::env::kNodeName);
   r.node_address = get(rank::env::kNodeAddress);
   if (const std::string share = get(rank::env::kNodesShareLoopback); !share.empty()) {

@@ -31,6 +31,7 @@ struct RankEnv {
   std::string job_id;
   int attempt = 0;
   std::string resume_from;
+  std::string snapshot_dir;  // EFT_SNAPSHOT_DIR: where memory snapshots go; "": none taken
   int events_fd = -1;
   std::string source;  // "eft-worker", "torchrun", "slurm" or "single process"
   GpuCollectives gpu_collectives = GpuCollectives::kNccl;  // EFT_GPU_COLLECTIVES

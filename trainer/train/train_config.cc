@@ -103,6 +103,7 @@ const std::vector<std::string>& FieldsTheTrainerIgnores() {
       "fault_tolerance.max_restarts", "fault_tolerance.stop_grace_seconds",
       "env",                      // the worker puts it in every rank's environment
       "priority",                 // the controller's (scheduling)
+      "checkpoint.memory_replicas",  // the controller's and workers' (where snapshots are replicated)
   };
   return *kIgnored;
 }

@@ -111,13 +111,19 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
 
   t->checkpointer_ = std::make_unique<Checkpointer>(policy, t->comm_.get(), t->model_.get(), t->optimizer_.get(),
                                                     &t->events_, t->hooks_, t->clock_);
+  t->snapshots_ = std::make_unique<MemorySnapshotter>(BuildMemorySnapshotPolicy(c, t->env_), t->comm_.get(),
+                                                      t->model_.get(), t->optimizer_.get(), &t->events_, t->hooks_,
+                                                      t->clock_);
   t->compat_ = CompatibilityRecord(c, model_config, t->dataset_.stats().examples, t->dataset_.stats().tokens);
   // Before anything is resumed: a stale attempt stops here, and from here on nothing an older
   // attempt commits is resumed from (trainer/checkpoint/fence.h).
   EFT_RETURN_IF_ERROR(t->checkpointer_->BeginAttempt(AttemptId{t->env_.job_id, t->env_.attempt}));
   EFT_RETURN_IF_ERROR(t->ResumeIfAsked());
   t->profiler_ = std::make_unique<StepProfiler>(profile, t->env_.rank, t->device_);
-  if (t->env_.rank == 0) t->LogStart(model_config, packing, precision, threads);
+  if (t->env_.rank == 0) {
+    t->LogStart(model_config, packing, precision, threads);
+    t->LogSnapshots();
+  }
   return t;
 }
 
@@ -185,6 +191,20 @@ void Trainer::LogStart(const ModelConfig& model, const PackingStats& packing, co
                 << precision.reason << "), sharding " << spec.parallel().sharding() << ", activation checkpointing "
                 << spec.training().activation_checkpointing() << ", on " << device_.str() << KernelsNote(device_)
                 << ", " << threads << " threads per rank" << PeakNote(peak_);
+}
+
+void Trainer::LogSnapshots() const {
+  const std::string& every = config_.spec.checkpoint().memory_every_steps();
+  if (snapshots_->enabled()) {
+    EFT_LOG(INFO) << "memory snapshots into " << env_.snapshot_dir << ": "
+                  << (snapshots_->interval() > 0
+                          ? "every " + std::to_string(snapshots_->interval()) + (snapshots_->interval() == 1 ? " step" : " steps")
+                          : std::string("auto (decided after the first step)"))
+                  << " (docs/checkpoints.md, \"Memory snapshots\")";
+  } else if (env_.snapshot_dir.empty() && every != "auto" && every != "0") {
+    EFT_LOG(INFO) << "checkpoint.memory_every_steps " << every << ": no " << rank::env::kSnapshotDir
+                  << " (eft-worker gives its ranks one): no memory snapshots";
+  }
 }
 
 Status Trainer::PrepareEval(int64_t vocab_size, const TextPipeline& text) {
@@ -297,6 +317,7 @@ Result<StepResult> Trainer::Step() {
   const double lr = LearningRate(schedule_, step_, total_steps_);
   if (std::isfinite(grad_norm)) {
     checkpointer_->BeforeUpdate();  // a sharded save may still be reading the shards in place
+    snapshots_->BeforeUpdate();     // and so may a memory snapshot
     optimizer_->Step(lr);
   } else if (env_.rank == 0) {
     EFT_LOG(WARNING) << "step " << step_ + 1 << ": gradient norm is " << grad_norm << "; update skipped";
@@ -404,6 +425,7 @@ Status Trainer::Run() {
         saved = true;
       }
     }
+    if (!last) snapshots_->AfterStep(State(), r.seconds);
     // One small collective per step: commits finished background saves, and spreads a stop request
     // from any rank to all of them, so they all stop after the same step.
     EFT_ASSIGN_OR_RETURN(bool stop, checkpointer_->Poll(g_stop_requested.load(), /*wait=*/false));
@@ -426,6 +448,7 @@ Status Trainer::Run() {
       return Status(StatusCode::kAborted, "stopped on request after step " + std::to_string(step_));
     }
   }
+  snapshots_->Wait();
   EFT_RETURN_IF_ERROR(checkpointer_->Poll(false, /*wait=*/true).status());
   if (checkpointer_->enabled()) EFT_RETURN_IF_ERROR(checkpointer_->SaveFull(State(), /*final=*/true));
   EFT_RETURN_IF_ERROR(SaveFinalModel());

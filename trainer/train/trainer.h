@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "trainer/checkpoint/checkpointer.h"
+#include "trainer/checkpoint/memory_snapshot.h"
 #include "trainer/data/sampler.h"
 #include "trainer/data/token_dataset.h"
 #include "trainer/optim/adamw.h"
@@ -92,6 +93,7 @@ class Trainer {
   // EFT_RESUME_FROM (or, on a retry, from what the checkpoint directory holds); the start-up line.
   Result<PackingStats> PrepareData(int64_t vocab_size);
   Status ResumeIfAsked();
+  void LogSnapshots() const;
   void LogStart(const ModelConfig& model, const PackingStats& packing, const PrecisionChoice& precision,
                 int threads) const;
   void Report(const StepResult& r);
@@ -129,6 +131,7 @@ class Trainer {
   SteadyTime started_at_;  // of Run()
   int64_t pad_token_id_ = 0;
   std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<MemorySnapshotter> snapshots_;
   std::unique_ptr<StepProfiler> profiler_;
   std::vector<double> loss_tail_;
   nlohmann::json compat_;

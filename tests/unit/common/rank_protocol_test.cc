@@ -118,6 +118,28 @@ TEST(RankProtocolTest, EveryEventRoundTrips) {
   EXPECT_EQ(m.rank, 1);
   EXPECT_EQ(m.persistent_bytes, 1000);
   EXPECT_EQ(m.peak_rss_bytes, 2000);
+  // A CRC above 2^31 survives the JSON number.
+  auto snap = RoundTrip<MemorySnapshotEvent>(
+      MemorySnapshotEvent{137, 1, 4, "/dev/shm/eft/j/step-137/rank-00001-of-00004.safetensors", 5000, 0xF00DBEEFu,
+                          0.25, 0.0});
+  EXPECT_EQ(snap.step, 137);
+  EXPECT_EQ(snap.rank, 1);
+  EXPECT_EQ(snap.world_size, 4);
+  EXPECT_EQ(snap.path, "/dev/shm/eft/j/step-137/rank-00001-of-00004.safetensors");
+  EXPECT_EQ(snap.bytes, 5000);
+  EXPECT_EQ(snap.crc32c, 0xF00DBEEFu);
+  EXPECT_DOUBLE_EQ(snap.seconds, 0.25);
+  EXPECT_DOUBLE_EQ(snap.stall_seconds, 0.0);
+  EXPECT_EQ(EventTypeName(Event{snap}), "memory_snapshot");
+  auto refused = RoundTrip<MemorySnapshotRefusedEvent>(
+      MemorySnapshotRefusedEvent{12, 3, "node2", "needs 310 MiB, 120 MiB of the 1024 MiB budget free"});
+  EXPECT_EQ(refused.step, 12);
+  EXPECT_EQ(refused.rank, 3);
+  EXPECT_EQ(refused.node, "node2");
+  EXPECT_EQ(refused.reason, "needs 310 MiB, 120 MiB of the 1024 MiB budget free");
+  EXPECT_EQ(EventTypeName(Event{refused}), "memory_snapshot_refused");
+  // Without its checksum the worker could not tell a damaged copy: required.
+  EXPECT_FALSE(DecodeEvent(R"({"event":"memory_snapshot","step":1,"rank":0,"world_size":1,"path":"/x","bytes":1})").ok());
 }
 
 TEST(RankProtocolTest, TheWireFormatIsTheDocumentedOne) {
@@ -160,6 +182,18 @@ TEST(RankProtocolTest, ErrorMessagesAreBoundedAtACharacterBoundary) {
 
 // An attempt's end reason is one line: an error's first line with text, both when a rank sends it and
 // when a foreign program sends more; the stack that follows stays in the rank's log.
+// Gloo and c10d prefix messages with their source file and line; an end reason leaves them out.
+TEST(RankProtocolTest, ErrorMessagesLeaveOutSourceLocations) {
+  auto e = RoundTrip<ErrorEvent>(ErrorEvent{
+      "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [127.0.0.1]:40122: Connection reset by peer", 1});
+  EXPECT_EQ(e.message, "Read error [127.0.0.1]:40122: Connection reset by peer");
+  e = RoundTrip<ErrorEvent>(ErrorEvent{"step 7: [/src/c10d/ProcessGroupGloo.cpp:3100] Timed out [x.h:2]", 1});
+  EXPECT_EQ(e.message, "step 7: Timed out");
+  // Brackets that are not locations stay.
+  e = RoundTrip<ErrorEvent>(ErrorEvent{"shape [4, 8] vs [2:3] at [a b.cc:1]", 1});
+  EXPECT_EQ(e.message, "shape [4, 8] vs [2:3] at [a b.cc:1]");
+}
+
 TEST(RankProtocolTest, ErrorMessagesAreTheirFirstLine) {
   const std::string gloo =
       "\n  [../third_party/gloo/gloo/transport/tcp/pair.cc:144] Gloo connectFullMesh failed with timed out "
@@ -167,8 +201,7 @@ TEST(RankProtocolTest, ErrorMessagesAreTheirFirstLine) {
       "../torch/csrc/distributed/c10d/ProcessGroupGloo.cpp:901 (most recent call first):\nframe #0: "
       "c10::Error::Error(...) + 0x98 (0x7f in libc10.so)\nframe #1: ...";
   const std::string headline =
-      "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] Gloo connectFullMesh failed with timed out "
-      "connecting: remote=[127.0.0.1]:23459";
+      "Gloo connectFullMesh failed with timed out connecting: remote=[127.0.0.1]:23459";
   auto sent = DecodeEvent(EncodeEvent(ErrorEvent{gloo, 1}));
   ASSERT_TRUE(sent.ok()) << sent.status();
   EXPECT_EQ(std::get<ErrorEvent>(*sent).message, headline);

@@ -244,6 +244,85 @@ TEST_F(ControllerMetricsTest, RestartsCountAttemptsAndNeverGoDown) {
   EXPECT_EQ(Value("eft_job_restarts_total", job), 1.0);
 }
 
+// Memory snapshots (docs/checkpoints.md, "Memory snapshots"): the newest step held whole, how far the
+// replicas lag behind it, the bytes held; and a rank failure's restart, resumed from the nodes' memory,
+// counted by source with the steps it lost.
+TEST_F(ControllerMetricsTest, MemorySnapshotsAndRecoveriesAreReported) {
+  CreateMetrics();
+  Register("n1");
+  Register("n2");
+  std::string id = Submit("snap", 2);
+  const Labels job = {{"job", id}};
+  auto h1 = Heartbeat("n1");
+  auto h2 = Heartbeat("n2");
+  ASSERT_EQ(h1.desired_size(), 1);
+  ASSERT_EQ(h2.desired_size(), 1);
+  EXPECT_EQ(Value("eft_job_memory_snapshot_step", job), std::nullopt) << "none held yet";
+  EXPECT_EQ(Value("eft_job_memory_snapshot_bytes", job), 0.0);
+  for (const std::string& m : {"memory", "disk", "scratch"}) {
+    EXPECT_EQ(Value("eft_job_recoveries_total", {{"job", id}, {"source", m}}), 0.0) << m;
+  }
+  auto report = [&](const std::string& node, const v1::RankAssignment& a, v1::RankState state, int code,
+                    std::vector<std::pair<int64_t, std::vector<int>>> held, const std::vector<std::string>& events = {}) {
+    v1::HeartbeatRequest req;
+    req.set_node_name(node);
+    req.set_incarnation(node + "-inc");
+    *req.add_ranks() = Rank(a, state, code);
+    for (const auto& [step, ranks] : held) {
+      v1::HeldSnapshot* s = req.add_snapshots();
+      s->set_job_id(id);
+      s->set_attempt(1);
+      s->set_step(step);
+      s->set_world_size(2);
+      for (int r : ranks) s->add_ranks(r);
+      s->set_bytes(1000 * static_cast<int64_t>(ranks.size()));
+    }
+    for (const auto& json : events) {
+      v1::RankEvent* e = req.add_events();
+      *e->mutable_key() = a.key();
+      e->set_seq(++seq_[node]);
+      e->set_time_ms(1);
+      e->set_json(json);
+    }
+    auto resp = c_->Heartbeat(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : v1::HeartbeatResponse();
+  };
+  // Each node holds its own rank at steps 9 and 10; the replicas have reached step 9 only.
+  report("n1", h1.desired(0), v1::RANK_STATE_RUNNING, 0, {{10, {0}}, {9, {0, 1}}},
+         {R"({"event":"step","step":10,"loss":1.0,"total_steps":100})"});
+  report("n2", h2.desired(0), v1::RANK_STATE_RUNNING, 0, {{10, {1}}, {9, {1, 0}}});
+  EXPECT_EQ(Value("eft_job_memory_snapshot_step", job), 10.0);
+  EXPECT_EQ(Value("eft_job_memory_snapshot_replication_lag_steps", job), 1.0);
+  EXPECT_EQ(Value("eft_job_memory_snapshot_bytes", job), 6000.0);
+  // Rank 1 fails; both nodes still hold step 10, which the restart resumes from once staged.
+  report("n2", h2.desired(0), v1::RANK_STATE_EXITED, 1, {{10, {1}}, {9, {1, 0}}});
+  report("n1", h1.desired(0), v1::RANK_STATE_EXITED, 1, {{10, {0}}, {9, {0, 1}}});
+  clock_.Advance(2000ms);  // the backoff
+  c_->Tick();
+  auto o1 = report("n1", h1.desired(0), v1::RANK_STATE_EXITED, 1, {{10, {0}}, {9, {0, 1}}});
+  auto o2 = report("n2", h2.desired(0), v1::RANK_STATE_EXITED, 1, {{10, {1}}, {9, {1, 0}}});
+  ASSERT_EQ(o1.stage_size(), 1);
+  ASSERT_EQ(o2.stage_size(), 1);
+  for (auto [node, a, o] : {std::tuple{"n1", h1.desired(0), o1}, std::tuple{"n2", h2.desired(0), o2}}) {
+    v1::HeartbeatRequest req;
+    req.set_node_name(node);
+    req.set_incarnation(std::string(node) + "-inc");
+    *req.add_ranks() = Rank(a, v1::RANK_STATE_EXITED, 1);
+    v1::StageResult* r = req.add_staged();
+    r->set_job_id(id);
+    r->set_attempt(1);
+    r->set_step(10);
+    *r->mutable_ranks() = o.stage(0).ranks();
+    ASSERT_TRUE(c_->Heartbeat(req).ok());
+  }
+  c_->Tick();
+  EXPECT_EQ(Value("eft_job_attempts_total", job), 2.0);
+  EXPECT_EQ(Value("eft_job_recoveries_total", {{"job", id}, {"source", "memory"}}), 1.0);
+  EXPECT_EQ(Value("eft_job_recoveries_total", {{"job", id}, {"source", "disk"}}), 0.0);
+  EXPECT_EQ(Value("eft_job_steps_lost_total", job), 0.0) << "resumed at step 10, the step reached";
+}
+
 // Both reasons from the job's first scrape (a dashboard query has data before any resize); an
 // eviction counts under evict.
 TEST_F(ControllerMetricsTest, ResizesAreCountedByReason) {

@@ -25,8 +25,12 @@ constexpr const char* kVersion1Nodes =
     "DEFAULT 0, drained INTEGER NOT NULL DEFAULT 0, version TEXT NOT NULL DEFAULT '', registered_ms INTEGER NOT NULL "
     "DEFAULT 0, lost INTEGER NOT NULL DEFAULT 0, state_reason TEXT NOT NULL DEFAULT '')";
 
-// Takes a database of the current schema back to before migration 7, which then runs again.
+// Takes a database of the current schema back to before migration 8, which then runs again.
+void DropMigration8(const std::string& path) { RawQuery(path, "ALTER TABLE attempts DROP COLUMN resume_step"); }
+
+// Takes a database of the current schema back to before migration 7: migrations 7 and 8 run again.
 void DropMigration7(const std::string& path) {
+  DropMigration8(path);
   RawQuery(path, "ALTER TABLE nodes DROP COLUMN data_address");
   RawQuery(path, "ALTER TABLE nodes DROP COLUMN network_stack");
 }
@@ -224,6 +228,37 @@ TEST_F(StoreTest, Version6NodesGainNoDataAddressUntilTheirWorkersSayIt) {
   store = OpenStore();
   EXPECT_EQ(Tie(store->LoadNodes()->front()), Tie(n));
   EXPECT_EQ(DataAddressOf(n), "10.0.0.1");
+}
+
+// Migration 8 (attempts.resume_step) on attempts a version-7 controller stored: they load with the
+// step they resumed from not known (-1), which is then written and read like any field.
+TEST_F(StoreTest, Version7AttemptsLoadWithAnUnknownResumeStep) {
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(store);
+    JobRecord job = MakeJob();
+    ASSERT_TRUE(store->InsertJob(&job).ok());
+  }
+  DropMigration8(path_);
+  RawQuery(path_, "INSERT INTO attempts (job_id, number, world_size, nodes, slots, reached_step) VALUES (1, 1, 2, "
+                  "'[\"n1\",\"n2\"]', '[[0],[0]]', 40)");
+  RawQuery(path_, "PRAGMA user_version = 7");
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->schema_version(), Store::kSchemaVersion);
+  auto attempts = store->LoadAttempts("1");
+  ASSERT_TRUE(attempts.ok()) << attempts.status();
+  ASSERT_EQ(attempts->size(), 1u);
+  EXPECT_EQ(attempts->front().resume_step, -1);
+  EXPECT_EQ(attempts->front().reached_step, 40);
+  AttemptRecord a = attempts->front();
+  a.number = 2;
+  a.resume_step = 37;
+  ASSERT_TRUE(store->InsertAttempt(a).ok());
+  EXPECT_EQ(store->LoadAttempts("1")->back().resume_step, 37);
+  a.resume_step = 39;
+  ASSERT_TRUE(store->UpdateAttempt(a).ok());
+  EXPECT_EQ(store->LoadAttempts("1")->back().resume_step, 39);
 }
 
 TEST_F(StoreTest, NewerSchemaIsRefused) {

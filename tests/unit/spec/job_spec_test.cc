@@ -192,6 +192,12 @@ TEST(JobSpecTest, EveryValidationRuleNamesTheField) {
       {"/data/on_bad_line", "ignore", "spec.data.on_bad_line (\"ignore\") must be one of error, skip"},
       {"/data/truncation", "wrap", "spec.data.truncation (\"wrap\") must be one of truncate, drop"},
       {"/checkpoint/full_write", "rank-0", "spec.checkpoint.full_write (\"rank-0\") must be one of parallel, rank0"},
+      {"/checkpoint/memory_every_steps", "often",
+       "spec.checkpoint.memory_every_steps (\"often\") must be auto or a whole number of steps"},
+      {"/checkpoint/memory_every_steps", -1, "spec.checkpoint.memory_every_steps (\"-1\") must be auto"},
+      {"/checkpoint/memory_every_steps", 1000000000, "spec.checkpoint.memory_every_steps (\"1000000000\")"},
+      {"/checkpoint/memory_replicas", 4, "spec.checkpoint.memory_replicas (4) must be <= 3"},
+      {"/checkpoint/memory_replicas", -1, "spec.checkpoint.memory_replicas (-1) must be >= 0"},
       {"/resources/nodes/min", -1, "spec.resources.nodes.min (-1) must be >= 1"},
       {"/resources/nodes", {{"min", 2}, {"max", 1}},
        "spec.resources.nodes.max (1) must be >= spec.resources.nodes.min (2)"},
@@ -397,6 +403,33 @@ TEST(JobSpecTest, FullWriteDefaultsToParallel) {
   auto rank0 = ParseJobSpec("name: a\ncommand: [x]\ncheckpoint: {full_write: rank0}\n");
   ASSERT_TRUE(rank0.ok() && NormalizeJobSpec(&*rank0).ok());
   EXPECT_EQ(rank0->checkpoint().full_write(), "rank0");
+}
+
+// checkpoint.memory_every_steps (docs/checkpoints.md, "Memory snapshots"): auto by default; a number
+// of steps with or without quotes (YAML and REST clients write both); 0 is off.
+TEST(JobSpecTest, MemorySnapshotsAreAutoByDefaultAndTakeANumberOfSteps) {
+  auto by_default = ParseJobSpec("name: a\ncommand: [x]\n");
+  ASSERT_TRUE(by_default.ok() && NormalizeJobSpec(&*by_default).ok());
+  EXPECT_EQ(by_default->checkpoint().memory_every_steps(), "auto");
+  EXPECT_EQ(MemorySnapshotInterval("auto"), -1);
+  for (const char* given : {"5", "\"5\""}) {
+    auto five = ParseJobSpec(std::string("name: a\ncommand: [x]\ncheckpoint: {memory_every_steps: ") + given + "}\n");
+    ASSERT_TRUE(five.ok()) << five.status();
+    ASSERT_TRUE(NormalizeJobSpec(&*five).ok());
+    EXPECT_EQ(five->checkpoint().memory_every_steps(), "5");
+    EXPECT_EQ(MemorySnapshotInterval(five->checkpoint().memory_every_steps()), 5);
+    EXPECT_EQ(JobSpecToJson(*five)["checkpoint"]["memory_every_steps"], "5");
+  }
+  auto off = JobSpecFromJson(json{{"name", "a"}, {"command", {"x"}}, {"checkpoint", {{"memory_every_steps", 0}}}});
+  ASSERT_TRUE(off.ok()) << off.status();
+  ASSERT_TRUE(NormalizeJobSpec(&*off).ok());
+  EXPECT_EQ(MemorySnapshotInterval(off->checkpoint().memory_every_steps()), 0);
+  EXPECT_EQ(MemorySnapshotInterval("999999999"), 999999999);
+  for (const char* bad : {"", "-1", "1.5", "1e3", "1000000000", " 5", "Auto"}) {
+    EXPECT_FALSE(MemorySnapshotInterval(bad).has_value()) << bad;
+  }
+  auto listed = ParseJobSpec("name: a\ncommand: [x]\ncheckpoint: {memory_every_steps: [1]}\n");
+  EXPECT_FALSE(listed.ok());
 }
 
 // checkpoint.merge_lora (docs/lora.md): off by default, and only with training.lora.

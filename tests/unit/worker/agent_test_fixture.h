@@ -93,6 +93,21 @@ class FakeController final : public v1::AgentService::Service {
     cv_.notify_all();
   }
 
+  // Memory snapshots: the peers sent with the attempt's spec, and the stage orders and kept
+  // attempts of every heartbeat reply from now on.
+  void SetSnapshotPeers(const std::string& job, int attempt, std::vector<v1::SnapshotPeer> peers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    peers_[{job, attempt}] = std::move(peers);
+  }
+  void SetStage(std::vector<v1::StageOrder> orders) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stage_ = std::move(orders);
+  }
+  void SetKeep(std::vector<AttemptId> keep) {
+    std::lock_guard<std::mutex> lock(mu_);
+    keep_ = std::move(keep);
+  }
+
   // Waits until `pred` (called under the lock) holds; false after kWait.
   bool WaitFor(const std::function<bool()>& pred) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -148,6 +163,12 @@ class FakeController final : public v1::AgentService::Service {
     } else {
       Answer(req->ranks(), resp->mutable_desired(), resp->mutable_attempt_specs());
       for (const auto& k : stop_now_) *resp->add_stop_now() = k;
+      for (const auto& o : stage_) *resp->add_stage() = o;
+      for (const auto& [job, attempt] : keep_) {
+        v1::AttemptRef* ref = resp->add_keep_snapshots();
+        ref->set_job_id(job);
+        ref->set_attempt(attempt);
+      }
     }
     cv_.notify_all();
     return grpc::Status::OK;
@@ -213,6 +234,9 @@ class FakeController final : public v1::AgentService::Service {
       s->set_job_id(attempt.first);
       s->set_attempt(attempt.second);
       *s->mutable_spec() = specs_.at(attempt);
+      if (auto p = peers_.find(attempt); p != peers_.end()) {
+        for (const auto& peer : p->second) *s->add_snapshot_peers() = peer;
+      }
     }
     if (withhold_specs_ > 0) --withhold_specs_;
   }
@@ -221,6 +245,9 @@ class FakeController final : public v1::AgentService::Service {
   std::condition_variable cv_;
   std::vector<v1::RankAssignment> desired_;
   std::map<AttemptId, v1::JobSpec> specs_;
+  std::map<AttemptId, std::vector<v1::SnapshotPeer>> peers_;
+  std::vector<v1::StageOrder> stage_;
+  std::vector<AttemptId> keep_;
   int withhold_specs_ = 0;
   bool ack_events_ = false;
   int retries_ = 0, retry_ms_ = 0;

@@ -38,7 +38,7 @@ v1::JobSpec Spec() {
 }
 
 NodeFacts Node() {
-  return NodeFacts{"node-b", {"GPU-aaa", "GPU-bbb"}, "/opt/eft/bin", std::string("/usr/bin"), "", "", std::nullopt};
+  return NodeFacts{"node-b", {"GPU-aaa", "GPU-bbb"}, "/opt/eft/bin", std::string("/usr/bin"), "", "", std::nullopt, ""};
 }
 
 TEST(BuildRankEnvTest, SetsTheRankProtocolVariables) {
@@ -107,6 +107,17 @@ TEST(BuildRankEnvTest, PathOnlyWhenTheWorkersDirectoryIsKnown) {
   EXPECT_EQ(BuildRankEnv(Assignment(), Spec(), node)["PATH"], "/opt/eft/bin:/usr/bin:/bin");
   node.program_dir.clear();
   EXPECT_EQ(BuildRankEnv(Assignment(), Spec(), node).count("PATH"), 0u);
+}
+
+// Memory snapshots: the attempt's directory the worker keeps, or nothing when they are off; a job's
+// spec.env cannot point its ranks elsewhere.
+TEST(BuildRankEnvTest, SnapshotDirOnlyWhenTheWorkerKeepsOne) {
+  v1::RankAssignment a = Assignment();
+  (*a.mutable_env())[env::kSnapshotDir] = "/tmp/elsewhere";
+  NodeFacts node = Node();
+  EXPECT_EQ(BuildRankEnv(a, Spec(), node).count(env::kSnapshotDir), 0u) << "off: the rank takes none";
+  node.snapshot_dir = "/dev/shm/eft-worker-b/job-7/attempt-2/incoming";
+  EXPECT_EQ(BuildRankEnv(a, Spec(), node)[env::kSnapshotDir], node.snapshot_dir);
 }
 
 // Rank traffic on the node's address (docs/architecture.md, "Rank traffic and the node's address").

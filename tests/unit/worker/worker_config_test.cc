@@ -6,9 +6,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include <CLI/CLI.hpp>
 #include <gtest/gtest.h>
 
 #include "common/daemon_settings.h"
+#include "worker/snapshot_store.h"
 
 namespace eft::worker {
 namespace {
@@ -158,6 +160,54 @@ TEST_F(WorkerConfigTest, DataAddressIsAConfigFileKey) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->data_address, "lo");
   EXPECT_EQ(c->node_address, "127.0.0.1");
+}
+
+// Memory snapshots: on by default, in /dev/shm, with a quarter of the memory; the flags change each,
+// and --snapshots=false turns them off (no directory: no service, no EFT_SNAPSHOT_DIR).
+TEST_F(WorkerConfigTest, SnapshotSettings) {
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  auto parse = [](std::vector<std::string> args) -> Result<WorkerConfig> {
+    CLI::App app{"eft-worker"};
+    WorkerSettings s;
+    DaemonSettings settings(&app, "");
+    AddWorkerSettings(&settings, &s);
+    args.insert(args.begin(), {"eft-worker", "--controller", "127.0.0.1:1", "--name", "n1"});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    try {
+      app.parse(static_cast<int>(argv.size()), argv.data());
+    } catch (const CLI::ParseError& e) {
+      return Status::InvalidArgument(e.what());
+    }
+    EFT_RETURN_IF_ERROR(settings.Apply());
+    return ResolveWorkerConfig(s);
+  };
+  auto c = parse({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  // In memory, and one per work dir: two workers named n1 with other work dirs never share it.
+  if (std::filesystem::is_directory("/dev/shm")) {
+    EXPECT_EQ(c->snapshot_dir.rfind("/dev/shm/eft-worker-n1-", 0), 0u) << c->snapshot_dir;
+    EXPECT_EQ(c->snapshot_dir.size(), std::string("/dev/shm/eft-worker-n1-").size() + 8) << c->snapshot_dir;
+    auto other = parse({"--work-dir", "/tmp/eft-worker-elsewhere"});
+    ASSERT_TRUE(other.ok()) << other.status();
+    EXPECT_NE(other->snapshot_dir, c->snapshot_dir);
+  } else {
+    EXPECT_EQ(c->snapshot_dir, c->work_dir + "/snapshots");
+  }
+  EXPECT_EQ(c->snapshot_budget_bytes, DefaultSnapshotBudget());
+  EXPECT_EQ(c->snapshot_port, 0);
+  c = parse({"--snapshot-dir", "/tmp/s", "--snapshot-memory-mb", "300", "--snapshot-port", "7123"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->snapshot_dir, "/tmp/s");
+  EXPECT_EQ(c->snapshot_budget_bytes, int64_t{300} << 20);
+  EXPECT_EQ(c->snapshot_port, 7123);
+  c = parse({"--snapshots=false", "--snapshot-dir", "/tmp/s"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->snapshot_dir, "") << "off";
+  c = parse({"--snapshots"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->snapshot_dir.empty());
+  EXPECT_FALSE(parse({"--snapshot-memory-mb", "-1"}).ok());
 }
 
 // The files behind the endpoint: the join token's first non-empty line, the TLS pairing rule and

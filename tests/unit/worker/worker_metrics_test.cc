@@ -57,6 +57,29 @@ class WorkerMetricsTest : public ::testing::Test {
   std::vector<GpuReading> gpus_;
 };
 
+TEST_F(WorkerMetricsTest, MemorySnapshots) {
+  std::string text = Scrape(false);
+  EXPECT_EQ(SampleValue(text, "eft_worker_snapshot_bytes", {{"kind", "own"}}), 0.0) << "off: present, 0";
+  EXPECT_EQ(SampleValue(text, "eft_worker_snapshot_pushes_total", {{"result", "refused"}}), 0.0);
+  stats_.snapshot_own_bytes = 3000;
+  stats_.snapshot_replica_bytes = 2000;
+  stats_.snapshot_budget_bytes = 1 << 30;
+  stats_.snapshot_pushes = {{"ok", 5}, {"failed", 1}};
+  stats_.snapshot_push_seconds = 0.25;
+  stats_.snapshot_pushed_bytes = 15000;
+  stats_.snapshot_refusals = 2;
+  text = Scrape(false);
+  EXPECT_EQ(SampleValue(text, "eft_worker_snapshot_bytes", {{"kind", "own"}}), 3000.0);
+  EXPECT_EQ(SampleValue(text, "eft_worker_snapshot_bytes", {{"kind", "replica"}}), 2000.0);
+  EXPECT_EQ(SampleValue(text, "eft_worker_snapshot_budget_bytes"), double(1 << 30));
+  EXPECT_EQ(SampleValue(text, "eft_worker_snapshot_pushes_total", {{"result", "ok"}}), 5.0);
+  EXPECT_EQ(SampleValue(text, "eft_worker_snapshot_pushes_total", {{"result", "failed"}}), 1.0);
+  EXPECT_EQ(SampleValue(text, "eft_worker_snapshot_pushes_total", {{"result", "refused"}}), 0.0);
+  EXPECT_EQ(SampleValue(text, "eft_worker_snapshot_push_seconds"), 0.25);
+  EXPECT_EQ(SampleValue(text, "eft_worker_snapshot_pushed_bytes_total"), 15000.0);
+  EXPECT_EQ(SampleValue(text, "eft_worker_snapshot_refusals_total"), 2.0);
+}
+
 TEST_F(WorkerMetricsTest, RanksHeartbeatsAndLogs) {
   std::string text = Scrape(false);
   EXPECT_EQ(SampleValue(text, "eft_worker_info", {{"node", "node-a"}}), 1.0);

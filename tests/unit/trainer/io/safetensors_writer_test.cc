@@ -57,21 +57,30 @@ TEST_F(SafetensorsWriterTest, StreamsTensorsInDeclaredOrderAndReportsTheFilesChe
   EXPECT_EQ(FilesIn(fs::path(dir_)), std::vector<std::string>{"streamed.safetensors"}) << "no temporary file left";
 }
 
-TEST_F(SafetensorsWriterTest, PacingDoesNotChangeAByte) {
+// Neither the pacing nor Durability::kVolatile (no writeback pacing, no fsyncs: memory snapshots)
+// changes a byte or the reported checksum.
+TEST_F(SafetensorsWriterTest, PacingAndDurabilityDoNotChangeAByte) {
   at::manual_seed(4);
   at::Tensor big = at::randn({50000});
   std::vector<TensorDecl> decls = {{"big", at::kFloat, {50000}}};
-  std::string files[2];
+  std::string files[3];
+  uint32_t crcs[3] = {};
   int i = 0;
-  for (uint64_t chunk : {uint64_t{4096}, SafetensorsWriter::kChunkBytes}) {
+  for (auto [chunk, durability] : {std::pair{uint64_t{4096}, Durability::kDurable},
+                                   std::pair{SafetensorsWriter::kChunkBytes, Durability::kDurable},
+                                   std::pair{uint64_t{4096}, Durability::kVolatile}}) {
     const std::string path = Path(("f" + std::to_string(i) + ".safetensors"));
-    auto w = SafetensorsWriter::Create(path, decls, {}, chunk);
+    auto w = SafetensorsWriter::Create(path, decls, {}, chunk, durability);
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE((*w)->Append(big).ok());
-    ASSERT_TRUE((*w)->Finish().ok());
+    auto written = (*w)->Finish();
+    ASSERT_TRUE(written.ok()) << written.status();
+    crcs[i] = written->crc32c;
     files[i++] = ReadFile(path);
   }
   EXPECT_EQ(files[0], files[1]);
+  EXPECT_EQ(files[0], files[2]);
+  EXPECT_EQ(crcs[0], crcs[2]);
 }
 
 TEST_F(SafetensorsWriterTest, AppendConvertsToTheDeclaredDtypeFromAnyLayout) {

@@ -1,0 +1,248 @@
+// Memory snapshots end to end (docs/checkpoints.md, "Memory snapshots"): eft-train ranks given an
+// EFT_SNAPSHOT_DIR hand their state there every few steps; killed with SIGKILL (every rank, like a
+// power cut), their newest snapshot is staged into the checkpoint directory as a worker stages it
+// (common/memory_snapshot.h) and the next run, at another world size, adopts it and continues exactly
+// where the uninterrupted run went. A damaged staged shard falls back to the newest disk checkpoint.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "common/memory_snapshot.h"
+#include "tests/e2e/trainer_fixture.h"
+#include "trainer/checkpoint/manifest.h"
+
+namespace eft::testing {
+namespace {
+
+class MemorySnapshotTest : public TrainerTest {
+ protected:
+  void SetUp() override {
+    TrainerTest::SetUp();
+    InitModel();
+    WriteData(48);
+    epochs_ = 2;  // 48 examples / 8 per step = 6 steps per epoch: 12 steps
+  }
+  std::string Spec(const std::string& ckpt_dir, int every, const std::string& memory_every) {
+    extra_yaml_ = "checkpoint: {dir: " + ckpt_dir + ", every_steps: " + std::to_string(every) +
+                  ", keep_last: 5, memory_every_steps: " + memory_every + "}\n";
+    return WriteSpec(8, 2, 3e-3);
+  }
+  std::string SnapshotEnv(const std::string& name) {
+    return "EFT_SNAPSHOT_DIR=" + (dir_ / name).string();
+  }
+  // The memory_snapshot events of a run by step, then rank.
+  static std::map<int64_t, std::map<int, snapshot::ShardRecord>> Snapshots(const Run& run,
+                                                                           std::map<int64_t, std::map<int, std::string>>* paths) {
+    std::map<int64_t, std::map<int, snapshot::ShardRecord>> out;
+    for (const json& e : run.events) {
+      if (e.value("event", "") != "memory_snapshot") continue;
+      snapshot::ShardRecord r;
+      r.step = e["step"].get<int64_t>();
+      r.rank = e["rank"].get<int>();
+      r.world_size = e["world_size"].get<int>();
+      r.bytes = e["bytes"].get<int64_t>();
+      r.crc32c = e["crc32c"].get<uint32_t>();
+      out[r.step][r.rank] = r;
+      (*paths)[r.step][r.rank] = e["path"].get<std::string>();
+    }
+    return out;
+  }
+  // Stages the newest snapshot every one of `world` ranks reported and whose files are still held;
+  // returns its step (-1: none).
+  int64_t StageNewest(const Run& run, int world, const std::string& ckpt) {
+    std::map<int64_t, std::map<int, std::string>> paths;
+    auto snaps = Snapshots(run, &paths);
+    for (auto it = snaps.rbegin(); it != snaps.rend(); ++it) {
+      if (static_cast<int>(it->second.size()) != world) continue;
+      bool held = true;
+      for (const auto& [rank, path] : paths[it->first]) held = held && fs::exists(path);
+      if (!held) continue;
+      for (const auto& [rank, record] : it->second) {
+        Status s = snapshot::StageShard(paths[it->first][rank], record, snapshot::StagedDir(ckpt, it->first));
+        EXPECT_TRUE(s.ok()) << s;
+      }
+      return it->first;
+    }
+    return -1;
+  }
+};
+
+// W=2 with a snapshot every step, killed after step 7, resumed at W=3 from the staged snapshot.
+TEST_F(MemorySnapshotTest, KilledRanksResumeExactlyFromTheirNewestSnapshotAtAnotherWorldSize) {
+  Run ref = TrainRun("ref", 2, Spec((dir_ / "ref-ckpt").string(), 0, "0"), 0);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  ASSERT_EQ(ref.losses.size(), 12u);
+
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string spec = Spec(ckpt, 0, "1");
+  Run killed = TrainRun("killed", 2, spec, 0, "", SnapshotEnv("shm") + " EFT_DEBUG_KILL_AT_STEP=7");
+  EXPECT_NE(killed.exit_code, 0);
+  ASSERT_EQ(killed.losses.size(), 7u) << killed.output;
+  // Taking snapshots changes nothing about training: the same bits as the run without them.
+  for (size_t i = 0; i < killed.losses.size(); ++i) EXPECT_EQ(killed.losses[i], ref.losses[i]) << "step " << i + 1;
+  EXPECT_NE(killed.output.find("memory snapshots into " + (dir_ / "shm").string() + ": every 1 step ("),
+            std::string::npos)
+      << killed.output;
+  std::map<int64_t, std::map<int, std::string>> paths;
+  auto snaps = Snapshots(killed, &paths);
+  for (int64_t step = 1; step <= 6; ++step) {
+    ASSERT_EQ(snaps[step].size(), 2u) << "step " << step << " was snapshotted by both ranks";
+    EXPECT_EQ(snaps[step][1].world_size, 2);
+  }
+  // Each rank keeps at most two of its own files when no worker takes them over.
+  for (int rank : {0, 1}) {
+    int files = 0;
+    for (const auto& entry : fs::recursive_directory_iterator(dir_ / "shm")) {
+      if (entry.path().filename() == snapshot::ShardFileName(rank, 2)) ++files;
+    }
+    EXPECT_LE(files, 2) << "rank " << rank;
+    EXPECT_GE(files, 1) << "rank " << rank;
+  }
+  EXPECT_FALSE(fs::exists(ckpt + "/step-6")) << "no disk checkpoint: the disk interval is 0";
+
+  const int64_t staged = StageNewest(killed, 2, ckpt);
+  ASSERT_GE(staged, 6) << "step 6's snapshot is complete before step 7's update (BeforeUpdate)";
+  Run resumed = TrainRun("resumed", 3, spec, 0, "--resume " + snapshot::StagedDir(ckpt, staged));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("memory snapshot of step " + std::to_string(staged) + " committed as " + ckpt + "/step-" +
+                                std::to_string(staged)),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + ckpt + "/step-" + std::to_string(staged) + " (sharded, step " +
+                                std::to_string(staged) + ", written at world size 2, now 3"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_FALSE(fs::exists(snapshot::StagedDir(ckpt, staged)));
+  EXPECT_TRUE(trainer::VerifyCheckpoint(ckpt + "/step-" + std::to_string(staged)).ok());
+  ExpectSameTraining(ref.losses, resumed.losses, static_cast<size_t>(staged), Weights("ref"), Weights("resumed"),
+                     "resumed at W=3 from the memory snapshot of step " + std::to_string(staged));
+}
+
+// LoRA: a snapshot holds the adapters (their fp32 slices and moments), not the frozen base; killed at
+// W=2, resumed at W=1 from the staged snapshot, the run goes on as the uninterrupted one did.
+TEST_F(MemorySnapshotTest, LoraAdaptersResumeFromTheirSnapshotAtAnotherWorldSize) {
+  const std::string lora = "--set training.lora.r=4 --set training.lora.alpha=8";
+  Run ref = TrainRun("ref", 2, Spec((dir_ / "ref-ckpt").string(), 0, "0"), 0, lora);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string spec = Spec(ckpt, 0, "1");
+  Run killed = TrainRun("killed", 2, spec, 0, lora, SnapshotEnv("shm") + " EFT_DEBUG_KILL_AT_STEP=5");
+  ASSERT_EQ(killed.losses.size(), 5u) << killed.output;
+  std::map<int64_t, std::map<int, std::string>> paths;
+  auto snaps = Snapshots(killed, &paths);
+  ASSERT_FALSE(snaps.empty());
+  // Adapters only: far smaller than a full fine-tuning snapshot of the same model.
+  auto full = TrainRun("full", 2, Spec((dir_ / "full-ckpt").string(), 0, "1"), 2, "", SnapshotEnv("shm-full"));
+  std::map<int64_t, std::map<int, std::string>> full_paths;
+  auto full_snaps = Snapshots(full, &full_paths);
+  ASSERT_FALSE(full_snaps.empty()) << full.output;
+  EXPECT_LT(snaps.begin()->second.at(0).bytes * 3, full_snaps.begin()->second.at(0).bytes);
+  const int64_t staged = StageNewest(killed, 2, ckpt);
+  ASSERT_GE(staged, 4);
+  Run resumed = TrainRun("resumed", 1, spec, 0, lora + " --resume " + snapshot::StagedDir(ckpt, staged));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  ExpectSameTraining(ref.losses, resumed.losses, static_cast<size_t>(staged), {}, {},
+                     "LoRA resumed at W=1 from the memory snapshot of step " + std::to_string(staged));
+  auto adapter = [&](const std::string& name) {
+    std::map<std::string, at::Tensor> out;
+    auto file = trainer::SafetensorsFile::Open((dir_ / name / "adapter_model.safetensors").string());
+    EXPECT_TRUE(file.ok()) << file.status();
+    if (file.ok()) {
+      for (const auto& e : (*file)->entries()) out[e.name] = *(*file)->Load(e.name, at::kFloat);
+    }
+    return out;
+  };
+  const auto ref_adapter = adapter("ref"), got = adapter("resumed");
+  ASSERT_FALSE(ref_adapter.empty());
+  ASSERT_EQ(got.size(), ref_adapter.size());
+  for (const auto& [name, t] : ref_adapter) EXPECT_LT((got.at(name) - t).abs().max().item<double>(), 1e-6) << name;
+}
+
+// On the CPU a snapshot is written from the live shards: a write held for 1.5 s (longer than a step)
+// holds the next update, so the snapshot is exactly its step's state.
+TEST_F(MemorySnapshotTest, ASlowSnapshotWriteHoldsTheNextUpdateAndHoldsItsStepsState) {
+  Run ref = TrainRun("ref", 2, Spec((dir_ / "ref-ckpt").string(), 0, "0"), 0);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string spec = Spec(ckpt, 0, "2");
+  Run slow = TrainRun("slow", 2, spec, 0, "",
+                      SnapshotEnv("shm") +
+                          " EFT_DEBUG_STALL=memory_snapshot EFT_DEBUG_STALL_SECONDS=1.5 EFT_DEBUG_KILL_AT_STEP=5");
+  ASSERT_EQ(slow.losses.size(), 5u) << slow.output;
+  std::map<int64_t, std::map<int, std::string>> paths;
+  auto snaps = Snapshots(slow, &paths);
+  std::set<int64_t> steps;
+  for (const auto& [step, ranks] : snaps) steps.insert(step);
+  EXPECT_EQ(steps, (std::set<int64_t>{2, 4})) << "every 2 steps";
+  ASSERT_EQ(StageNewest(slow, 2, ckpt), 4);
+  Run resumed = TrainRun("resumed", 2, spec, 0, "--resume " + snapshot::StagedDir(ckpt, 4));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  ExpectSameTraining(ref.losses, resumed.losses, 4, Weights("ref"), Weights("resumed"),
+                     "from a slowly written snapshot of step 4");
+}
+
+// A staged shard damaged on the way (one byte): not adopted, said so, and the newest disk
+// checkpoint is taken instead; training still ends where the uninterrupted run did.
+TEST_F(MemorySnapshotTest, ADamagedStagedShardFallsBackToTheNewestDiskCheckpoint) {
+  Run ref = TrainRun("ref", 2, Spec((dir_ / "ref-ckpt").string(), 0, "0"), 0);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string spec = Spec(ckpt, 3, "1");
+  Run killed = TrainRun("killed", 2, spec, 0, "", SnapshotEnv("shm") + " EFT_DEBUG_KILL_AT_STEP=8");
+  ASSERT_EQ(killed.losses.size(), 8u) << killed.output;
+  ASSERT_TRUE(trainer::VerifyCheckpoint(ckpt + "/step-6").ok());
+  const int64_t staged = StageNewest(killed, 2, ckpt);
+  ASSERT_GE(staged, 7);
+  const std::string shard = snapshot::StagedDir(ckpt, staged) + "/" + snapshot::ShardFileName(1, 2);
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-10, std::ios::end);
+    const char c = static_cast<char>(f.get());
+    f.seekp(-10, std::ios::end);
+    f.put(static_cast<char>(~c));
+  }
+  Run resumed = TrainRun("resumed", 2, spec, 0, "--resume " + snapshot::StagedDir(ckpt, staged));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("not resuming from the memory snapshot of step " + std::to_string(staged) + ": " + shard),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("(damaged while staged); taking the newest checkpoint in " + ckpt + " instead"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + ckpt + "/step-6 "), std::string::npos) << resumed.output;
+  ExpectSameTraining(ref.losses, resumed.losses, 6, Weights("ref"), Weights("resumed"),
+                     "from disk step-6 after a damaged snapshot");
+}
+
+// "auto" measures the first snapshot against the step and says what it chose; every rank snapshots
+// the same steps (the interval is agreed), and training is unchanged.
+TEST_F(MemorySnapshotTest, AutoChoosesOneIntervalForEveryRankAndSaysWhy) {
+  Run ref = TrainRun("ref", 2, Spec((dir_ / "ref-ckpt").string(), 0, "0"), 0);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  Run run = TrainRun("auto", 2, Spec((dir_ / "ckpt").string(), 0, "auto"), 0, "", SnapshotEnv("shm"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.losses, ref.losses);
+  const auto at = run.output.find("memory snapshots every ");
+  ASSERT_NE(at, std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("(checkpoint.memory_every_steps auto: a snapshot costs ", at), std::string::npos);
+  const int64_t interval = std::stoll(run.output.substr(at + std::string("memory snapshots every ").size()));
+  ASSERT_GE(interval, 1);
+  std::map<int64_t, std::map<int, std::string>> paths;
+  auto snaps = Snapshots(run, &paths);
+  ASSERT_TRUE(snaps.count(1)) << "the first step is snapshotted to measure";
+  for (const auto& [step, ranks] : snaps) {
+    EXPECT_EQ(ranks.size(), 2u) << "step " << step;
+    EXPECT_TRUE(step == 1 || step % interval == 0) << "step " << step << ", interval " << interval;
+    EXPECT_LT(step, 12) << "the last step is saved to disk, not snapshotted";
+  }
+  // Without a snapshot directory (not started by eft-worker) there are none, whatever the spec says.
+  Run alone = TrainRun("alone", 2, Spec((dir_ / "ckpt2").string(), 0, "1"), 4);
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  EXPECT_NE(alone.output.find("checkpoint.memory_every_steps 1: no EFT_SNAPSHOT_DIR"), std::string::npos)
+      << alone.output;
+  for (const json& e : alone.events) EXPECT_NE(e.value("event", ""), "memory_snapshot");
+}
+
+}  // namespace
+}  // namespace eft::testing

@@ -1,0 +1,169 @@
+#include "trainer/checkpoint/memory_snapshot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "common/logging.h"
+#include "common/memory_snapshot.h"
+#include "common/stopwatch.h"
+#include "trainer/io/safetensors.h"
+#include "trainer/io/safetensors_writer.h"
+
+namespace eft::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Mib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / 1048576.0);
+  return text;
+}
+
+}  // namespace
+
+MemorySnapshotter::MemorySnapshotter(MemorySnapshotPolicy policy, Communicator* comm, ShardedLlama* model,
+                                     AdamW* optimizer, EventWriter* events, const DebugHooks* hooks,
+                                     const Clock* clock)
+    : policy_(std::move(policy)),
+      comm_(comm),
+      model_(model),
+      optimizer_(optimizer),
+      events_(events),
+      hooks_(hooks),
+      clock_(clock) {
+  enabled_ = !policy_.dir.empty() && policy_.every_steps != 0;
+  if (enabled_ && policy_.every_steps > 0) interval_ = policy_.every_steps;
+}
+
+MemorySnapshotter::~MemorySnapshotter() {
+  if (writer_.joinable()) writer_.join();
+}
+
+void MemorySnapshotter::AfterStep(const TrainerState& state, double step_seconds) {
+  if (!enabled_) return;
+  if (interval_ == 0) {
+    // auto: the first boundary of the attempt takes a snapshot to measure, the next one decides.
+    if (!measuring_) {
+      measuring_ = true;
+      Start(state);
+      return;
+    }
+    DecideInterval(step_seconds);
+    if (!enabled_) return;
+  }
+  if (state.step % interval_ == 0) Start(state);
+}
+
+void MemorySnapshotter::DecideInterval(double step_seconds) {
+  // Every rank reaches this boundary: the all-reduce is collective. A rank whose write failed offers
+  // a cost of -1, and snapshots stop everywhere (a step every rank lacks is no snapshot).
+  Join();
+  at::Tensor sums = at::tensor({failed_ ? 0.0 : last_cost_seconds_, step_seconds, failed_ ? 1.0 : 0.0}, at::kDouble);
+  comm_->AllReduceSum(sums);
+  const double world = comm_->world();
+  const double cost = sums[0].item<double>() / world, step = sums[1].item<double>() / world;
+  if (sums[2].item<double>() > 0) {
+    enabled_ = false;
+    if (comm_->rank() == 0) EFT_LOG(WARNING) << "memory snapshots off for this attempt: a rank could not write one";
+    return;
+  }
+  const double budget = kOverheadBudget * std::max(step, 1e-9);
+  interval_ = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(cost / budget - 1e-9)), 1, kMaxAutoInterval);
+  if (comm_->rank() == 0) {
+    EFT_LOG(INFO) << "memory snapshots every " << interval_ << " step" << (interval_ == 1 ? "" : "s")
+                  << " (checkpoint.memory_every_steps auto: a snapshot costs " << cost << " s, a step takes " << step
+                  << " s; budget " << kOverheadBudget * 100 << "% of a step)";
+  }
+}
+
+void MemorySnapshotter::Start(const TrainerState& state) {
+  const Stopwatch held(clock_);
+  Join();  // a snapshot still being written (a GPU's copy path) is finished first
+  if (failed_) return;
+  std::vector<UnitState> units = TrainableUnitStates(*model_, *optimizer_);
+  const bool in_place = units.front().unit->shard().device().is_cpu();
+  StagedShard staged = StageShard(units, /*copy=*/!in_place);
+  const nlohmann::json record = {{"format", snapshot::kFormat},
+                                 {"step", state.step},
+                                 {"rank", comm_->rank()},
+                                 {"world_size", comm_->world()},
+                                 {"job", policy_.attempt.job},
+                                 {"attempt", policy_.attempt.attempt},
+                                 {"trainer_state", state.ToJson()}};
+  staged.metadata[snapshot::kMetadataKey] = record.dump();
+  pending_ = true;
+  pending_step_ = state.step;
+  pending_reads_live_ = in_place;
+  pending_stall_ = held.Seconds();
+  const std::string dir = snapshot::HeldStepDir(policy_.dir, state.step);
+  const std::string path = dir + "/" + snapshot::ShardFileName(comm_->rank(), comm_->world());
+  writer_ = std::thread([this, staged = std::move(staged), dir, path, step = state.step]() mutable {
+    const Stopwatch writing(clock_);
+    hooks_->StallIfAsked("memory_snapshot");
+    Status s;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) s = Status::IoError("creating " + dir + ": " + ec.message());
+    WrittenFile written;
+    // Memory (tmpfs): nothing to gain from fsyncs, and a directory on a disk (tests) must not make
+    // every step wait on it.
+    if (s.ok()) s = WriteSafetensors(path, staged.tensors, staged.metadata, &written, Durability::kVolatile);
+    staged = StagedShard();
+    writer_status_ = s;
+    writer_seconds_ = writing.Seconds();
+    writer_bytes_ = written.bytes;
+    if (!s.ok()) return;
+    // This rank's own files beyond the newest two (the worker normally took them over already).
+    own_steps_.push_back(step);
+    while (own_steps_.size() > 2) {
+      const std::string old_dir = snapshot::HeldStepDir(policy_.dir, own_steps_.front());
+      fs::remove(old_dir + "/" + snapshot::ShardFileName(comm_->rank(), comm_->world()), ec);
+      fs::remove(old_dir, ec);  // only when empty: other ranks of this node may still have files there
+      own_steps_.pop_front();
+    }
+    rank::MemorySnapshotEvent e;
+    e.step = step;
+    e.rank = comm_->rank();
+    e.world_size = comm_->world();
+    e.path = path;
+    e.bytes = written.bytes;
+    e.crc32c = written.crc32c;
+    e.seconds = writer_seconds_;
+    e.stall_seconds = pending_stall_;
+    events_->Emit(e);
+  });
+}
+
+double MemorySnapshotter::Join() {
+  if (!pending_) return 0;
+  const Stopwatch wait(clock_);
+  if (writer_.joinable()) writer_.join();
+  pending_ = false;
+  const double waited = wait.Seconds();
+  if (!writer_status_.ok()) {
+    EFT_LOG(WARNING) << "memory snapshot at step " << pending_step_ << " failed: " << writer_status_.message()
+                     << "; this rank takes no more memory snapshots in this attempt, disk checkpoints go on";
+    failed_ = true;
+    return waited;
+  }
+  last_cost_seconds_ = pending_stall_ + writer_seconds_;
+  if (!logged_first_ && comm_->rank() == 0) {
+    logged_first_ = true;
+    EFT_LOG(INFO) << "memory snapshot at step " << pending_step_ << ": " << Mib(writer_bytes_) << " on rank 0 in "
+                  << writer_seconds_ << " s, into " << policy_.dir;
+  }
+  return waited;
+}
+
+double MemorySnapshotter::BeforeUpdate() {
+  if (!pending_ || !pending_reads_live_) return 0;
+  return Join();
+}
+
+void MemorySnapshotter::Wait() { Join(); }
+
+}  // namespace eft::trainer
