@@ -183,8 +183,9 @@ Status AttemptLifecycle::Start(JobEntry& j, const Placement& p) {
         << " but saved no checkpoint at its last step ("
         << reached << ") within fault_tolerance.stop_grace_seconds ("
         << j.rec.spec.fault_tolerance().stop_grace_seconds() << " s): "
-        << (newest ? "resuming from the newest periodic checkpoint, step " + std::to_string(resume_step)
-                   : std::string("no checkpoint at all, starting from scratch"))
+        << (memory   ? "resuming from the memory snapshot of step " + std::to_string(resume_step)
+            : newest ? "resuming from the newest periodic checkpoint, step " + std::to_string(resume_step)
+                     : std::string("no checkpoint at all, starting from scratch"))
         << "; " << lost << (lost == 1 ? " step lost" : " steps lost");
     c.events.push_back(jobs_->MakeEvent(j, "stop_not_saved", why.str()));
   }

@@ -5,7 +5,6 @@
 
 #include "common/logging.h"
 #include "common/memory_snapshot.h"
-#include "controller/resize_policy.h"
 #include "spec/job_spec.h"
 
 namespace eft::controller {
@@ -111,10 +110,21 @@ void SnapshotTracker::OnHeartbeat(const std::string& node,
                                   const google::protobuf::RepeatedPtrField<v1::StageResult>& staged) {
   held_[node].assign(held.begin(), held.end());
   for (const v1::HeldSnapshot& h : held) seen_.insert({h.job_id(), h.attempt()});
-  for (auto it = seen_.begin(); it != seen_.end();) {
-    const JobEntry* j = jobs_->Find(it->first);
-    const bool stale = j == nullptr || j->current() == nullptr || it->second < j->current()->number - 1;
-    it = stale ? seen_.erase(it) : std::next(it);
+  auto stale = [&](const std::pair<std::string, int>& key) {
+    const JobEntry* j = jobs_->Find(key.first);
+    return j == nullptr || j->current() == nullptr || key.second < j->current()->number - 1;
+  };
+  for (auto it = seen_.begin(); it != seen_.end();) it = stale(*it) ? seen_.erase(it) : std::next(it);
+  for (auto it = pins_.begin(); it != pins_.end();) it = stale(it->first) ? pins_.erase(it) : std::next(it);
+  // The pin of every attempt this node reported on advances as far as its replicas allow.
+  std::set<std::string> jobs;
+  for (const v1::HeldSnapshot& h : held) jobs.insert(h.job_id());
+  for (const std::string& id : jobs) {
+    const JobEntry* j = jobs_->Find(id);
+    if (j == nullptr || j->current() == nullptr) continue;
+    const int64_t step = NewestReplicatedStep(*j);
+    int64_t& pin = pins_[{id, j->current()->number}];
+    pin = std::max(pin, step);
   }
   for (const v1::StageResult& result : staged) {
     auto it = staging_.find(result.job_id());
@@ -166,8 +176,10 @@ bool SnapshotTracker::ResumeDecided(JobEntry& j) {
     staging_.erase(id);
     return true;
   };
-  // A planned stop saved a checkpoint at its last step: nothing in memory is newer.
-  if (EndedForPlannedStop(*a) || !SnapshotsOn(j.rec.spec)) return decide(std::nullopt, "");
+  // A planned stop (resize, preemption) saved a checkpoint at its last step, so nothing in memory is
+  // newer, unless that save never came (a node killed while its ranks stopped): then a memory
+  // snapshot newer than the disk's newest is what is left, as after any unplanned end.
+  if (!SnapshotsOn(j.rec.spec)) return decide(std::nullopt, "");
   const int64_t disk_step = NewestDiskStep(j);
   auto it = staging_.find(id);
   if (it == staging_.end() || it->second.attempt != a->number) {
@@ -238,6 +250,7 @@ void SnapshotTracker::KeepFor(const std::string& /*node*/,
     v1::AttemptRef* ref = out->Add();
     ref->set_job_id(id);
     ref->set_attempt(attempt);
+    if (auto pin = pins_.find({id, attempt}); pin != pins_.end() && pin->second > 0) ref->set_keep_step(pin->second);
   };
   std::set<std::string> ids = jobs_->index().Active();
   for (const auto& id : jobs_->index().Pending()) ids.insert(id);

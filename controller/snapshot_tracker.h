@@ -6,8 +6,8 @@
 // lost or restarts holds nothing (its memory went with it). Nothing of this is stored: after a
 // controller restart the workers report it again.
 //
-// When a job whose attempt ended unplanned (a node lost, a rank failed) is about to restart, the
-// tracker picks the newest step of that attempt whose every rank is held by a live node and that is
+// When a job whose attempt ended (a node lost, a rank failed; or a planned stop whose stop
+// checkpoint never came) is about to restart, the tracker picks the newest step of that attempt whose every rank is held by a live node and that is
 // newer than the job's newest disk checkpoint (ChooseMemoryStep), asks the holders to stage those
 // shards into <checkpoint.dir>/step-S.snapshot (StageOrder, in their heartbeat replies), and holds
 // the restart until every one reported back (StageResult). Then the next attempt resumes from that
@@ -73,6 +73,7 @@ class SnapshotTracker {
 
   // For `node`'s heartbeat reply.
   void OrdersFor(const std::string& node, google::protobuf::RepeatedPtrField<v1::StageOrder>* out) const;
+  // The attempts whose snapshots the nodes keep, each with the step they keep besides their newest.
   void KeepFor(const std::string& node, google::protobuf::RepeatedPtrField<v1::AttemptRef>* out) const;
   // For `node`'s AttemptSpec of attempt `a`: the peers it sends its ranks' snapshots to.
   void PeersFor(const JobEntry& job, const AttemptRecord& a, const std::string& node,
@@ -113,6 +114,9 @@ class SnapshotTracker {
   NodeTable* const nodes_;
   std::map<std::string, std::vector<v1::HeldSnapshot>> held_;  // node -> its last report
   std::map<std::string, Staging> staging_;                       // job id -> staging under way
+  // The step every node keeps of an attempt (AttemptRef.keep_step): the highest NewestReplicatedStep
+  // seen, so it never moves back when a node's reports stop (its loss is when it matters).
+  std::map<std::pair<std::string, int>, int64_t> pins_;
   // (job, attempt) pairs some node reported a snapshot of: a restart without a usable one says why.
   // Pairs of jobs that left memory, and of attempts older than the one before the current, are dropped.
   std::set<std::pair<std::string, int>> seen_;

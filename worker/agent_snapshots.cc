@@ -115,8 +115,13 @@ void WorkerAgent::AddSnapshotReport(v1::HeartbeatRequest* req) {
 void WorkerAgent::ApplySnapshotOrders(const v1::HeartbeatResponse& resp, std::vector<AttemptId> keep) {
   if (!snapshots_) return;
   stager_->Update(resp.stage());
-  for (const auto& a : resp.keep_snapshots()) keep.emplace_back(a.job_id(), a.attempt());
+  std::map<AttemptId, int64_t> keep_steps;
+  for (const auto& a : resp.keep_snapshots()) {
+    keep.emplace_back(a.job_id(), a.attempt());
+    if (a.keep_step() > 0) keep_steps[{a.job_id(), a.attempt()}] = a.keep_step();
+  }
   snapshots_->Keep(keep);
+  snapshots_->SetKeepSteps(keep_steps);
 }
 
 }  // namespace eft::worker

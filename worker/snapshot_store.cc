@@ -131,6 +131,35 @@ void SnapshotStore::DropFile(Kind kind, const HeldFile& f) {
   (kind == Kind::kOwn ? own_bytes_ : replica_bytes_) -= f.record.bytes;
 }
 
+void SnapshotStore::Trim(Kind kind, Shard& shard, int64_t keep_step) {
+  if (shard.complete.empty()) return;
+  std::set<int64_t> keep = {shard.complete.rbegin()->first};
+  if (keep_step > 0 && shard.complete.count(keep_step)) {
+    keep.insert(keep_step);
+  } else if (kind == Kind::kOwn && shard.complete.size() >= 2) {
+    keep.insert(std::next(shard.complete.rbegin())->first);
+  }
+  for (auto it = shard.complete.begin(); it != shard.complete.end();) {
+    if (keep.count(it->first)) {
+      ++it;
+      continue;
+    }
+    DropFile(kind, it->second);
+    it = shard.complete.erase(it);
+  }
+}
+
+void SnapshotStore::SetKeepSteps(const std::map<AttemptId, int64_t>& keep_steps) {
+  MutexLock lock(&mu_);
+  for (auto& [a, attempt] : attempts_) {
+    auto it = keep_steps.find(a);
+    const int64_t step = it == keep_steps.end() ? 0 : it->second;
+    if (step == attempt.keep_step) continue;
+    attempt.keep_step = step;
+    for (auto& [key, shard] : attempt.shards) Trim(key.second, shard, step);
+  }
+}
+
 Result<std::string> SnapshotStore::IncomingDir(const AttemptId& a) {
   if (!ValidJobId(a.first)) return Status::InvalidArgument("job id '" + a.first + "' cannot name a directory");
   const std::string dir = AttemptDir(a) + "/incoming";
@@ -191,10 +220,7 @@ Status SnapshotStore::TakeOver(const AttemptId& a, int rank, const rank::MemoryS
   snapshot::ShardRecord record{e.step, e.rank, e.world_size, e.bytes, e.crc32c};
   shard.complete[e.step] = HeldFile{record, target};
   own_bytes_ += e.bytes;
-  while (shard.complete.size() > 2) {
-    DropFile(Kind::kOwn, shard.complete.begin()->second);
-    shard.complete.erase(shard.complete.begin());
-  }
+  Trim(Kind::kOwn, shard, AttemptOf(a).keep_step);
   return Status::Ok();
 }
 
@@ -283,13 +309,11 @@ Status SnapshotStore::CommitReceived(uint64_t id, const snapshot::ShardRecord& r
     return s;
   }
   EndReceive(id);
-  Shard& shard = attempts_.at(r.attempt).shards[{r.rank, Kind::kReplica}];
+  Attempt& attempt = attempts_.at(r.attempt);
+  Shard& shard = attempt.shards[{r.rank, Kind::kReplica}];
   shard.complete[record.step] = HeldFile{record, r.path};
   replica_bytes_ += record.bytes;
-  while (shard.complete.size() > 1) {
-    DropFile(Kind::kReplica, shard.complete.begin()->second);
-    shard.complete.erase(shard.complete.begin());
-  }
+  Trim(Kind::kReplica, shard, attempt.keep_step);
   return Status::Ok();
 }
 

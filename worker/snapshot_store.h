@@ -17,7 +17,11 @@
 //   the transfer begins. One transfer per shard at a time, and only of a step newer than the one held.
 // - Retention, per (job, attempt, rank): own files, the newest two steps; replicas, the newest
 //   complete one and the one being received (the older is dropped when a newer one is complete).
-//   So a node holds at most 2 snapshots per shard, and its memory bound is
+//   The controller's keep step (SetKeepSteps: the newest step held whole with every replica) takes
+//   the place of the older own file, and is kept beside a replica's newest, so the survivors of a
+//   node's loss share a step however far replication lags.
+//   So a node holds at most 2 snapshots per shard (3 for a replica shard while one is received and
+//   the keep step lags), and its memory bound is
 //       2 x S x (L + P)   bytes
 //   for shards of S bytes, L ranks of its own and P ranks of peers replicating to it (P is L times
 //   the number of peers sending here, about checkpoint.memory_replicas x L), plus the file each rank
@@ -118,6 +122,10 @@ class SnapshotStore {
   // Blocks for the copies (seconds); error text when a rank is not held or a copy fails.
   v1::StageResult Stage(const v1::StageOrder& order) EXCLUDES(mu_);
   void Keep(const std::vector<AttemptId>& attempts) EXCLUDES(mu_);
+  // The step of each attempt that is kept besides the newest (AttemptRef.keep_step; 0 or missing:
+  // none): retention keeps it while it is held, so the survivors of a node's loss share a step
+  // however far replication lags. Files neither newest nor kept go at once.
+  void SetKeepSteps(const std::map<AttemptId, int64_t>& keep_steps) EXCLUDES(mu_);
   // May be called again (after the ranks are killed, for what they wrote meanwhile).
   void Close() EXCLUDES(mu_);
   SnapshotStoreStats Stats() const EXCLUDES(mu_);
@@ -161,6 +169,7 @@ class SnapshotStore {
   struct Attempt {
     SteadyTime first_seen;
     bool listed = false;  // named by a Keep
+    int64_t keep_step = 0;  // SetKeepSteps
     std::map<std::pair<int, Kind>, Shard> shards;  // by rank, kind
   };
   struct Receive {
@@ -183,6 +192,9 @@ class SnapshotStore {
   std::string RoomText(int64_t need, int64_t freed) const REQUIRES(mu_);
   // Deletes the file and forgets it.
   void DropFile(Kind kind, const HeldFile& f) REQUIRES(mu_);
+  // Retention of one shard: its newest file and the attempt's keep step; an own shard without the
+  // keep step held also keeps the one before its newest. At most two files either way.
+  void Trim(Kind kind, Shard& shard, int64_t keep_step) REQUIRES(mu_);
   void DropAttempt(const AttemptId& a) REQUIRES(mu_);
   void EndReceive(uint64_t id) REQUIRES(mu_);  // releases its reservation and its shard's slot
   Status WriteReceived(uint64_t id, int fd, const std::string& data) EXCLUDES(mu_);

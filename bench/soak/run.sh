@@ -12,7 +12,8 @@
 # restarted 1 s later on the same database; when the workers then go unanswered for more than the
 # 2 s heartbeat timeout, their leases run out and the job restarts from its checkpoint instead of
 # going on: docs/architecture.md, "Lease"), worker_freeze (SIGSTOP of a worker past the heartbeat
-# timeout, then SIGCONT), double_kill (a worker killed, and another while the recovery starts),
+# timeout, then SIGCONT; its ranks train on), node_freeze (the same stop of the worker and its ranks
+# together: a hung host), double_kill (a worker killed, and another while the recovery starts),
 # node_loss_controller_kill (a worker killed, and the controller while it is declaring the node
 # lost), resize_kill (a node drained with --evict, i.e. a planned shrink, undrained 3 s later so the
 # job grows back, and a worker or the controller killed during the shrink or the grow), preempt_kill (a
@@ -46,8 +47,8 @@ done
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$build" && pwd)
 py=${EFT_PYTHON:-$src/.venv/bin/python}
-kinds=(${SOAK_KINDS:-worker_kill rank_kill controller_kill worker_freeze double_kill node_loss_controller_kill
-  resize_kill preempt_kill disk_full})
+kinds=(${SOAK_KINDS:-worker_kill rank_kill controller_kill worker_freeze node_freeze double_kill
+  node_loss_controller_kill resize_kill preempt_kill disk_full})
 tolerance=${SOAK_TOLERANCE:-1e-4}
 # Each step is held this long (EFT_DEBUG_STALL=step, in the workers' environment): the tiny model
 # steps in ~40 ms, so unpaced a job is over before most faults land. Pacing changes no weight.
@@ -223,6 +224,14 @@ inject() {  # kind
       kill -STOP "${worker_pid[$w]}"
       sleep 4; kill -CONT "${worker_pid[$w]}"
       what="froze node$w for 4 s (heartbeat timeout 2 s)" ;;
+    node_freeze)
+      # The whole node stalls (a hung host): its worker and its ranks.
+      local w=$((RANDOM % 3)) frozen=()
+      mapfile -t frozen < <(pgrep -P "${worker_pid[$w]}" -f "eft-train train")
+      frozen+=("${worker_pid[$w]}")
+      kill -STOP "${frozen[@]}"
+      sleep 4; kill -CONT "${frozen[@]}"
+      what="froze node$w (worker and ranks) for 4 s" ;;
     double_kill)
       local a=$((RANDOM % 3)) b; b=$(((a + 1 + RANDOM % 2) % 3))
       kill -9 "-${worker_pid[$a]}" 2>/dev/null

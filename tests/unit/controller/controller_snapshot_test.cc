@@ -163,7 +163,17 @@ TEST_F(ControllerSnapshotTest, EachNodeIsToldItsReplicaPeerAndWhatToKeep) {
   ASSERT_EQ(h.keep_snapshots_size(), 1);
   EXPECT_EQ(h.keep_snapshots(0).job_id(), id);
   EXPECT_EQ(h.keep_snapshots(0).attempt(), 1);
+  EXPECT_EQ(h.keep_snapshots(0).keep_step(), 0) << "nothing replicated yet";
   EXPECT_EQ(h.stage_size(), 0);
+  // Step 6 is held with its replica for every rank, step 7 not yet: every node keeps step 6.
+  Report("n1", v1::RANK_STATE_RUNNING, {Held(id, 1, 7, 3, {0}), Held(id, 1, 6, 3, {0, 2})});
+  Report("n2", v1::RANK_STATE_RUNNING, {Held(id, 1, 7, 3, {1}), Held(id, 1, 6, 3, {1, 0})});
+  h = Report("n3", v1::RANK_STATE_RUNNING, {Held(id, 1, 7, 3, {2}), Held(id, 1, 6, 3, {2, 1}), Held(id, 1, 7, 3, {1})});
+  ASSERT_EQ(h.keep_snapshots_size(), 1);
+  EXPECT_EQ(h.keep_snapshots(0).keep_step(), 6);
+  // It never moves back, even when a node's reports stop showing it (a frozen worker, a lost node).
+  h = Report("n1", v1::RANK_STATE_RUNNING, {Held(id, 1, 8, 3, {0})});
+  EXPECT_EQ(h.keep_snapshots(0).keep_step(), 6);
 }
 
 TEST_F(ControllerSnapshotTest, ANodesLossResumesFromTheNewestStepTheSurvivorsHoldWhole) {
@@ -257,6 +267,45 @@ TEST_F(ControllerSnapshotTest, AControllerRestartLosesNothingTheWorkersHold) {
   EXPECT_EQ(job.attempts(1).resume_from(), "/ck/step-7.snapshot");
   EXPECT_EQ(job.attempts(1).resume_step(), 7);
   EXPECT_EQ(job.attempts(1).steps_lost(), 1) << "attempt 1 reached step 8 (stored before the restart)";
+}
+
+// A planned stop (drain --evict) whose ranks are killed before their stop checkpoint (their node lost
+// meanwhile in real life): the newest memory snapshot, newer than the disk's, is what is left.
+TEST_F(ControllerSnapshotTest, APlannedStopWithoutItsStopCheckpointResumesFromMemory) {
+  const std::string id = StartJobWithCheckpointAtStep5(/*min_nodes=*/1);
+  const std::vector<v1::HeldSnapshot> held1 = {Held(id, 1, 7, 3, {0, 2})};
+  const std::vector<v1::HeldSnapshot> held2 = {Held(id, 1, 7, 3, {1, 0})};
+  const std::vector<v1::HeldSnapshot> held3 = {Held(id, 1, 7, 3, {2, 1})};
+  ASSERT_TRUE(c_->SetDrained("n2", true, /*evict=*/true).ok());
+  ASSERT_EQ(Job(id).state(), v1::JOB_STATE_RECOVERING);
+  // The ranks die without saving (no checkpoint event): killed, as at the end of the stop grace.
+  Report("n1", v1::RANK_STATE_EXITED, held1, {}, 0);
+  Report("n2", v1::RANK_STATE_EXITED, held2, {}, 0);
+  Report("n3", v1::RANK_STATE_EXITED, held3, {}, 0);
+  c_->Tick();
+  std::map<std::string, v1::HeartbeatResponse> h = {{"n1", Report("n1", v1::RANK_STATE_EXITED, held1)},
+                                                     {"n3", Report("n3", v1::RANK_STATE_EXITED, held3)}};
+  int orders = 0;
+  for (const auto& [node, reply] : h) {
+    for (const auto& o : reply.stage()) {
+      ++orders;
+      Report(node, v1::RANK_STATE_EXITED, node == "n1" ? held1 : held3, {Staged(o)});
+    }
+  }
+  Report("n2", v1::RANK_STATE_EXITED, held2);  // a drained node may still hold and stage snapshots
+  ASSERT_GT(orders, 0);
+  for (int i = 0; i < 3 && Job(id).state() == v1::JOB_STATE_RECOVERING; ++i) {
+    const v1::HeartbeatResponse reply = Report("n2", v1::RANK_STATE_EXITED, held2);
+    for (const auto& o : reply.stage()) Report("n2", v1::RANK_STATE_EXITED, held2, {Staged(o)});
+    c_->Tick();
+  }
+  v1::Job job = Job(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_STARTING) << job.reason();
+  EXPECT_EQ(job.attempts(1).resume_from(), "/ck/step-7.snapshot");
+  const auto not_saved = EventsOfType(id, "stop_not_saved");
+  ASSERT_EQ(not_saved.size(), 1u);
+  EXPECT_NE(not_saved[0].find("resuming from the memory snapshot of step 7; 1 step lost"), std::string::npos)
+      << not_saved[0];
 }
 
 TEST_F(ControllerSnapshotTest, AFailedStagingFallsBackToTheDiskCheckpointAndSaysWhy) {

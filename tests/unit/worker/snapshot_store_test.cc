@@ -132,6 +132,29 @@ TEST_F(SnapshotStoreTest, OwnShardsKeepTheNewestTwoSteps) {
   EXPECT_EQ(store_->Stats().own_bytes, 2000);
 }
 
+// The controller's keep step (the newest step held whole with its replicas) stays beside the newest,
+// own and replica alike, however many newer ones come; a new keep step lets the old one go.
+TEST_F(SnapshotStoreTest, TheKeepStepStaysBesideTheNewest) {
+  TakeOver(a_, 1, 0, 2, 1000);
+  TakeOver(a_, 2, 0, 2, 1000);
+  const std::string r2 = SnapshotBytes(900, 2);
+  ASSERT_TRUE(Receive(Header(a_, 2, 1, 2, r2), r2).ok());
+  store_->SetKeepSteps({{a_, 2}});
+  for (int64_t step = 3; step <= 6; ++step) {
+    TakeOver(a_, step, 0, 2, 1000);
+    const std::string r = SnapshotBytes(900, static_cast<uint32_t>(step));
+    ASSERT_TRUE(Receive(Header(a_, step, 1, 2, r), r).ok());
+  }
+  EXPECT_EQ(Held(), (std::vector<std::string>{"7 2 2 2 [0,1] 1900", "7 2 6 2 [0,1] 1900"}))
+      << "step 2 is kept on this node for every rank it held of it";
+  // Replicated up to the newest: nothing older is needed.
+  store_->SetKeepSteps({{a_, 6}});
+  EXPECT_EQ(Held(), (std::vector<std::string>{"7 2 6 2 [0,1] 1900"}));
+  store_->SetKeepSteps({});
+  TakeOver(a_, 7, 0, 2, 1000);
+  EXPECT_EQ(Held(), (std::vector<std::string>{"7 2 6 2 [0,1] 1900", "7 2 7 2 [0] 1000"}));
+}
+
 // Replicas: the newest complete one and the one being received; the older goes once the newer is whole.
 TEST_F(SnapshotStoreTest, ReplicasKeepTheNewestCompleteOneAndTheOneBeingReceived) {
   const std::string one = SnapshotBytes(2500, 1), two = SnapshotBytes(2600, 2);
