@@ -184,6 +184,16 @@ bool SnapshotTracker::ResumeDecided(JobEntry& j) {
   auto it = staging_.find(id);
   if (it == staging_.end() || it->second.attempt != a->number) {
     const MemoryStepChoice choice = ChooseMemoryStep(LiveHoldings(), id, a->number, a->world_size, disk_step);
+    // An attempt that resumed from a staged snapshot and ended before it saved or snapshotted anything
+    // newer (stopped for a grow during its start-up, say) hands the same snapshot on: its rank 0
+    // adopted it as step-S (the next one's adoption then finds the newest checkpoint, that one), or
+    // never got to it (the next one adopts it).
+    int64_t staged_step = 0;
+    if (choice.step < 0 && snapshot::IsStagedDir(a->resume_from, &staged_step) && staged_step > disk_step) {
+      return decide(JobEntry::MemoryResume{a->resume_from, staged_step,
+                                           "the snapshot attempt " + std::to_string(a->number) + " resumed from"},
+                    "");
+    }
     if (choice.step < 0) {
       // Said only of an attempt that took snapshots at all (some node reported one, lost since or not).
       return decide(std::nullopt, seen_.count({id, a->number}) ? choice.why_not : "");

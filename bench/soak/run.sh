@@ -78,6 +78,9 @@ controller_pid=
 echo "soak: $trials trials, seed $seed, kinds ${kinds[*]}; files in $work"
 
 mounts=()
+# Memory snapshots in memory (tmpfs), as on a real node: on the soak's disk they would be written back
+# and slow every fsync there, the controller's too.
+shm=$(mktemp -d /dev/shm/eft-soak-XXXXXX 2>/dev/null || echo "$work/shm")
 cleanup() {
   local pids=("$controller_pid" "${worker_pid[@]}")
   for pid in "${pids[@]}"; do
@@ -85,6 +88,7 @@ cleanup() {
   done
   wait 2>/dev/null
   for m in "${mounts[@]}"; do umount "$m" 2>/dev/null; done
+  rm -rf "$shm"
 }
 trap cleanup EXIT
 
@@ -113,7 +117,7 @@ start_controller() {
 start_worker() {  # index
   # Ranks inherit the worker's environment: the step pace reaches them this way (spec.env may not set EFT_*).
   CUDA_VISIBLE_DEVICES= EFT_DEBUG_STALL=step EFT_DEBUG_STALL_SECONDS=$pace setsid "$build/worker/eft-worker" --controller "$EFT_CONTROLLER" --name "node$1" \
-    --slots 1 --work-dir "$work/work/node$1" --address 127.0.0.1 --snapshot-dir "$work/work/node$1/shm" \
+    --slots 1 --work-dir "$work/work/node$1" --address 127.0.0.1 --snapshot-dir "$shm/node$1" \
     >>"$work/node$1.log" 2>&1 &
   worker_pid[$1]=$!
   disown "${worker_pid[$1]}"
@@ -205,7 +209,7 @@ inject() {  # kind
   case $1 in
     worker_kill)
       local w=$((RANDOM % 3))
-      kill -9 "-${worker_pid[$w]}" 2>/dev/null
+      kill -9 "-${worker_pid[$w]}" 2>/dev/null; rm -rf "$shm/node$w"  # its memory goes with it
       sleep 3; start_worker "$w"
       what="killed node$w" ;;
     rank_kill)
@@ -234,14 +238,14 @@ inject() {  # kind
       what="froze node$w (worker and ranks) for 4 s" ;;
     double_kill)
       local a=$((RANDOM % 3)) b; b=$(((a + 1 + RANDOM % 2) % 3))
-      kill -9 "-${worker_pid[$a]}" 2>/dev/null
+      kill -9 "-${worker_pid[$a]}" 2>/dev/null; rm -rf "$shm/node$a"
       sleep 2.5  # the controller noticed (2 s) and is restarting the job
-      kill -9 "-${worker_pid[$b]}" 2>/dev/null
+      kill -9 "-${worker_pid[$b]}" 2>/dev/null; rm -rf "$shm/node$b"
       sleep 2; start_worker "$a"; start_worker "$b"
       what="killed node$a, then node$b during the recovery" ;;
     node_loss_controller_kill)
       local w=$((RANDOM % 3)) gap; gap=$(printf '1.%d' $((RANDOM % 10)))
-      kill -9 "-${worker_pid[$w]}" 2>/dev/null
+      kill -9 "-${worker_pid[$w]}" 2>/dev/null; rm -rf "$shm/node$w"  # its memory goes with it
       sleep "$gap"  # the heartbeat timeout is 2 s: the controller is about to declare node$w lost
       kill -9 "-$controller_pid" 2>/dev/null
       sleep 1; start_controller >/dev/null
@@ -301,7 +305,7 @@ kill_one() {
   else
     local w=$((RANDOM % 3))
     ((w == $1)) && w=$(((w + 1) % 3))
-    kill -9 "-${worker_pid[$w]}" 2>/dev/null
+    kill -9 "-${worker_pid[$w]}" 2>/dev/null; rm -rf "$shm/node$w"  # its memory goes with it
     sleep 3; start_worker "$w"
     killed="killed node$w"
   fi

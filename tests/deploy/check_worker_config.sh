@@ -22,7 +22,8 @@ cpid=$!
 grep -q '^# data_address: ' "$src/deploy/config/worker.yaml" || { echo "worker.yaml documents no data_address" >&2; exit 1; }
 sed 's/^# data_address: .*/data_address: lo/' "$src/deploy/config/worker.yaml" >"$tmp/worker.yaml"
 "$build/worker/eft-worker" --config "$tmp/worker.yaml" --controller "127.0.0.1:$port" --address 192.0.2.1 \
-  --name cfg-node --work-dir "$tmp/work" --metrics "127.0.0.1:$mport" >"$tmp/worker.log" 2>&1 &
+  --name cfg-node --work-dir "$tmp/work" --snapshot-dir "$tmp/work/shm" --metrics "127.0.0.1:$mport" \
+  >"$tmp/worker.log" 2>&1 &
 wpid=$!
 for _ in $(seq 100); do
   if "$build/cli/eftctl" --controller "127.0.0.1:$port" node list 2>/dev/null | grep -q cfg-node; then

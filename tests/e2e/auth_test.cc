@@ -406,7 +406,7 @@ TEST(Auth, WorkersNeedTheJoinTokenAndEftctlATokenAndTheLoopbackRule) {
   auto worker_argv = [&](const std::string& name) {
     return std::vector<std::string>{BuildDir() + "/worker/eft-worker", "--controller", c.controller_address(), "--name",
                                     name, "--slots", "1", "--work-dir", c.dir() + "/work/" + name, "--address",
-                                    "127.0.0.1"};
+                                    "127.0.0.1", "--snapshot-dir", c.dir() + "/work/" + name + "/shm"};
   };
   ASSERT_TRUE(wrong.Start(worker_argv("intruder"), {{"CUDA_VISIBLE_DEVICES", ""}, {"EFT_JOIN_TOKEN", kAdminToken}},
                           c.dir() + "/intruder.log"));

@@ -41,6 +41,11 @@ TestCluster::TestCluster(ClusterOptions options) : options_(options) {
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   dir_ = ::mkdtemp(buf.data());
+  std::string shm = "/dev/shm/eft-e2e-XXXXXX";
+  std::vector<char> shm_buf(shm.begin(), shm.end());
+  shm_buf.push_back('\0');
+  const char* made = fs::is_directory("/dev/shm") ? ::mkdtemp(shm_buf.data()) : nullptr;
+  shm_dir_ = made != nullptr ? std::string(made) : dir_ + "/shm";
   port_ = PickFreePort();
   while (options_.http && (http_port_ == 0 || http_port_ == port_)) http_port_ = PickFreePort();
   for (int i = 0; options_.worker_metrics && i < options_.workers; ++i) {
@@ -76,6 +81,8 @@ void TestCluster::Connect() {
 TestCluster::~TestCluster() {
   for (auto& w : workers_) w->KillGroup();
   if (controller_) controller_->KillGroup();
+  std::error_code shm_ec;
+  fs::remove_all(shm_dir_, shm_ec);  // memory, kept for no one
   bool failed = ::testing::Test::HasFailure();
   if (failed || keep_) {
     std::fprintf(stderr, "test cluster directory kept for inspection: %s\n", dir_.c_str());

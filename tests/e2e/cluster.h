@@ -73,8 +73,10 @@ class TestCluster {
   void KillWorker(int i, int sig = 9);
   ChildProcess& worker(int i) { return *workers_.at(i); }
   std::string worker_name(int i) const { return "node" + std::to_string(i); }
-  // Worker i's --snapshot-dir (its memory snapshots; in the test's directory, never in /dev/shm).
-  std::string worker_snapshot_dir(int i) const { return dir_ + "/work/" + worker_name(i) + "/shm"; }
+  // Worker i's --snapshot-dir: its memory snapshots, in memory (tmpfs) as on a real node, under a
+  // directory of this cluster's own that the destructor removes. On a disk they would be written back
+  // and slow every fsync on it (ext4 commits other files' data with a journal), the controller's too.
+  std::string worker_snapshot_dir(int i) const { return shm_dir_ + "/" + worker_name(i); }
 
   // Channel credentials matching ClusterOptions::client_tls_ca, and the token of client_token.
   std::shared_ptr<grpc::ChannelCredentials> credentials() const;
@@ -109,6 +111,7 @@ class TestCluster {
   void Connect();  // a fresh channel to the controller
   ClusterOptions options_;
   std::string dir_;
+  std::string shm_dir_;  // /dev/shm/eft-e2e-XXXXXX, or dir_ + "/shm" without /dev/shm
   int port_;
   int http_port_ = 0;
   std::vector<int> worker_metrics_ports_;

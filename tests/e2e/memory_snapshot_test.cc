@@ -22,15 +22,22 @@ class MemorySnapshotTest : public TrainerTest {
     InitModel();
     WriteData(48);
     epochs_ = 2;  // 48 examples / 8 per step = 6 steps per epoch: 12 steps
+    // Snapshots in memory (tmpfs), as eft-worker keeps them: on the test's disk they would be written
+    // back and slow the fsyncs of every test running beside this one.
+    shm_ = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") / dir_.filename() : dir_ / "shm";
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(shm_, ec);
+    TrainerTest::TearDown();
   }
   std::string Spec(const std::string& ckpt_dir, int every, const std::string& memory_every) {
     extra_yaml_ = "checkpoint: {dir: " + ckpt_dir + ", every_steps: " + std::to_string(every) +
                   ", keep_last: 5, memory_every_steps: " + memory_every + "}\n";
     return WriteSpec(8, 2, 3e-3);
   }
-  std::string SnapshotEnv(const std::string& name) {
-    return "EFT_SNAPSHOT_DIR=" + (dir_ / name).string();
-  }
+  std::string SnapshotEnv(const std::string& name) { return "EFT_SNAPSHOT_DIR=" + (shm_ / name).string(); }
+  fs::path shm_;
   // The memory_snapshot events of a run by step, then rank.
   static std::map<int64_t, std::map<int, snapshot::ShardRecord>> Snapshots(const Run& run,
                                                                            std::map<int64_t, std::map<int, std::string>>* paths) {
@@ -81,7 +88,7 @@ TEST_F(MemorySnapshotTest, KilledRanksResumeExactlyFromTheirNewestSnapshotAtAnot
   ASSERT_EQ(killed.losses.size(), 7u) << killed.output;
   // Taking snapshots changes nothing about training: the same bits as the run without them.
   for (size_t i = 0; i < killed.losses.size(); ++i) EXPECT_EQ(killed.losses[i], ref.losses[i]) << "step " << i + 1;
-  EXPECT_NE(killed.output.find("memory snapshots into " + (dir_ / "shm").string() + ": every 1 step ("),
+  EXPECT_NE(killed.output.find("memory snapshots into " + (shm_ / "shm").string() + ": every 1 step ("),
             std::string::npos)
       << killed.output;
   std::map<int64_t, std::map<int, std::string>> paths;
@@ -93,7 +100,7 @@ TEST_F(MemorySnapshotTest, KilledRanksResumeExactlyFromTheirNewestSnapshotAtAnot
   // Each rank keeps at most two of its own files when no worker takes them over.
   for (int rank : {0, 1}) {
     int files = 0;
-    for (const auto& entry : fs::recursive_directory_iterator(dir_ / "shm")) {
+    for (const auto& entry : fs::recursive_directory_iterator(shm_ / "shm")) {
       if (entry.path().filename() == snapshot::ShardFileName(rank, 2)) ++files;
     }
     EXPECT_LE(files, 2) << "rank " << rank;
@@ -117,6 +124,15 @@ TEST_F(MemorySnapshotTest, KilledRanksResumeExactlyFromTheirNewestSnapshotAtAnot
   EXPECT_TRUE(trainer::VerifyCheckpoint(ckpt + "/step-" + std::to_string(staged)).ok());
   ExpectSameTraining(ref.losses, resumed.losses, static_cast<size_t>(staged), Weights("ref"), Weights("resumed"),
                      "resumed at W=3 from the memory snapshot of step " + std::to_string(staged));
+  // Handed the same staged snapshot again (an attempt that stopped before saving anything newer hands
+  // it on): it was adopted already, and the run resumes from that checkpoint without a word of warning.
+  Run again = TrainRun("again", 2, spec, 0, "--resume " + snapshot::StagedDir(ckpt, staged));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(again.output.find("not resuming from the memory snapshot"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("resumed from " + ckpt + "/step-" + std::to_string(staged) + " "), std::string::npos)
+      << again.output;
+  ExpectSameTraining(ref.losses, again.losses, static_cast<size_t>(staged), Weights("ref"), Weights("again"),
+                     "the adopted snapshot handed on");
 }
 
 // LoRA: a snapshot holds the adapters (their fp32 slices and moments), not the frozen base; killed at

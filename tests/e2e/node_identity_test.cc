@@ -17,7 +17,7 @@ using namespace std::chrono_literals;
 
 std::vector<std::string> WorkerArgv(TestCluster& c, const std::string& name, const std::string& work_dir) {
   return {BuildDir() + "/worker/eft-worker", "--controller", c.controller_address(), "--name", name,
-          "--slots", "1", "--work-dir", work_dir, "--address", "127.0.0.1"};
+          "--slots", "1", "--work-dir", work_dir, "--address", "127.0.0.1", "--snapshot-dir", work_dir + "/shm"};
 }
 
 // The exit code of `p` once it exits within `timeout`; -1 if it does not, or dies of a signal.

@@ -226,7 +226,8 @@ TEST(Surfaces, FirstErrorsSayWhatIsWrongAndWhatToDo) {
   ChildProcess worker;
   const std::string log = c.dir() + "/lost-worker.log";
   ASSERT_TRUE(worker.Start({BuildDir() + "/worker/eft-worker", "--controller", "127.0.0.1:" + std::to_string(nobody),
-                            "--name", "lost", "--work-dir", c.dir() + "/work/lost", "--address", "127.0.0.1"},
+                            "--name", "lost", "--work-dir", c.dir() + "/work/lost", "--address", "127.0.0.1",
+                            "--snapshot-dir", c.dir() + "/work/lost/shm"},
                            {}, log));
   EXPECT_TRUE(WaitUntil([&] { return ReadFile(log).find("cannot register") != std::string::npos; }, 10s)) << ReadFile(log);
   const std::string said = ReadFile(log);

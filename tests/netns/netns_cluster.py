@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import signal
 import subprocess
 import sys
@@ -144,6 +145,10 @@ class NetnsCluster:
     def __init__(self, workdir, build, workers=3, data_network=True, address="ip", loopback_names=(),
                  heartbeat=None, worker_env=None, trainer=None):
         self.workdir = os.path.abspath(workdir)
+        # Memory snapshots in memory (tmpfs), as on a real node: on the run's disk they would be
+        # written back and slow every fsync there, the controller's too. Removed by close().
+        self.shm = (tempfile.mkdtemp(prefix="eft-netns-", dir="/dev/shm") if os.path.isdir("/dev/shm")
+                    else os.path.join(self.workdir, "shm"))
         self.build = os.path.abspath(build)
         self.n = workers
         self.data_network = data_network
@@ -269,6 +274,7 @@ class NetnsCluster:
         for name in reversed(self._made):
             delete_namespace(name)
         self._made = []
+        shutil.rmtree(self.shm, ignore_errors=True)
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
         self._old_handlers = {}
@@ -307,8 +313,7 @@ class NetnsCluster:
         host = self.node(i)
         argv = [os.path.join(self.build, "worker", "eft-worker"), "--controller", self.controller_address,
                 "--name", host, "--slots", "1", "--work-dir", os.path.join(self.workdir, "work", host),
-                # Memory snapshots in the run's own directory: removed with it, never shared with another run.
-                "--snapshot-dir", os.path.join(self.workdir, "work", host, "shm")]
+                "--snapshot-dir", os.path.join(self.shm, host)]
         if self.address == "ip":
             argv += ["--address", self.mgmt_ip(host)]
         if self.data_network:

@@ -40,6 +40,15 @@ Result<TrainerState> StateOf(const std::string& file, const snapshot::ShardRecor
 
 Result<std::string> AdoptStagedSnapshot(const std::string& staged_dir, const std::string& root,
                                         const AttemptId& attempt) {
+  int64_t named_step = 0;
+  if (!snapshot::IsStagedDir(staged_dir, &named_step)) {
+    return Status::InvalidArgument(staged_dir + ": not a staged snapshot (step-N.snapshot)");
+  }
+  // Adopted already, by an earlier attempt that stopped before it saved anything newer: it is step-N.
+  std::error_code ec;
+  if (!fs::exists(staged_dir, ec) && VerifyCheckpoint(root + "/step-" + std::to_string(named_step)).ok()) {
+    return root + "/step-" + std::to_string(named_step);
+  }
   EFT_ASSIGN_OR_RETURN(std::vector<snapshot::ShardRecord> records, snapshot::ReadStagedRecords(staged_dir));
   const int64_t step = records.front().step;
   const int world = records.front().world_size;
@@ -68,7 +77,6 @@ Result<std::string> AdoptStagedSnapshot(const std::string& staged_dir, const std
   if (attempt.fenced()) EFT_RETURN_IF_ERROR(CheckFence(root, attempt));
   EFT_RETURN_IF_ERROR(CommitCheckpointDir(staged_dir, final_dir, attempt));
   // The records served their purpose; the manifest now says what each file is.
-  std::error_code ec;
   for (const snapshot::ShardRecord& r : records) {
     fs::remove(final_dir + "/" + snapshot::ShardFileName(r.rank, r.world_size) + snapshot::kRecordSuffix, ec);
   }

@@ -18,7 +18,8 @@ namespace eft::trainer {
 
 // Rank 0: commits the staged snapshot `staged_dir` (step-S.snapshot) as `root`/step-S, written by
 // `attempt`; returns that directory. When a checkpoint of step S is already there and verifies (a
-// disk save of the same step), that one is kept and returned. DataLoss naming the shard when one is
+// disk save of the same step, or this very snapshot adopted by an earlier attempt, which renamed the
+// staged directory away), that one is kept and returned. DataLoss naming the shard when one is
 // missing, truncated or damaged (nothing is committed; the staged directory is left for the next
 // retention); IoError for write errors; fence.h's Fenced when `attempt` no longer holds the fence.
 Result<std::string> AdoptStagedSnapshot(const std::string& staged_dir, const std::string& root,

@@ -239,6 +239,23 @@ TEST_F(ControllerSnapshotTest, ANodesLossResumesFromTheNewestStepTheSurvivorsHol
   EXPECT_EQ(next.stage_size(), 0);
   // Both attempts are kept until the new one holds a step of its own whole.
   EXPECT_EQ(next.keep_snapshots_size(), 2);
+  // Attempt 2 fails before it snapshots or saves anything: attempt 3 is handed the same snapshot.
+  v1::HeartbeatResponse n3 = Report("n3", v1::RANK_STATE_EXITED, held3);
+  ASSERT_EQ(n3.desired_size(), 1);
+  assignments_["n1"] = next.desired(0);
+  assignments_["n3"] = n3.desired(0);
+  Report("n1", v1::RANK_STATE_EXITED, {}, {}, 1);
+  Report("n3", v1::RANK_STATE_EXITED, {}, {}, 1);
+  for (int i = 0; i < 5 && Job(id).attempts_size() < 3; ++i) {
+    clock_.Advance(1000ms);  // the backoff
+    Report("n1", v1::RANK_STATE_EXITED, {}, {}, 1);
+    Report("n3", v1::RANK_STATE_EXITED, {}, {}, 1);
+    c_->Tick();
+  }
+  job = Job(id);
+  ASSERT_EQ(job.attempts_size(), 3) << job.reason();
+  EXPECT_EQ(job.attempts(2).resume_from(), "/ck/step-7.snapshot");
+  EXPECT_EQ(job.attempts(2).resume_step(), 7);
 }
 
 // Nothing of the snapshots is stored: a controller restarted while the job recovers learns again
