@@ -35,8 +35,14 @@ def make_inputs(workdir, build):
             f.write(json.dumps({"input_ids": [1, 2, 3, a] + answer, "labels": [-100] * 4 + answer}) + "\n")
 
 
-def write_spec(workdir, name, nodes_min=1, nodes_max=3, max_restarts=10):
-    """The job's YAML (its checkpoints in <workdir>/ckpt-<name>); returns its path."""
+def write_spec(workdir, name, nodes_min=1, nodes_max=3, max_restarts=10, memory_every_steps="0"):
+    """The job's YAML (its checkpoints in <workdir>/ckpt-<name>); returns its path.
+
+    Memory snapshots are off unless asked for: these tests time the control plane's handling of cuts
+    (a 1.5 s cut ridden out within a 3 s lease), and on a loaded 2-core machine the snapshots' work
+    every 0.14 s step (writes, take-overs, replication) pushed the post-heal heartbeat past the lease
+    (3 of 4 full-suite runs, 2026-11-29; issue 48's notes). Recovery from memory is tested by the
+    e2e and soak tests."""
     path = os.path.join(workdir, f"{name}.yaml")
     with open(path, "w") as f:
         f.write(f"""name: {name}
@@ -44,7 +50,7 @@ model: {workdir}/model
 data: {{train: {workdir}/sft.jsonl, format: pretokenized, max_seq_len: 64, packing: false}}
 resources: {{nodes: {{min: {nodes_min}, max: {nodes_max}}}, gpus_per_node: 1, resize_cooldown_seconds: 0}}
 training: {{epochs: 10, global_batch_size: 24, micro_batch_size: 4, lr: 3.0e-4, precision: fp32, seed: 7}}
-checkpoint: {{dir: {workdir}/ckpt-{name}, every_steps: 5, keep_last: 2}}
+checkpoint: {{dir: {workdir}/ckpt-{name}, every_steps: 5, keep_last: 2, memory_every_steps: "{memory_every_steps}"}}
 fault_tolerance: {{max_restarts: {max_restarts}}}
 env: {{OMP_NUM_THREADS: "1"}}
 """)
