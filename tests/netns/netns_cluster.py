@@ -143,12 +143,14 @@ class NetnsCluster:
     """
 
     def __init__(self, workdir, build, workers=3, data_network=True, address="ip", loopback_names=(),
-                 heartbeat=None, worker_env=None, trainer=None):
+                 heartbeat=None, worker_env=None, trainer=None, snapshots=False):
+        # snapshots: the workers hold memory snapshots (off by default here: tests/netns/workload.py).
+        self.snapshots = snapshots
         self.workdir = os.path.abspath(workdir)
         # Memory snapshots in memory (tmpfs), as on a real node: on the run's disk they would be
-        # written back and slow every fsync there, the controller's too. Removed by close().
-        self.shm = (tempfile.mkdtemp(prefix="eft-netns-", dir="/dev/shm") if os.path.isdir("/dev/shm")
-                    else os.path.join(self.workdir, "shm"))
+        # written back and slow every fsync there, the controller's too. Made by __enter__, removed by
+        # close().
+        self.shm = os.path.join(self.workdir, "shm")
         self.build = os.path.abspath(build)
         self.n = workers
         self.data_network = data_network
@@ -192,6 +194,8 @@ class NetnsCluster:
     def __enter__(self):
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        if os.path.isdir("/dev/shm"):
+            self.shm = tempfile.mkdtemp(prefix="eft-netns-", dir="/dev/shm")
         try:
             remove_stale_namespaces()
             self._make_networks()
@@ -314,6 +318,8 @@ class NetnsCluster:
         argv = [os.path.join(self.build, "worker", "eft-worker"), "--controller", self.controller_address,
                 "--name", host, "--slots", "1", "--work-dir", os.path.join(self.workdir, "work", host),
                 "--snapshot-dir", os.path.join(self.shm, host)]
+        if not self.snapshots:
+            argv.append("--snapshots=false")
         if self.address == "ip":
             argv += ["--address", self.mgmt_ip(host)]
         if self.data_network:
