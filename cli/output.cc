@@ -8,6 +8,8 @@
 #include <ctime>
 #include <sstream>
 
+#include "common/memory_snapshot.h"
+
 #include "cli/loss_chart.h"
 #include "common/yaml_json.h"
 
@@ -197,7 +199,7 @@ std::string DescribeJob(const v1::Job& j) {
     // Where it resumed: "memory 137" (a staged memory snapshot), "disk 100", "-" for a fresh start.
     std::string from = "-";
     if (a.has_resume_step() && a.resume_step() > 0) {
-      const bool memory = a.resume_from().size() > 9 && a.resume_from().substr(a.resume_from().size() - 9) == ".snapshot";
+      const bool memory = snapshot::IsStagedDir(a.resume_from());
       from = (memory ? "memory " : "disk ") + std::to_string(a.resume_step());
     }
     rows.push_back({std::to_string(a.number()), std::to_string(a.world_size()), nodes, FormatTime(a.start_time()),

@@ -31,6 +31,11 @@ int64_t NewestDiskStep(const JobEntry& j) {
 
 bool SnapshotsOn(const v1::JobSpec& spec) { return spec.checkpoint().memory_every_steps() != "0"; }
 
+// checkpoint.memory_replicas; a spec stored before the field existed has it unset: spec.proto's default.
+int MemoryReplicas(const v1::JobSpec& spec) {
+  return spec.checkpoint().has_memory_replicas() ? spec.checkpoint().memory_replicas() : 1;
+}
+
 }  // namespace
 
 MemoryStepChoice ChooseMemoryStep(const std::map<std::string, std::vector<v1::HeldSnapshot>>& held_by_node,
@@ -278,8 +283,7 @@ void SnapshotTracker::KeepFor(const std::string& /*node*/,
 void SnapshotTracker::PeersFor(const JobEntry& j, const AttemptRecord& a, const std::string& node,
                                google::protobuf::RepeatedPtrField<v1::SnapshotPeer>* out) const {
   if (!SnapshotsOn(j.rec.spec)) return;
-  const auto& ckpt = j.rec.spec.checkpoint();
-  const int replicas = ckpt.has_memory_replicas() ? ckpt.memory_replicas() : 1;
+  const int replicas = MemoryReplicas(j.rec.spec);
   auto can_receive = [&](const std::string& name) {
     const NodeEntry* n = nodes_->Find(name);
     return n != nullptr && n->snapshot_port > 0;
@@ -315,8 +319,7 @@ int64_t SnapshotTracker::NewestHeldStep(const JobEntry& j) const {
 int64_t SnapshotTracker::NewestReplicatedStep(const JobEntry& j) const {
   const AttemptRecord* a = j.current();
   if (a == nullptr) return -1;
-  const auto& ckpt = j.rec.spec.checkpoint();
-  const int replicas = ckpt.has_memory_replicas() ? ckpt.memory_replicas() : 1;
+  const int replicas = MemoryReplicas(j.rec.spec);
   const size_t copies = 1 + static_cast<size_t>(std::min<int>(replicas, static_cast<int>(a->nodes.size()) - 1));
   std::map<int64_t, std::map<int, std::set<std::string>>> by_step;  // step -> rank -> nodes
   for (const auto& [node, held] : held_) {
