@@ -114,6 +114,7 @@ void SnapshotTracker::OnHeartbeat(const std::string& node,
                                   const google::protobuf::RepeatedPtrField<v1::HeldSnapshot>& held,
                                   const google::protobuf::RepeatedPtrField<v1::StageResult>& staged) {
   held_[node].assign(held.begin(), held.end());
+  gone_.erase(node);
   for (const v1::HeldSnapshot& h : held) seen_.insert({h.job_id(), h.attempt()});
   auto stale = [&](const std::pair<std::string, int>& key) {
     const JobEntry* j = jobs_->Find(key.first);
@@ -147,7 +148,50 @@ void SnapshotTracker::OnHeartbeat(const std::string& node,
   }
 }
 
-void SnapshotTracker::Forget(const std::string& node) { held_.erase(node); }
+void SnapshotTracker::Forget(const std::string& node) {
+  auto it = held_.find(node);
+  if (it == held_.end()) return;  // forgotten already: its last report stays in gone_
+  gone_[node] = std::move(it->second);
+  held_.erase(it);
+}
+
+bool SnapshotTracker::AwaitReturn(const JobEntry& j, int64_t disk_step, std::string* note) {
+  const AttemptRecord* a = j.current();
+  auto holdings = LiveHoldings();
+  std::vector<std::string> returning;
+  for (const auto& [node, held] : gone_) {
+    const NodeEntry* n = nodes_->Find(node);
+    if (n == nullptr || holdings.count(node)) continue;  // a node that reported since says what it holds now
+    bool of_attempt = false;
+    for (const auto& h : held) of_attempt |= h.job_id() == j.rec.id && h.attempt() == a->number;
+    if (!of_attempt) continue;
+    holdings[node] = held;
+    returning.push_back(node);
+  }
+  if (returning.empty()) return false;
+  const MemoryStepChoice with_gone = ChooseMemoryStep(holdings, j.rec.id, a->number, a->world_size, disk_step);
+  if (with_gone.step < 0) return false;
+  // The wait counts from the first moment the job could start anywhere: while every node is away (a
+  // controller cut off from all of them) it could not start anyway.
+  const bool any_ready = std::any_of(nodes_->all().begin(), nodes_->all().end(),
+                                     [](const auto& n) { return n.second.ready; });
+  auto it = awaiting_.find(j.rec.id);
+  if (it != awaiting_.end() && it->second.first != a->number) {
+    awaiting_.erase(it);
+    it = awaiting_.end();
+  }
+  if (it == awaiting_.end() && any_ready) {
+    it = awaiting_.emplace(j.rec.id, std::make_pair(a->number, clock_->Now() + config_.heartbeat_timeout)).first;
+  }
+  if (it != awaiting_.end() && clock_->Now() >= it->second.second) return false;
+  std::string names;
+  for (const auto& n : returning) names += (names.empty() ? "" : ", ") + n;
+  *note = "step " + std::to_string(with_gone.step) + " would be whole in memory with what " + names +
+          (returning.size() == 1 ? " holds (lost meanwhile); waiting up to " : " hold (lost meanwhile); waiting up to ") +
+          SecondsText(config_.heartbeat_timeout) + (returning.size() == 1 ? " for it" : " for them") +
+          " to return before resuming from disk";
+  return true;
+}
 
 std::map<std::string, std::vector<v1::HeldSnapshot>> SnapshotTracker::LiveHoldings() const {
   std::map<std::string, std::vector<v1::HeldSnapshot>> out;
@@ -175,6 +219,8 @@ bool SnapshotTracker::ResumeDecided(JobEntry& j) {
   if (j.memory_decided_after == a->number) return true;
   const std::string id = j.rec.id;
   auto decide = [&](std::optional<JobEntry::MemoryResume> resume, std::string note) {
+    awaiting_.erase(j.rec.id);
+    awaiting_logged_.erase(j.rec.id);
     j.memory_resume = std::move(resume);
     j.memory_note = std::move(note);
     j.memory_decided_after = a->number;
@@ -200,6 +246,14 @@ bool SnapshotTracker::ResumeDecided(JobEntry& j) {
                     "");
     }
     if (choice.step < 0) {
+      std::string awaited;
+      if (AwaitReturn(j, disk_step, &awaited)) {
+        if (!awaiting_logged_.count(id)) {
+          EFT_LOG(INFO) << "job " << id << ": " << awaited;
+          awaiting_logged_.insert(id);
+        }
+        return false;
+      }
       // Said only of an attempt that took snapshots at all (some node reported one, lost since or not).
       return decide(std::nullopt, seen_.count({id, a->number}) ? choice.why_not : "");
     }

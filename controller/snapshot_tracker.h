@@ -15,6 +15,12 @@
 // survived whole, when staging fails or a holder is lost, or after stage_timeout, the newest disk
 // checkpoint is used, and the attempt's start says which and why (JobEntry::memory_note).
 //
+// A lost node's last report is remembered (not counted as held): when the live nodes hold no step
+// whole but would with the reports of nodes lost meanwhile, the restart waits up to the heartbeat
+// timeout for those nodes to come back (a controller cut off from every worker, a partition
+// healing: their workers kept their memory) before it falls back to disk. A worker that restarted
+// reports nothing held, and a node that never returns costs that wait once.
+//
 // It also tells each node whose replicas to send where (PeersFor: a ring over the attempt's nodes) and
 // which attempts' snapshots to keep (KeepFor).
 //
@@ -63,7 +69,7 @@ class SnapshotTracker {
   // `node`'s heartbeat: what it holds now, and the outcome of stage orders it carried out.
   void OnHeartbeat(const std::string& node, const google::protobuf::RepeatedPtrField<v1::HeldSnapshot>& held,
                    const google::protobuf::RepeatedPtrField<v1::StageResult>& staged);
-  // `node` was lost or its worker restarted: whatever it held is gone.
+  // `node` was lost or (re)registered: what it held no longer counts until it reports again.
   void Forget(const std::string& node);
 
   // For a RECOVERING job about to be placed: whether its resume source is decided. False while
@@ -105,6 +111,9 @@ class SnapshotTracker {
   };
   // Live nodes' holdings (READY and not lost).
   std::map<std::string, std::vector<v1::HeldSnapshot>> LiveHoldings() const;
+  // Whether `job`'s restart should wait for nodes lost meanwhile whose last reports would make a
+  // step newer than the disk's whole; sets *note to what it waits for.
+  bool AwaitReturn(const JobEntry& job, int64_t disk_step, std::string* note);
   // "ranks 0-1 from node1, 2-3 from node3" for the attempt's start message.
   static std::string DescribeHolders(const Staging& s);
 
@@ -113,6 +122,10 @@ class SnapshotTracker {
   JobTable* const jobs_;
   NodeTable* const nodes_;
   std::map<std::string, std::vector<v1::HeldSnapshot>> held_;  // node -> its last report
+  std::map<std::string, std::vector<v1::HeldSnapshot>> gone_;  // node -> its last report before Forget
+  // Restarts waiting for nodes to return (AwaitReturn): job id -> (attempt, until when).
+  std::map<std::string, std::pair<int, SteadyTime>> awaiting_;
+  std::set<std::string> awaiting_logged_;
   std::map<std::string, Staging> staging_;                       // job id -> staging under way
   // The step every node keeps of an attempt (AttemptRef.keep_step): the highest NewestReplicatedStep
   // seen, so it never moves back when a node's reports stop (its loss is when it matters).

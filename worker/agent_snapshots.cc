@@ -122,6 +122,9 @@ void WorkerAgent::ApplySnapshotOrders(const v1::HeartbeatResponse& resp, std::ve
   }
   snapshots_->Keep(keep);
   snapshots_->SetKeepSteps(keep_steps);
+  // Own files from the time it takes to declare a node lost and stop the others (a lease), twice
+  // over: what a frozen worker's peers need of their own (snapshot_store.h, "Retention").
+  if (resp.lease_ms() > 0) snapshots_->SetOwnHistory(2 * std::chrono::milliseconds(resp.lease_ms()));
 }
 
 }  // namespace eft::worker

@@ -131,21 +131,65 @@ void SnapshotStore::DropFile(Kind kind, const HeldFile& f) {
   (kind == Kind::kOwn ? own_bytes_ : replica_bytes_) -= f.record.bytes;
 }
 
-void SnapshotStore::Trim(Kind kind, Shard& shard, int64_t keep_step) {
-  if (shard.complete.empty()) return;
-  std::set<int64_t> keep = {shard.complete.rbegin()->first};
+std::set<int64_t> SnapshotStore::Required(Kind kind, const Shard& shard, int64_t keep_step) {
+  std::set<int64_t> keep;
+  if (shard.complete.empty()) return keep;
+  keep.insert(shard.complete.rbegin()->first);
   if (keep_step > 0 && shard.complete.count(keep_step)) {
     keep.insert(keep_step);
   } else if (kind == Kind::kOwn && shard.complete.size() >= 2) {
     keep.insert(std::next(shard.complete.rbegin())->first);
   }
+  return keep;
+}
+
+void SnapshotStore::Trim(Kind kind, Shard& shard, int64_t keep_step) {
+  if (shard.complete.empty()) return;
+  const std::set<int64_t> keep = Required(kind, shard, keep_step);
+  const SteadyTime newest = shard.complete.rbegin()->second.taken;
   for (auto it = shard.complete.begin(); it != shard.complete.end();) {
-    if (keep.count(it->first)) {
+    const bool history = kind == Kind::kOwn && own_history_.count() > 0 && it->second.taken + own_history_ >= newest;
+    if (keep.count(it->first) || history) {
       ++it;
       continue;
     }
     DropFile(kind, it->second);
     it = shard.complete.erase(it);
+  }
+}
+
+bool SnapshotStore::MakeRoom(int64_t need) {
+  while (UsedLocked() + need > options_.budget_bytes) {
+    // The oldest own file that is history (not required by its shard's retention).
+    Shard* from = nullptr;
+    std::map<int64_t, HeldFile>::iterator oldest;
+    for (auto& [a, attempt] : attempts_) {
+      for (auto& [key, shard] : attempt.shards) {
+        if (key.second != Kind::kOwn) continue;
+        const std::set<int64_t> keep = Required(Kind::kOwn, shard, attempt.keep_step);
+        for (auto it = shard.complete.begin(); it != shard.complete.end(); ++it) {
+          if (keep.count(it->first)) continue;
+          if (from == nullptr || it->second.taken < oldest->second.taken) {
+            from = &shard;
+            oldest = it;
+          }
+          break;  // a shard's files are in step order: its first candidate is its oldest
+        }
+      }
+    }
+    if (from == nullptr) return false;
+    DropFile(Kind::kOwn, oldest->second);
+    from->complete.erase(oldest);
+  }
+  return true;
+}
+
+void SnapshotStore::SetOwnHistory(std::chrono::milliseconds window) {
+  MutexLock lock(&mu_);
+  if (window == own_history_) return;
+  own_history_ = window;
+  for (auto& [a, attempt] : attempts_) {
+    for (auto& [key, shard] : attempt.shards) Trim(key.second, shard, attempt.keep_step);
   }
 }
 
@@ -206,7 +250,8 @@ Status SnapshotStore::TakeOver(const AttemptId& a, int rank, const rank::MemoryS
     DropFile(Kind::kOwn, same->second);
     shard.complete.erase(same);
   }
-  // The oldest of two is dropped once this one is in, so its bytes count as free.
+  // History goes first; then the oldest of two is dropped once this one is in, so its bytes count as free.
+  MakeRoom(e.bytes);
   const int64_t freed = shard.complete.size() >= 2 ? shard.complete.begin()->second.record.bytes : 0;
   if (UsedLocked() - freed + e.bytes > options_.budget_bytes) {
     return refuse(Status::ResourceExhausted(RoomText(e.bytes, freed)));
@@ -218,7 +263,7 @@ Status SnapshotStore::TakeOver(const AttemptId& a, int rank, const rank::MemoryS
                                      : Errno("renaming " + expected + " to " + target)));
   }
   snapshot::ShardRecord record{e.step, e.rank, e.world_size, e.bytes, e.crc32c};
-  shard.complete[e.step] = HeldFile{record, target};
+  shard.complete[e.step] = HeldFile{record, target, options_.clock->Now()};
   own_bytes_ += e.bytes;
   Trim(Kind::kOwn, shard, AttemptOf(a).keep_step);
   return Status::Ok();
@@ -243,7 +288,7 @@ Result<std::unique_ptr<SnapshotStore::Receiver>> SnapshotStore::BeginReplica(con
     return Status::AlreadyExists("step " + std::to_string(shard.complete.rbegin()->first) + " of " + what +
                                  " is held here already");
   }
-  if (UsedLocked() + h.bytes() > options_.budget_bytes) return Status::ResourceExhausted(RoomText(h.bytes(), 0));
+  if (!MakeRoom(h.bytes())) return Status::ResourceExhausted(RoomText(h.bytes(), 0));
   Receive r;
   r.attempt = a;
   r.rank = h.rank();

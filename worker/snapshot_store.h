@@ -20,6 +20,12 @@
 //   The controller's keep step (SetKeepSteps: the newest step held whole with every replica) takes
 //   the place of the older own file, and is kept beside a replica's newest, so the survivors of a
 //   node's loss share a step however far replication lags.
+//   Besides, while the budget has room, an own shard keeps its files taken over within `own_history`
+//   before its newest (SetOwnHistory; the agent sets twice the lease): when another node's worker
+//   freezes while its ranks train on, the other nodes' newest steps run ahead of what the frozen one
+//   had replicated, for as long as it takes to declare it lost, and with fast steps that is more than
+//   two files (docs/checkpoints.md, "What survives what"). These are dropped first, oldest first,
+//   whenever room is needed, so they never cause a refusal, and they are not part of the bound.
 //   So a node holds at most 2 snapshots per shard (3 for a replica shard while one is received and
 //   the keep step lags), and its memory bound is
 //       2 x S x (L + P)   bytes
@@ -126,6 +132,8 @@ class SnapshotStore {
   // none): retention keeps it while it is held, so the survivors of a node's loss share a step
   // however far replication lags. Files neither newest nor kept go at once.
   void SetKeepSteps(const std::map<AttemptId, int64_t>& keep_steps) EXCLUDES(mu_);
+  // See "Retention" above; 0 (the default): none.
+  void SetOwnHistory(std::chrono::milliseconds window) EXCLUDES(mu_);
   // May be called again (after the ranks are killed, for what they wrote meanwhile).
   void Close() EXCLUDES(mu_);
   SnapshotStoreStats Stats() const EXCLUDES(mu_);
@@ -161,6 +169,7 @@ class SnapshotStore {
   struct HeldFile {
     snapshot::ShardRecord record;
     std::string path;
+    SteadyTime taken{};  // own files: when it was taken over
   };
   struct Shard {
     std::map<int64_t, HeldFile> complete;  // by step
@@ -193,8 +202,12 @@ class SnapshotStore {
   // Deletes the file and forgets it.
   void DropFile(Kind kind, const HeldFile& f) REQUIRES(mu_);
   // Retention of one shard: its newest file and the attempt's keep step; an own shard without the
-  // keep step held also keeps the one before its newest. At most two files either way.
+  // keep step held also keeps the one before its newest. At most two files either way, and an own
+  // shard's history (Required says which files are not history).
   void Trim(Kind kind, Shard& shard, int64_t keep_step) REQUIRES(mu_);
+  static std::set<int64_t> Required(Kind kind, const Shard& shard, int64_t keep_step);
+  // Drops own shards' history, oldest first, until `need` more bytes fit the budget; whether they do.
+  bool MakeRoom(int64_t need) REQUIRES(mu_);
   void DropAttempt(const AttemptId& a) REQUIRES(mu_);
   void EndReceive(uint64_t id) REQUIRES(mu_);  // releases its reservation and its shard's slot
   Status WriteReceived(uint64_t id, int fd, const std::string& data) EXCLUDES(mu_);
@@ -212,6 +225,7 @@ class SnapshotStore {
   int64_t replica_bytes_ GUARDED_BY(mu_) = 0;
   int64_t receiving_bytes_ GUARDED_BY(mu_) = 0;
   bool closed_ GUARDED_BY(mu_) = false;
+  std::chrono::milliseconds own_history_ GUARDED_BY(mu_){0};
 };
 
 // "1.5 MiB", "310 MiB": sizes in reasons and logs.

@@ -26,8 +26,15 @@ checkpoint verifies; controller_cut_short also: one attempt. Recovery: seconds f
 the job trains past the fault's step again (class Recovered says how that is told), watched from
 the moment the fault begins.
 
-Usage: netns_soak.py [--trials N] [--seed S] [--build DIR] [--kinds a,b]; prints a table by kind and
-"N passed, M failed" last; exit 0 only when every trial passed. Needs root and `ip netns`.
+Memory snapshots (issue 48; docs/checkpoints.md, "Memory snapshots"): --memory-every N (or auto) turns
+them on, the workers holding them in /dev/shm and replicating them over the data network;
+--disk-every sets the disk interval (default 5); --max-steps-lost N fails a trial any of whose attempts
+lost more than N steps. `--disk-every 200 --memory-every 1 --max-steps-lost 1` is issue 48's network
+soak: every recovery from the peers' memory.
+
+Usage: netns_soak.py [--trials N] [--seed S] [--build DIR] [--kinds a,b] [--disk-every N]
+[--memory-every N|auto] [--max-steps-lost N]; prints a table by kind and "N passed, M failed" last;
+exit 0 only when every trial passed. Needs root and `ip netns`.
 """
 import argparse
 import json
@@ -120,10 +127,11 @@ class Recovered:
         return self.done
 
 
-def trial(c, work, n, kind, rng, reference):
+def trial(c, work, n, kind, rng, reference, args):
     at = rng.randrange(3, 33)
     name = f"t{n}"
-    job_id = c.submit(workload.write_spec(work, name))
+    job_id = c.submit(workload.write_spec(work, name, every_steps=args.disk_every,
+                                          memory_every_steps=args.memory_every))
     job = workload.wait_for(c, job_id, lambda j: workload.step_of(j) >= at or workload.is_terminal(j), 120)
     step = workload.step_of(job)
     t_fault = time.time()
@@ -139,7 +147,12 @@ def trial(c, work, n, kind, rng, reference):
         recovered = workload.wait_for(c, job_id, moved_on, 180)
         recovery = round(time.time() - t_fault, 1) if moved_on.done else None
     job = workload.wait_for(c, job_id, workload.is_terminal, 300)
-    worlds = ",".join(str(a.get("worldSize", 0)) for a in (job or {}).get("attempts", []))
+    attempts = (job or {}).get("attempts", [])
+    worlds = ",".join(str(a.get("worldSize", 0)) for a in attempts)
+    # The most steps any attempt lost, and where each restart resumed from.
+    lost = max([int(a.get("stepsLost", 0)) for a in attempts] or [0])
+    sources = ",".join("memory" if a.get("resumeFrom", "").endswith(".snapshot") else
+                       ("disk" if a.get("resumeFrom") else "-") for a in attempts[1:])
     why, diff = "", None
     final = workload.final_checkpoint(work, name)
     problems = workload.checkpoint_problems(workload.checkpoint_root(work, name))
@@ -149,6 +162,8 @@ def trial(c, work, n, kind, rng, reference):
         why = f"final checkpoint {final}, not step-{workload.STEPS}"
     elif problems:
         why = "; ".join(problems)
+    elif args.max_steps_lost is not None and lost > args.max_steps_lost:
+        why = f"an attempt lost {lost} steps (more than {args.max_steps_lost}; resumed from: {sources})"
     else:
         diff = workload.weight_diff(reference, final)
         if set(worlds.split(",")) == {"3"}:
@@ -160,9 +175,10 @@ def trial(c, work, n, kind, rng, reference):
             why = f"a cut shorter than the node-loss timeout restarted the job (world sizes {worlds})"
     # On the transcript, each line flushed: the soak runs for long.
     print(f"trial {n}: {kind} at step {step} ({what}): worlds {worlds}, weights off by {diff}, recovered in "
-          f"{recovery} s: {'passed' if not why else 'FAILED: ' + why}", flush=True)
+          f"{recovery} s, {lost} steps lost (resumed from {sources or '-'}): {'passed' if not why else 'FAILED: ' + why}",
+          flush=True)
     return {"trial": n, "kind": kind, "at_step": step, "what": what, "worlds": worlds, "weight_diff": diff,
-            "recovery_s": recovery, "passed": not why, "why": why}
+            "recovery_s": recovery, "steps_lost": lost, "resumed_from": sources, "passed": not why, "why": why}
 
 
 def main():
@@ -171,6 +187,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--build", default=os.path.join(SRC, "build"))
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--disk-every", type=int, default=5, help="checkpoint.every_steps")
+    ap.add_argument("--memory-every", default="0", help="checkpoint.memory_every_steps (0: no memory snapshots)")
+    ap.add_argument("--max-steps-lost", type=int, default=None)
     args = ap.parse_args()
     why = nc.available()
     if why:
@@ -178,9 +197,11 @@ def main():
     kinds = args.kinds.split(",")
     rng = random.Random(args.seed)
     work = tempfile.mkdtemp(prefix="eft-netns-soak-")
-    print(f"netns soak: {args.trials} trials, seed {args.seed}, kinds {' '.join(kinds)}; files in {work}", flush=True)
+    print(f"netns soak: {args.trials} trials, seed {args.seed}, kinds {' '.join(kinds)}, disk checkpoints every "
+          f"{args.disk_every}, memory snapshots every {args.memory_every}; files in {work}", flush=True)
     results_path = os.path.join(work, "results.jsonl")
-    with nc.NetnsCluster(work, args.build, worker_env=workload.STEP_PACE_ENV) as c:
+    with nc.NetnsCluster(work, args.build, worker_env=workload.STEP_PACE_ENV,
+                         snapshots=args.memory_every != "0") as c:
         workload.make_inputs(work, c.build)
         c.start_controller()
         c.start_workers()
@@ -193,7 +214,7 @@ def main():
         with open(results_path, "w") as results:
             for n in range(1, args.trials + 1):
                 kind = rng.choice(kinds)
-                r = trial(c, work, n, kind, rng, reference)
+                r = trial(c, work, n, kind, rng, reference, args)
                 r["seed"] = args.seed
                 results.write(json.dumps(r) + "\n")
                 results.flush()

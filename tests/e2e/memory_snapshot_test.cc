@@ -3,10 +3,12 @@
 // power cut), their newest snapshot is staged into the checkpoint directory as a worker stages it
 // (common/memory_snapshot.h) and the next run, at another world size, adopts it and continues exactly
 // where the uninterrupted run went. A damaged staged shard falls back to the newest disk checkpoint.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "common/memory_snapshot.h"
 #include "tests/e2e/trainer_fixture.h"
@@ -196,6 +198,66 @@ TEST_F(MemorySnapshotTest, ASlowSnapshotWriteHoldsTheNextUpdateAndHoldsItsStepsS
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   ExpectSameTraining(ref.losses, resumed.losses, 4, Weights("ref"), Weights("resumed"),
                      "from a slowly written snapshot of step 4");
+}
+
+// Back-pressure (trainer/checkpoint/memory_snapshot.h): a stand-in for the worker takes each rank's
+// files over (moves them out) up to step 3, then freezes for 2 s. The ranks write step 4 and wait
+// before step 5's snapshot instead of training on past what a peer could hold of them; once the files
+// are taken over again they go on and finish.
+TEST_F(MemorySnapshotTest, RanksWaitForAFrozenWorkerToTakeTheirSnapshotsOver) {
+  const fs::path incoming = shm_ / "bp", held = shm_ / "held";
+  fs::create_directories(incoming);
+  fs::create_directories(held);
+  std::atomic<bool> done{false};
+  int64_t newest_while_frozen = -1;
+  // Moves every rank file of steps <= max_step out; returns how many it moved.
+  auto take_over = [&](int64_t max_step) {
+    int moved = 0;
+    std::error_code ec;
+    for (const auto& step_dir : fs::directory_iterator(incoming, ec)) {
+      const std::string name = step_dir.path().filename().string();
+      if (name.rfind("step-", 0) != 0 || std::stoll(name.substr(5)) > max_step) continue;
+      for (const auto& f : fs::directory_iterator(step_dir.path(), ec)) {
+        if (f.path().extension() != ".safetensors") continue;  // still being written (.tmp.PID)
+        fs::rename(f.path(), held / (name + "-" + f.path().filename().string()), ec);
+        moved += ec ? 0 : 1;
+      }
+    }
+    return moved;
+  };
+  auto newest_present = [&]() {
+    int64_t newest = -1;
+    std::error_code ec;
+    for (const auto& step_dir : fs::directory_iterator(incoming, ec)) {
+      const std::string name = step_dir.path().filename().string();
+      if (name.rfind("step-", 0) == 0 && !fs::is_empty(step_dir.path(), ec)) {
+        newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));
+      }
+    }
+    return newest;
+  };
+  std::thread worker([&] {
+    int taken = 0;
+    while (!done && taken < 2 * 3) {  // steps 1-3 of both ranks
+      taken += take_over(3);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(2));  // frozen
+    newest_while_frozen = newest_present();
+    while (!done) {
+      take_over(1 << 30);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  Run run = TrainRun("bp", 2, Spec((dir_ / "bp-ckpt").string(), 0, "1"), 0, "", "EFT_SNAPSHOT_DIR=" + incoming.string());
+  done = true;
+  worker.join();
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.losses.size(), 12u);
+  EXPECT_EQ(newest_while_frozen, 4) << "step 4 written, step 5's snapshot waited for the worker";
+  EXPECT_NE(run.output.find("waiting for this node's worker to take over the memory snapshot of step 4"),
+            std::string::npos)
+      << run.output;
 }
 
 // A staged shard damaged on the way (one byte): not adopted, said so, and the newest disk

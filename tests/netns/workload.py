@@ -35,7 +35,7 @@ def make_inputs(workdir, build):
             f.write(json.dumps({"input_ids": [1, 2, 3, a] + answer, "labels": [-100] * 4 + answer}) + "\n")
 
 
-def write_spec(workdir, name, nodes_min=1, nodes_max=3, max_restarts=10, memory_every_steps="0"):
+def write_spec(workdir, name, nodes_min=1, nodes_max=3, max_restarts=10, memory_every_steps="0", every_steps=5):
     """The job's YAML (its checkpoints in <workdir>/ckpt-<name>); returns its path.
 
     Memory snapshots are off unless asked for: these tests time the control plane's handling of cuts
@@ -50,7 +50,7 @@ model: {workdir}/model
 data: {{train: {workdir}/sft.jsonl, format: pretokenized, max_seq_len: 64, packing: false}}
 resources: {{nodes: {{min: {nodes_min}, max: {nodes_max}}}, gpus_per_node: 1, resize_cooldown_seconds: 0}}
 training: {{epochs: 10, global_batch_size: 24, micro_batch_size: 4, lr: 3.0e-4, precision: fp32, seed: 7}}
-checkpoint: {{dir: {workdir}/ckpt-{name}, every_steps: 5, keep_last: 2, memory_every_steps: "{memory_every_steps}"}}
+checkpoint: {{dir: {workdir}/ckpt-{name}, every_steps: {every_steps}, keep_last: 2, memory_every_steps: "{memory_every_steps}"}}
 fault_tolerance: {{max_restarts: {max_restarts}}}
 env: {{OMP_NUM_THREADS: "1"}}
 """)

@@ -84,6 +84,7 @@ void MemorySnapshotter::Start(const TrainerState& state) {
   const Stopwatch held(clock_);
   Join();  // a snapshot still being written (a GPU's copy path) is finished first
   if (failed_) return;
+  WaitForTakeOver();
   std::vector<UnitState> units = TrainableUnitStates(*model_, *optimizer_);
   const bool in_place = units.front().unit->shard().device().is_cpu();
   StagedShard staged = StageShard(units, /*copy=*/!in_place);
@@ -136,6 +137,36 @@ void MemorySnapshotter::Start(const TrainerState& state) {
     e.stall_seconds = pending_stall_;
     events_->Emit(e);
   });
+}
+
+void MemorySnapshotter::WaitForTakeOver() {
+  if (own_steps_.empty()) return;
+  const int64_t step = own_steps_.back();
+  const std::string previous =
+      snapshot::HeldStepDir(policy_.dir, step) + "/" + snapshot::ShardFileName(comm_->rank(), comm_->world());
+  std::error_code ec;
+  if (!fs::exists(previous, ec)) {
+    worker_takes_over_ = true;
+    return;
+  }
+  if (!worker_takes_over_) return;
+  const Stopwatch waited;  // real time, whatever clock_ is: this sleeps
+  bool said = false;
+  while (fs::exists(previous, ec)) {
+    if (waited.Seconds() >= kTakeOverPatience) {
+      EFT_LOG(WARNING) << "the worker has not taken over the memory snapshot of step " << step << " in "
+                       << kTakeOverPatience << " s; snapshots go on without waiting for it";
+      worker_takes_over_ = false;
+      return;
+    }
+    if (!said && waited.Seconds() >= 1.0) {
+      EFT_LOG(WARNING) << "waiting for this node's worker to take over the memory snapshot of step " << step
+                       << " before the next (a frozen worker stops its ranks here)";
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (said) EFT_LOG(INFO) << "the worker took over the memory snapshot of step " << step << " after " << waited.Seconds() << " s";
 }
 
 double MemorySnapshotter::Join() {

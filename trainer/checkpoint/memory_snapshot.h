@@ -17,6 +17,12 @@
 // else the smallest interval for which it does. A write that fails (the node's memory is full)
 // turns snapshots off for the attempt, with a warning; training goes on with disk checkpoints.
 //
+// Back-pressure: once this rank has seen its worker take a file over (it vanished from the
+// directory), a snapshot does not start while the previous one is still there, up to
+// kTakeOverPatience. A frozen worker then stops its ranks within two snapshots, and with them the
+// job (its collectives), instead of letting every rank train on past what the other nodes hold of
+// this node's state; without a worker (files never taken over) it never waits.
+//
 // Not thread-safe: the step loop calls it. Collective only where AfterStep says so.
 #pragma once
 
@@ -46,6 +52,7 @@ class MemorySnapshotter {
  public:
   static constexpr double kOverheadBudget = 0.03;
   static constexpr int64_t kMaxAutoInterval = 10000;
+  static constexpr double kTakeOverPatience = 30.0;  // seconds
 
   // None of the pointers is owned.
   MemorySnapshotter(MemorySnapshotPolicy policy, Communicator* comm, ShardedLlama* model, AdamW* optimizer,
@@ -72,6 +79,8 @@ class MemorySnapshotter {
   // Joins the writer and accounts for its result; the seconds waited.
   double Join();
   void DecideInterval(double step_seconds);
+  // Back-pressure (see the top of this file).
+  void WaitForTakeOver();
 
   MemorySnapshotPolicy policy_;
   Communicator* comm_;
@@ -85,6 +94,7 @@ class MemorySnapshotter {
   bool measuring_ = false;  // auto: the first snapshot was started and its cost is not yet known
   bool failed_ = false;     // this rank's write failed: it takes no more (auto: all ranks agree to stop)
   bool logged_first_ = false;
+  bool worker_takes_over_ = false;  // a file of this rank vanished: a worker takes them over
 
   std::thread writer_;
   bool pending_ = false;

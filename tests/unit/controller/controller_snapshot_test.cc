@@ -382,5 +382,73 @@ TEST_F(ControllerSnapshotTest, StagingThatTakesTooLongFallsBackToDisk) {
                                       SecondsText(config_.snapshot_stage_timeout) + ")");
 }
 
+// The controller cut off from every worker (docs/checkpoints.md, "Memory snapshots"): all three nodes
+// are lost, their workers kill the ranks but keep their memory. The first to return alone holds no
+// step whole; the restart waits for the others, which bring step 7 back whole.
+TEST_F(ControllerSnapshotTest, NodesLostTogetherAreAwaitedWhileTheirMemoryMakesAStepWhole) {
+  const std::string id = StartJobWithCheckpointAtStep5(/*min_nodes=*/1);
+  const std::map<std::string, std::vector<v1::HeldSnapshot>> held = {{"n1", {Held(id, 1, 7, 3, {0, 2})}},
+                                                                      {"n2", {Held(id, 1, 7, 3, {1, 0})}},
+                                                                      {"n3", {Held(id, 1, 7, 3, {2, 1})}}};
+  for (const auto& [node, h] : held) Report(node, v1::RANK_STATE_RUNNING, h);
+  for (int i = 0; i < 9; ++i) {  // lost after 3 s, away for 6 s more: longer than the wait itself
+    clock_.Advance(1000ms);
+    c_->Tick();
+  }
+  ASSERT_EQ(Job(id).state(), v1::JOB_STATE_RECOVERING);
+  RegisterWithSnapshots("n1");
+  Report("n1", v1::RANK_STATE_EXITED, held.at("n1"));
+  clock_.Advance(1000ms);
+  c_->Tick();
+  v1::HeartbeatResponse h1 = Report("n1", v1::RANK_STATE_EXITED, held.at("n1"));
+  EXPECT_EQ(h1.desired_size(), 0) << "not restarted on n1 alone from disk";
+  EXPECT_EQ(h1.stage_size(), 0);
+  ASSERT_EQ(Job(id).state(), v1::JOB_STATE_RECOVERING);
+  for (const char* n : {"n2", "n3"}) {
+    RegisterWithSnapshots(n);
+    Report(n, v1::RANK_STATE_EXITED, held.at(n));
+  }
+  c_->Tick();
+  int orders = 0;
+  for (int i = 0; i < 3 && Job(id).state() == v1::JOB_STATE_RECOVERING; ++i) {
+    for (const auto& [node, h] : held) {
+      const v1::HeartbeatResponse reply = Report(node, v1::RANK_STATE_EXITED, h);
+      for (const auto& o : reply.stage()) {
+        ++orders;
+        EXPECT_EQ(o.step(), 7);
+        Report(node, v1::RANK_STATE_EXITED, h, {Staged(o)});
+      }
+    }
+    c_->Tick();
+  }
+  EXPECT_GT(orders, 0);
+  const v1::Job job = Job(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_STARTING) << job.reason();
+  EXPECT_EQ(job.attempts(1).resume_from(), "/ck/step-7.snapshot");
+  EXPECT_TRUE(EventsOfType(id, "memory_snapshot_unusable").empty());
+}
+
+// A lost node whose memory would have made a step whole is awaited for the heartbeat timeout only:
+// one that does not come back costs that wait, then the disk checkpoint is used.
+TEST_F(ControllerSnapshotTest, ALostHolderThatDoesNotReturnIsAwaitedForTheHeartbeatTimeoutOnly) {
+  const std::string id = StartJobWithCheckpointAtStep5();
+  // Replicas off in effect: every node holds its own rank only.
+  const std::vector<v1::HeldSnapshot> held1 = {Held(id, 1, 8, 3, {0})};
+  const std::vector<v1::HeldSnapshot> held3 = {Held(id, 1, 8, 3, {2})};
+  Report("n2", v1::RANK_STATE_RUNNING, {Held(id, 1, 8, 3, {1})});
+  LoseN2AndStopTheSurvivors(held1, held3);
+  ASSERT_EQ(Job(id).state(), v1::JOB_STATE_RECOVERING) << "waiting for n2, which held rank 1";
+  clock_.Advance(2000ms);
+  Report("n1", v1::RANK_STATE_EXITED, held1);
+  Report("n3", v1::RANK_STATE_EXITED, held3);
+  c_->Tick();
+  ASSERT_EQ(Job(id).state(), v1::JOB_STATE_RECOVERING);
+  clock_.Advance(1100ms);
+  Report("n1", v1::RANK_STATE_EXITED, held1);
+  Report("n3", v1::RANK_STATE_EXITED, held3);
+  c_->Tick();
+  ExpectResumedFromDiskBecause(id, "no step of attempt 1 is held whole by the live nodes (the newest, step 8, lacks rank 1)");
+}
+
 }  // namespace
 }  // namespace eft::controller

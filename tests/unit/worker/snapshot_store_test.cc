@@ -155,6 +155,35 @@ TEST_F(SnapshotStoreTest, TheKeepStepStaysBesideTheNewest) {
   EXPECT_EQ(Held(), (std::vector<std::string>{"7 2 6 2 [0,1] 1900", "7 2 7 2 [0] 1000"}));
 }
 
+// With a history window, own files taken over within it before the newest stay too (a frozen peer's
+// last replicated step is among them), but only while the budget has room: they go first, oldest
+// first, when a new file or a replica needs it, and never cause a refusal.
+TEST_F(SnapshotStoreTest, OwnHistoryStaysWhileTheBudgetHasRoomAndGoesFirst) {
+  Open(5000);
+  store_->SetOwnHistory(std::chrono::milliseconds(1000));
+  for (int64_t step = 1; step <= 4; ++step) {
+    TakeOver(a_, step, 0, 1, 1000);
+    clock_.Advance(std::chrono::milliseconds(300));
+  }
+  EXPECT_EQ(Held(), (std::vector<std::string>{"7 2 1 1 [0] 1000", "7 2 2 1 [0] 1000", "7 2 3 1 [0] 1000",
+                                              "7 2 4 1 [0] 1000"}))
+      << "steps 1-3 were taken over within 1 s before step 4";
+  TakeOver(a_, 5, 0, 1, 1000);  // 1.2 s after step 1: step 1 leaves the window
+  EXPECT_EQ(Held(), (std::vector<std::string>{"7 2 2 1 [0] 1000", "7 2 3 1 [0] 1000", "7 2 4 1 [0] 1000",
+                                              "7 2 5 1 [0] 1000"}));
+  // A replica needing 1500 bytes of the 1000 free: the oldest history (step 2) makes room, not a refusal.
+  const std::string replica = SnapshotBytes(1500, 9);
+  ASSERT_TRUE(Receive(Header(a_, 5, 1, 2, replica), replica).ok());
+  EXPECT_EQ(Held(), (std::vector<std::string>{"7 2 3 1 [0] 1000", "7 2 4 1 [0] 1000", "7 2 5 1 [0] 1000",
+                                              "7 2 5 2 [1] 1500"}));
+  EXPECT_EQ(store_->Stats().own_bytes, 3000);
+  // The window closed: down to the two an own shard always keeps.
+  store_->SetOwnHistory(std::chrono::milliseconds(0));
+  clock_.Advance(std::chrono::milliseconds(5000));
+  TakeOver(a_, 6, 0, 1, 1000);
+  EXPECT_EQ(Held(), (std::vector<std::string>{"7 2 5 1 [0] 1000", "7 2 5 2 [1] 1500", "7 2 6 1 [0] 1000"}));
+}
+
 // Replicas: the newest complete one and the one being received; the older goes once the newer is whole.
 TEST_F(SnapshotStoreTest, ReplicasKeepTheNewestCompleteOneAndTheOneBeingReceived) {
   const std::string one = SnapshotBytes(2500, 1), two = SnapshotBytes(2600, 2);
