@@ -559,26 +559,32 @@ void WorkerAgent::OnExit(ProcessSupervisor::Id id, ProcessExit exit) {
 }
 
 void WorkerAgent::OnEventLine(ProcessSupervisor::Id id, const std::string& line) {
+  // A memory_snapshot line is this worker's to act on (it takes the file over), not the controller's:
+  // the controller learns what is held from the heartbeats' HeldSnapshots, and a snapshot every step
+  // would otherwise ride every heartbeat (and pile up during a partition) for nothing.
+  std::optional<rank::MemorySnapshotEvent> snapshot;
+  if (snapshots_ && line.find("\"memory_snapshot\"") != std::string::npos) {
+    Result<rank::Event> event = rank::DecodeEvent(line);
+    if (event.ok()) {
+      if (const auto* e = std::get_if<rank::MemorySnapshotEvent>(&*event)) snapshot = *e;
+    }
+  }
   v1::RankKey key;
   {
     MutexLock lock(&mu_);
     auto it = by_id_.find(id);
     if (it == by_id_.end() || line.empty()) return;
-    v1::RankEvent e;
     key = ranks_.at(it->second).status.key();
-    *e.mutable_key() = key;
-    e.set_seq(next_seq_++);
-    e.set_time_ms(deps_.clock->WallMillis());
-    e.set_json(line);
-    pending_events_.push_back(std::move(e));
-  }
-  // Relayed above all the same: the controller logs it. Only these lines are decoded here.
-  if (snapshots_ && line.find("\"memory_snapshot\"") != std::string::npos) {
-    Result<rank::Event> event = rank::DecodeEvent(line);
-    if (event.ok()) {
-      if (const auto* snapshot = std::get_if<rank::MemorySnapshotEvent>(&*event)) OnMemorySnapshot(key, *snapshot);
+    if (!snapshot) {
+      v1::RankEvent e;
+      *e.mutable_key() = key;
+      e.set_seq(next_seq_++);
+      e.set_time_ms(deps_.clock->WallMillis());
+      e.set_json(line);
+      pending_events_.push_back(std::move(e));
     }
   }
+  if (snapshot) OnMemorySnapshot(key, *snapshot);
 }
 
 }  // namespace eft::worker

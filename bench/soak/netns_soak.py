@@ -143,6 +143,7 @@ def trial(c, work, n, kind, rng, reference, args):
     recovery = round(time.time() - t_fault, 1) if moved_on.done else None
     time.sleep(max(0.0, t_fault + seconds - time.time()))
     undo()
+    lasted = time.time() - t_fault  # a late heal (a slow poll above) makes a longer fault than asked
     if recovery is None:
         recovered = workload.wait_for(c, job_id, moved_on, 180)
         recovery = round(time.time() - t_fault, 1) if moved_on.done else None
@@ -174,11 +175,11 @@ def trial(c, work, n, kind, rng, reference, args):
         if kind == "controller_cut_short" and len(job["attempts"]) != 1:
             why = f"a cut shorter than the node-loss timeout restarted the job (world sizes {worlds})"
     # On the transcript, each line flushed: the soak runs for long.
-    print(f"trial {n}: {kind} at step {step} ({what}): worlds {worlds}, weights off by {diff}, recovered in "
+    print(f"trial {n}: {kind} at step {step} ({what}, undone after {lasted:.1f} s): worlds {worlds}, weights off by {diff}, recovered in "
           f"{recovery} s, {lost} steps lost (resumed from {sources or '-'}): {'passed' if not why else 'FAILED: ' + why}",
           flush=True)
     return {"trial": n, "kind": kind, "at_step": step, "what": what, "worlds": worlds, "weight_diff": diff,
-            "recovery_s": recovery, "steps_lost": lost, "resumed_from": sources, "passed": not why, "why": why}
+            "recovery_s": recovery, "fault_s": round(lasted, 1), "steps_lost": lost, "resumed_from": sources, "passed": not why, "why": why}
 
 
 def main():

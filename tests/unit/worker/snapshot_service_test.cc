@@ -49,11 +49,12 @@ class SnapshotServiceTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(s).value() : nullptr;
   }
-  void StartB(int64_t budget) {
+  void StartB(int64_t budget, ClientTls tls = {}) {
     server_.reset();
     b_ = OpenStore("b", budget);
     SnapshotAuth auth;
     auth.join_token = kToken;
+    auth.tls = std::move(tls);
     auto server = SnapshotServer::Start(b_.get(), "127.0.0.1", 0, auth);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
@@ -61,10 +62,11 @@ class SnapshotServiceTest : public ::testing::Test {
     peer_.set_address("127.0.0.1:" + std::to_string(server_->port()));
   }
   // A's replicator, sending `token`; started unless told otherwise.
-  void StartReplicator(const std::string& token = kToken, bool start = true) {
+  void StartReplicator(const std::string& token = kToken, bool start = true, ClientTls tls = {}) {
     SnapshotReplicator::Options o;
     o.node_name = "node-a";
     o.auth.join_token = token;
+    o.auth.tls = std::move(tls);
     o.tries = 1;
     o.deadline_base = std::chrono::seconds(10);
     o.on_refused = [this](const v1::RankKey& key, const rank::MemorySnapshotRefusedEvent& refusal) {
@@ -152,6 +154,47 @@ TEST_F(SnapshotServiceTest, APushWithoutTheJoinTokenIsRefused) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "token '" << token << "'";
   }
   EXPECT_EQ(b_->Stats().receiving_bytes, 0);
+}
+
+// A worker's TLS (--tls-cert/--tls-key/--tls-ca; docs/auth.md) between workers: B serves TLS with
+// its certificate, A pushes over TLS and checks it against the CA. A push in plaintext, or one that
+// trusts another CA, gets nowhere.
+TEST_F(SnapshotServiceTest, OverTlsAPeerIsReachedOnlyWithTlsAndItsCertificateTrusted) {
+  if (std::system("openssl version > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "SKIPPED LOUDLY: the openssl program is missing (Debian package openssl); it makes the certificates";
+  }
+  // Self-signed certificates for 127.0.0.1, each its own CA (as tests/e2e/auth_test.cc makes them).
+  auto make_cert = [&](const std::string& name) {
+    const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+                            "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout " + dir_ + "/" + name +
+                            ".key -out " + dir_ + "/" + name + ".pem > " + dir_ + "/openssl.log 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << ReadWholeFile(dir_ + "/openssl.log");
+    auto tls = LoadClientTls(true, dir_ + "/" + name + ".pem", dir_ + "/" + name + ".pem", dir_ + "/" + name + ".key");
+    EXPECT_TRUE(tls.ok()) << tls.status();
+    return tls.ok() ? *tls : ClientTls{};
+  };
+  const ClientTls cluster = make_cert("cluster"), other = make_cert("other");
+  StartB(256 << 20, cluster);
+
+  StartReplicator(kToken, true, cluster);
+  TakeOverOnA(4, 0, 3000);
+  Push(4, 0);
+  ASSERT_TRUE(Eventually([&] { return Pushes("ok") == 1; })) << "over TLS";
+  ASSERT_EQ(b_->Held().size(), 1u);
+  EXPECT_EQ(b_->Held()[0].step(), 4);
+
+  StartReplicator(kToken, true, ClientTls{});  // plaintext to a TLS server
+  TakeOverOnA(5, 0, 3000);
+  Push(5, 0);
+  ASSERT_TRUE(Eventually([&] { return Pushes("failed") == 1; }));
+
+  StartReplicator(kToken, true, other);  // TLS, but B's certificate is not signed by the CA it trusts
+  TakeOverOnA(6, 0, 3000);
+  Push(6, 0);
+  ASSERT_TRUE(Eventually([&] { return Pushes("failed") == 1; }));
+  ASSERT_EQ(b_->Held().size(), 1u);
+  EXPECT_EQ(b_->Held()[0].step(), 4) << "nothing arrived but over TLS with B's certificate trusted";
+  EXPECT_EQ(Pushes("ok"), 0u);
 }
 
 // The receiver checks the bytes against the CRC-32C the rank reported; a refusal is reported once
