@@ -144,7 +144,7 @@ class NetnsCluster:
 
     def __init__(self, workdir, build, workers=3, data_network=True, address="ip", loopback_names=(),
                  heartbeat=None, worker_env=None, trainer=None, snapshots=False):
-        # snapshots: the workers hold memory snapshots (off by default here: tests/netns/workload.py).
+        # snapshots: the workers hold memory snapshots (off unless asked for: --snapshots=false).
         self.snapshots = snapshots
         self.workdir = os.path.abspath(workdir)
         # Memory snapshots in memory (tmpfs), as on a real node: on the run's disk they would be

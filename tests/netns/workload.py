@@ -38,11 +38,8 @@ def make_inputs(workdir, build):
 def write_spec(workdir, name, nodes_min=1, nodes_max=3, max_restarts=10, memory_every_steps="0", every_steps=5):
     """The job's YAML (its checkpoints in <workdir>/ckpt-<name>); returns its path.
 
-    Memory snapshots are off unless asked for: these tests time the control plane's handling of cuts
-    (a 1.5 s cut ridden out within a 3 s lease), and on a loaded 2-core machine the snapshots' work
-    every 0.14 s step (writes, take-overs, replication) pushed the post-heal heartbeat past the lease
-    (3 of 4 full-suite runs, 2026-11-29; issue 48's notes). Recovery from memory is tested by the
-    e2e and soak tests."""
+    memory_every_steps: checkpoint.memory_every_steps ("0": none; tests/netns/network_test.py asks
+    for "1", with its cluster's workers holding snapshots)."""
     path = os.path.join(workdir, f"{name}.yaml")
     with open(path, "w") as f:
         f.write(f"""name: {name}
