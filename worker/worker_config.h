@@ -42,11 +42,9 @@ struct WorkerConfig {
   // unanswered after a third of it is abandoned with its connection (whose TCP retransmissions back
   // off to seconds), and the next goes out reconnect_pause later on a new connection, whose attempts
   // give up after connect_timeout. So after a cut heals, a heartbeat gets through within about
-  // connect_timeout + reconnect_pause, not at TCP's next retransmission. (A connection on a LAN takes
-  // milliseconds; 0.5 s + 0.2 s let a 1.5 s cut that began just before a heartbeat end 0.2 s past the
-  // lease in the network soak's worst phase.)
-  std::chrono::milliseconds connect_timeout{250};
-  std::chrono::milliseconds reconnect_pause{100};
+  // connect_timeout + reconnect_pause, not at TCP's next retransmission.
+  std::chrono::milliseconds connect_timeout{500};
+  std::chrono::milliseconds reconnect_pause{200};
   std::chrono::milliseconds log_push_interval{500};
   // How often the agent looks at its lease (agent.h): it kills its ranks at most this long after
   // the lease ran out, however long an RPC to the controller hangs.
