@@ -122,6 +122,13 @@ void SnapshotTracker::OnHeartbeat(const std::string& node,
   };
   for (auto it = seen_.begin(); it != seen_.end();) it = stale(*it) ? seen_.erase(it) : std::next(it);
   for (auto it = pins_.begin(); it != pins_.end();) it = stale(it->first) ? pins_.erase(it) : std::next(it);
+  // Waits of jobs that left memory or were decided by another path (a cancel while waiting).
+  for (auto it = awaiting_.begin(); it != awaiting_.end();) {
+    const JobEntry* j = jobs_->Find(it->first);
+    const bool over = j == nullptr || j->rec.state != v1::JOB_STATE_RECOVERING;
+    if (over) awaiting_logged_.erase(it->first);
+    it = over ? awaiting_.erase(it) : std::next(it);
+  }
   // The pin of every attempt this node reported on advances as far as its replicas allow.
   std::set<std::string> jobs;
   for (const v1::HeldSnapshot& h : held) jobs.insert(h.job_id());

@@ -15,6 +15,7 @@
 #include "common/grpc/unreachable.h"
 #include "common/logging.h"
 #include "common/rank_protocol.h"
+#include "common/stopwatch.h"
 #include "worker/rank_env.h"
 
 namespace eft::worker {
@@ -338,6 +339,7 @@ bool WorkerAgent::RegisterOnce() {
 }
 
 bool WorkerAgent::HeartbeatOnce() {
+  const Stopwatch took;  // real time, for the log
   v1::HeartbeatRequest req;
   req.set_node_name(config_.name);
   req.set_incarnation(incarnation_);
@@ -356,7 +358,9 @@ bool WorkerAgent::HeartbeatOnce() {
     }
     deadline = HeartbeatDeadline();
   }
+  const double prepared = took.Seconds();
   AddSnapshotReport(&req);
+  const double reported = took.Seconds();
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
   AddJoinToken(endpoint_, &ctx);
@@ -367,13 +371,22 @@ bool WorkerAgent::HeartbeatOnce() {
     if (controller_reachable_) {
       EFT_LOG(WARNING) << "heartbeat to " << config_.controller << " failed: " << s.error_message()
                        << "; retrying (ranks keep running until the lease runs out)";
+    } else if (heartbeat_retries_ < 5 || heartbeat_retries_ % 20 == 0) {  // a long partition: not every 0.7 s
+      EFT_LOG(INFO) << "heartbeat retry " << heartbeat_retries_ + 1 << " failed after " << took.Seconds() - reported
+                    << " s (prepared in " << reported << " s): " << s.error_message();
     }
+    if (!controller_reachable_) ++heartbeat_retries_;
     controller_reachable_ = false;
     ++heartbeat_failures_;
     stub_ = deps_.new_stub();
     return false;
   }
-  if (!controller_reachable_) EFT_LOG(INFO) << "controller " << config_.controller << " reachable again";
+  if (!controller_reachable_) {
+    EFT_LOG(INFO) << "controller " << config_.controller << " reachable again (after " << heartbeat_retries_
+                  << " failed retries; this heartbeat prepared in " << reported << " s, of which the snapshot report "
+                  << reported - prepared << " s, answered in " << took.Seconds() - reported << " s)";
+  }
+  heartbeat_retries_ = 0;
   controller_reachable_ = true;
   if (!resp.fenced().empty()) {
     OnFenced(resp.fenced());

@@ -242,6 +242,7 @@ class WorkerAgent {
   std::atomic<uint64_t> registrations_{0};
   std::atomic<uint64_t> heartbeats_{0};
   std::atomic<uint64_t> heartbeat_failures_{0};
+  int heartbeat_retries_ = 0;  // failed heartbeats since the controller last answered (heartbeat thread only)
 };
 
 }  // namespace eft::worker
