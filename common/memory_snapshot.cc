@@ -137,6 +137,43 @@ Result<ShardRecord> ShardRecord::FromJson(const nlohmann::json& j) {
   return r;
 }
 
+std::string ReplicationNotePath(const std::string& snapshot_dir, int rank) {
+  char name[40];
+  std::snprintf(name, sizeof name, "replicated-rank-%05d", rank);
+  return snapshot_dir + "/" + name;
+}
+
+Status WriteReplicationNote(const std::string& snapshot_dir, int rank, const ReplicationNote& note) {
+  const std::string path = ReplicationNotePath(snapshot_dir, rank);
+  char line[96];
+  std::snprintf(line, sizeof line, "%lld %.6f %lld\n", static_cast<long long>(note.step), note.seconds,
+                static_cast<long long>(note.bytes));
+  // In memory (tmpfs), read by one rank now and then: replaced whole, no fsync.
+  const std::string tmp = path + ".tmp";
+  EFT_RETURN_IF_ERROR(WriteStringToFile(tmp, line));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const Status s = Status::IoError(Errno("renaming " + tmp + " to " + path));
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return Status::Ok();
+}
+
+std::optional<ReplicationNote> ReadReplicationNote(const std::string& snapshot_dir, int rank) {
+  auto text = ReadFileToString(ReplicationNotePath(snapshot_dir, rank));
+  if (!text.ok()) return std::nullopt;
+  ReplicationNote note;
+  long long step = 0, bytes = 0;
+  char end = 0;
+  if (std::sscanf(text->c_str(), "%lld %lf %lld%c", &step, &note.seconds, &bytes, &end) != 4 || end != '\n' ||
+      step < 0 || bytes < 0 || !(note.seconds >= 0)) {
+    return std::nullopt;
+  }
+  note.step = step;
+  note.bytes = bytes;
+  return note;
+}
+
 Status StageShard(const std::string& held_file, const ShardRecord& record, const std::string& staged_dir) {
   std::error_code ec;
   fs::create_directories(staged_dir, ec);

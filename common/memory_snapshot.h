@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,20 @@ struct ShardRecord {
   nlohmann::json ToJson() const;
   static Result<ShardRecord> FromJson(const nlohmann::json& j);
 };
+
+// The worker's note to a rank of how long its newest replicated snapshot took to reach a peer
+// node: <EFT_SNAPSHOT_DIR>/replicated-rank-RRRRR, one line "step seconds bytes", replaced whole
+// (written beside and renamed) after each accepted push. The rank's `auto` interval reads it
+// (trainer/checkpoint/memory_snapshot.h).
+struct ReplicationNote {
+  int64_t step = 0;
+  double seconds = 0;
+  int64_t bytes = 0;
+};
+std::string ReplicationNotePath(const std::string& snapshot_dir, int rank);
+Status WriteReplicationNote(const std::string& snapshot_dir, int rank, const ReplicationNote& note);
+// std::nullopt when there is none or it does not parse (a rank without a worker never has one).
+std::optional<ReplicationNote> ReadReplicationNote(const std::string& snapshot_dir, int rank);
 
 // Copies the held shard `held_file` into `staged_dir` (created when missing) under its
 // ShardFileName, checksumming the bytes as it copies them: DataLoss, and no file left, when they are

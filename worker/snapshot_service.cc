@@ -377,6 +377,8 @@ void SnapshotReplicator::Finish(const std::string& address, const ShardId& shard
     }
   }
   cv_.NotifyAll();
+  // The rank's `auto` interval counts what replication takes (trainer/checkpoint/memory_snapshot.h).
+  if (outcome.result == Result::kOk) store_->NoteReplicated(a, shard.second, {item.step, seconds, outcome.bytes});
   if (report_refusal && options_.on_refused) {
     v1::RankKey key;
     key.set_job_id(a.first);

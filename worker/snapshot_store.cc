@@ -406,6 +406,14 @@ Status SnapshotStore::Receiver::Commit() {
   return store_->CommitReceived(id_, record_);
 }
 
+void SnapshotStore::NoteReplicated(const AttemptId& a, int rank, const snapshot::ReplicationNote& note) {
+  const std::string incoming = AttemptDir(a) + "/incoming";
+  MutexLock lock(&mu_);  // against DropAttempt removing the directory meanwhile
+  if (closed_ || attempts_.count(a) == 0 || !fs::is_directory(incoming)) return;
+  const Status s = snapshot::WriteReplicationNote(incoming, rank, note);
+  if (!s.ok()) EFT_LOG(WARNING) << "cannot tell rank " << rank << " of " << Describe(a) << " its replication time: " << s;
+}
+
 Result<std::unique_ptr<HeldShardReader>> SnapshotStore::OpenOwn(const AttemptId& a, int rank, int64_t step) {
   MutexLock lock(&mu_);
   auto at = attempts_.find(a);

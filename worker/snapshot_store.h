@@ -120,6 +120,9 @@ class SnapshotStore {
   // attempt no longer kept), AlreadyExists (this step or a newer one is held or being received),
   // InvalidArgument (a header that makes no sense).
   Result<std::unique_ptr<Receiver>> BeginReplica(const v1::SnapshotHeader& header) EXCLUDES(mu_);
+  // After a push of `rank`'s snapshot was accepted by a peer: tells the rank how long it took
+  // (snapshot::WriteReplicationNote into the attempt's incoming dir), when that dir is still there.
+  void NoteReplicated(const AttemptId& attempt, int rank, const snapshot::ReplicationNote& note) EXCLUDES(mu_);
   // An own shard still held, for replication; NotFound when it is not (dropped meanwhile).
   Result<std::unique_ptr<HeldShardReader>> OpenOwn(const AttemptId& attempt, int rank, int64_t step) EXCLUDES(mu_);
 

@@ -4,6 +4,7 @@
 // (common/memory_snapshot.h) and the next run, at another world size, adopts it and continues exactly
 // where the uninterrupted run went. A damaged staged shard falls back to the newest disk checkpoint.
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -198,6 +199,36 @@ TEST_F(MemorySnapshotTest, ASlowSnapshotWriteHoldsTheNextUpdateAndHoldsItsStepsS
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   ExpectSameTraining(ref.losses, resumed.losses, 4, Weights("ref"), Weights("resumed"),
                      "from a slowly written snapshot of step 4");
+}
+
+// Under auto the interval is decided again every MemorySnapshotter::kRedecideEvery steps, counting
+// how long the worker took to send each rank's newest snapshot to a peer (its replication note): here
+// a worker that says 0.2 s for rank 1's (0.05 s for rank 0's), so from step 50 on snapshots are at
+// least 0.2 s worth of steps apart (each one reaches its peer before the next is taken).
+TEST_F(MemorySnapshotTest, AutoCountsTheTimeTheWorkerTakesToSendASnapshotToItsPeer) {
+  epochs_ = 10;  // 60 steps
+  const std::string snapshot_dir = (shm_ / "slow-peer").string();
+  fs::create_directories(snapshot_dir);
+  for (int rank : {0, 1}) {
+    ASSERT_TRUE(snapshot::WriteReplicationNote(snapshot_dir, rank, {1, rank == 1 ? 0.2 : 0.05, 1000}).ok());
+  }
+  Run run = TrainRun("slow-peer", 2, Spec((dir_ / "ckpt").string(), 0, "auto"), 0, "", "EFT_SNAPSHOT_DIR=" + snapshot_dir);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string now = "memory snapshots now every ", step_takes = "a step takes ";
+  const auto at = run.output.find(now);
+  ASSERT_NE(at, std::string::npos) << run.output;
+  const std::string line = run.output.substr(at, run.output.find('\n', at) - at);
+  EXPECT_NE(line.find("sending one to a peer takes 0.2 s, and each must arrive before the next"), std::string::npos)
+      << line << " (the slowest rank's time)";
+  const int64_t interval = std::stoll(line.substr(now.size()));
+  const double step = std::stod(line.substr(line.find(step_takes) + step_takes.size()));
+  EXPECT_GE(interval, static_cast<int64_t>(std::ceil(0.2 / step - 1e-9))) << line;
+  EXPECT_GT(interval, 1) << line << " (a step here takes well under 0.2 s)";
+  std::map<int64_t, std::map<int, std::string>> paths;
+  for (const auto& [snapshot_step, ranks] : Snapshots(run, &paths)) {
+    EXPECT_EQ(ranks.size(), 2u) << "step " << snapshot_step;
+    if (snapshot_step > 50) EXPECT_EQ(snapshot_step % interval, 0) << "step " << snapshot_step << ", interval " << interval;
+  }
 }
 
 // Back-pressure (trainer/checkpoint/memory_snapshot.h): a stand-in for the worker takes each rank's

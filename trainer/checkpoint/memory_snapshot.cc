@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -54,29 +56,49 @@ void MemorySnapshotter::AfterStep(const TrainerState& state, double step_seconds
     }
     DecideInterval(step_seconds);
     if (!enabled_) return;
+  } else if (policy_.every_steps < 0 && state.step % kRedecideEvery == 0) {
+    DecideInterval(step_seconds, /*first=*/false);
+    if (!enabled_) return;
   }
   if (state.step % interval_ == 0) Start(state);
 }
 
-void MemorySnapshotter::DecideInterval(double step_seconds) {
+void MemorySnapshotter::DecideInterval(double step_seconds, bool first) {
   // Every rank reaches this boundary: the all-reduce is collective. A rank whose write failed offers
-  // a cost of -1, and snapshots stop everywhere (a step every rank lacks is no snapshot).
+  // a cost of -1, and snapshots stop everywhere (a step every rank lacks is no snapshot). Each rank
+  // puts its replication time in its own slot, so the sum carries every rank's.
   Join();
-  at::Tensor sums = at::tensor({failed_ ? 0.0 : last_cost_seconds_, step_seconds, failed_ ? 1.0 : 0.0}, at::kDouble);
+  const int world = comm_->world();
+  std::vector<double> values(3 + static_cast<size_t>(world), 0.0);
+  values[0] = failed_ ? 0.0 : last_cost_seconds_;
+  values[1] = step_seconds;
+  values[2] = failed_ ? 1.0 : 0.0;
+  if (!first) {
+    if (auto note = snapshot::ReadReplicationNote(policy_.dir, comm_->rank())) values[3 + comm_->rank()] = note->seconds;
+  }
+  at::Tensor sums = at::tensor(values, at::kDouble);
   comm_->AllReduceSum(sums);
-  const double world = comm_->world();
   const double cost = sums[0].item<double>() / world, step = sums[1].item<double>() / world;
   if (sums[2].item<double>() > 0) {
     enabled_ = false;
     if (comm_->rank() == 0) EFT_LOG(WARNING) << "memory snapshots off for this attempt: a rank could not write one";
     return;
   }
+  double replication = 0;
+  for (int r = 0; r < world; ++r) replication = std::max(replication, sums[3 + r].item<double>());
   const double budget = kOverheadBudget * std::max(step, 1e-9);
-  interval_ = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(cost / budget - 1e-9)), 1, kMaxAutoInterval);
+  int64_t interval = static_cast<int64_t>(std::ceil(cost / budget - 1e-9));
+  if (replication > 0) interval = std::max(interval, static_cast<int64_t>(std::ceil(replication / std::max(step, 1e-9) - 1e-9)));
+  interval = std::clamp<int64_t>(interval, 1, kMaxAutoInterval);
+  if (!first && interval == interval_) return;
+  interval_ = interval;
   if (comm_->rank() == 0) {
-    EFT_LOG(INFO) << "memory snapshots every " << interval_ << " step" << (interval_ == 1 ? "" : "s")
-                  << " (checkpoint.memory_every_steps auto: a snapshot costs " << cost << " s, a step takes " << step
-                  << " s; budget " << kOverheadBudget * 100 << "% of a step)";
+    std::ostringstream why;
+    why << "a snapshot costs " << cost << " s, a step takes " << step << " s; budget " << kOverheadBudget * 100
+        << "% of a step";
+    if (replication > 0) why << "; sending one to a peer takes " << replication << " s, and each must arrive before the next";
+    EFT_LOG(INFO) << "memory snapshots " << (first ? "" : "now ") << "every " << interval_ << " step"
+                  << (interval_ == 1 ? "" : "s") << " (checkpoint.memory_every_steps auto: " << why.str() << ")";
   }
 }
 

@@ -11,10 +11,13 @@
 // memory. A rank keeps at most two of its own files in the directory (the worker normally moves
 // each away at once), so a rank without a worker cannot fill the node's memory.
 //
-// The interval: a number from the spec, or "auto", decided once per attempt from the first snapshot
+// The interval: a number from the spec, or "auto", decided per attempt from the first snapshot
 // (its write time against the step time, averaged over the ranks in one small all-reduce, so every
 // rank picks the same steps): every step when a snapshot costs at most kOverheadBudget of a step,
-// else the smallest interval for which it does. A write that fails (the node's memory is full)
+// else the smallest interval for which it does. Every kRedecideEvery steps it is decided again from
+// the newest snapshot's cost and from how long the worker took to send this rank's newest snapshot
+// to a peer (snapshot::ReadReplicationNote; the slowest rank's counts): at least that many steps
+// apart, so each snapshot reaches its peer before the next one is taken and replication keeps up. A write that fails (the node's memory is full)
 // turns snapshots off for the attempt, with a warning; training goes on with disk checkpoints.
 //
 // Back-pressure: once this rank has seen its worker take a file over (it vanished from the
@@ -53,6 +56,7 @@ class MemorySnapshotter {
   static constexpr double kOverheadBudget = 0.03;
   static constexpr int64_t kMaxAutoInterval = 10000;
   static constexpr double kTakeOverPatience = 30.0;  // seconds
+  static constexpr int64_t kRedecideEvery = 50;
 
   // None of the pointers is owned.
   MemorySnapshotter(MemorySnapshotPolicy policy, Communicator* comm, ShardedLlama* model, AdamW* optimizer,
@@ -78,7 +82,8 @@ class MemorySnapshotter {
   void Start(const TrainerState& state);
   // Joins the writer and accounts for its result; the seconds waited.
   double Join();
-  void DecideInterval(double step_seconds);
+  // Collective: every rank calls it at the same step. `first`: the decision after the first snapshot.
+  void DecideInterval(double step_seconds, bool first = true);
   // Back-pressure (see the top of this file).
   void WaitForTakeOver();
 

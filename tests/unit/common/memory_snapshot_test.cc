@@ -63,6 +63,26 @@ TEST(MemorySnapshotNamesTest, StagedDirectoriesAreStepNDotSnapshot) {
   }
 }
 
+// The worker's replication note to a rank: written whole, read back; absent or damaged: none.
+TEST_F(MemorySnapshotFilesTest, AReplicationNoteIsReadBackAndNothingElseIsTakenForOne) {
+  EXPECT_FALSE(ReadReplicationNote(dir_, 3).has_value());
+  ASSERT_TRUE(WriteReplicationNote(dir_, 3, {42, 0.125, 1 << 20}).ok());
+  EXPECT_EQ(ReplicationNotePath(dir_, 3), dir_ + "/replicated-rank-00003");
+  auto note = ReadReplicationNote(dir_, 3);
+  ASSERT_TRUE(note.has_value());
+  EXPECT_EQ(note->step, 42);
+  EXPECT_DOUBLE_EQ(note->seconds, 0.125);
+  EXPECT_EQ(note->bytes, 1 << 20);
+  ASSERT_TRUE(WriteReplicationNote(dir_, 3, {43, 0.5, 10}).ok());
+  EXPECT_EQ(ReadReplicationNote(dir_, 3)->step, 43) << "replaced whole";
+  EXPECT_FALSE(fs::exists(ReplicationNotePath(dir_, 3) + ".tmp"));
+  for (const std::string& bad : {std::string("43 0.5"), std::string("43 0.5 10"), std::string("x 0.5 10\n"),
+                                 std::string("43 -1 10\n"), std::string("-4 0.5 10\n"), std::string("")}) {
+    ASSERT_TRUE(WriteStringToFile(ReplicationNotePath(dir_, 3), bad).ok());
+    EXPECT_FALSE(ReadReplicationNote(dir_, 3).has_value()) << "'" << bad << "'";
+  }
+}
+
 TEST_F(MemorySnapshotFilesTest, StagedShardsAreByteForByteTheHeldOnesWithTheirRecords) {
   const std::string staged = StagedDir(dir_ + "/ckpt", 12);
   std::vector<ShardRecord> records;

@@ -129,6 +129,13 @@ TEST_F(SnapshotServiceTest, ASnapshotTakenOverOnOneNodeIsHeldByItsPeer) {
   EXPECT_EQ(replicator_->Stats().pushed_bytes, bytes);
   EXPECT_GT(replicator_->Stats().last_push_seconds, 0);
   EXPECT_TRUE(Refusals().empty());
+  // The rank is told how long it took (its `auto` interval counts it), in its own directory.
+  const auto note = snapshot::ReadReplicationNote(dir_ + "/a/job-7/attempt-2/incoming", 1);
+  ASSERT_TRUE(note.has_value());
+  EXPECT_EQ(note->step, 5);
+  EXPECT_EQ(note->bytes, static_cast<int64_t>(bytes));
+  EXPECT_GT(note->seconds, 0);
+  EXPECT_FALSE(snapshot::ReadReplicationNote(dir_ + "/a/job-7/attempt-2/incoming", 0).has_value());
 }
 
 TEST_F(SnapshotServiceTest, APushWithoutTheJoinTokenIsRefused) {
