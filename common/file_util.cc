@@ -65,4 +65,32 @@ Status WriteStringToFile(const std::string& path, const std::string& bytes) {
   return Status::Ok();
 }
 
+namespace {
+
+Status ErrnoStatus(const std::string& what, const std::string& path) {
+  return Status::IoError(what + " " + path + ": " + std::strerror(errno));
+}
+
+Status FsyncOpened(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("opening", path);
+  const Status s = ::fsync(fd) == 0 ? Status::Ok() : ErrnoStatus("fsync of", path);
+  ::close(fd);
+  return s;
+}
+
+}  // namespace
+
+Status FsyncFile(const std::string& path) { return FsyncOpened(path, O_RDONLY); }
+
+Status FsyncDir(const std::string& path) { return FsyncOpened(path, O_RDONLY | O_DIRECTORY); }
+
+Status WriteFileDurably(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  EFT_RETURN_IF_ERROR(WriteStringToFile(tmp, text));
+  EFT_RETURN_IF_ERROR(FsyncFile(tmp));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("renaming", tmp);
+  return Status::Ok();
+}
+
 }  // namespace eft

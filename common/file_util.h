@@ -1,5 +1,5 @@
 // Reading a whole file into memory, and writing one from memory: the one way every eft program and
-// test does it.
+// test does it; and making what was written durable.
 #pragma once
 
 #include <string>
@@ -19,5 +19,14 @@ Result<std::string> ReadFileToString(const std::string& path);
 // the path and the system's reason ("cannot write PATH: No space left on device"), which callers
 // such as the checkpointer rely on to tell a full disk from other failures.
 Status WriteStringToFile(const std::string& path, const std::string& bytes);
+
+// fsync of a file, or of a directory (for the entries renamed or created in it). IoError naming the
+// path and the system's reason ("fsync of PATH: ...").
+Status FsyncFile(const std::string& path);
+Status FsyncDir(const std::string& path);
+// Replaces the file at `path` with `text`, durably and never half-written: written to `path` +
+// ".tmp", fsynced, renamed over `path`. The directory is not fsynced (callers do it once for all
+// their files).
+Status WriteFileDurably(const std::string& path, const std::string& text);
 
 }  // namespace eft

@@ -19,25 +19,6 @@ namespace fs = std::filesystem;
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-Status FsyncPath(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return Status::IoError(Errno("opening " + path + " to fsync it"));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::IoError("fsync " + path + ": " + std::strerror(err));
-  return Status::Ok();
-}
-
-// Writes `text` to `path` through a temporary file, fsynced, renamed.
-Status WriteSmallFileDurably(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  EFT_RETURN_IF_ERROR(WriteStringToFile(tmp, text));
-  EFT_RETURN_IF_ERROR(FsyncPath(tmp, false));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::IoError(Errno("renaming " + tmp + " to " + path));
-  return Status::Ok();
-}
-
 // Copies `from` to `to` (created or truncated), returning the CRC-32C and size of what was read.
 Status CopyChecksummed(const std::string& from, const std::string& to, uint32_t* crc, int64_t* bytes) {
   const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
@@ -196,8 +177,8 @@ Status StageShard(const std::string& held_file, const ShardRecord& record, const
     fs::remove(partial, ec);
     return s;
   }
-  EFT_RETURN_IF_ERROR(WriteSmallFileDurably(target + kRecordSuffix, record.ToJson().dump() + "\n"));
-  return FsyncPath(staged_dir, true);
+  EFT_RETURN_IF_ERROR(WriteFileDurably(target + kRecordSuffix, record.ToJson().dump() + "\n"));
+  return FsyncDir(staged_dir);
 }
 
 Result<std::vector<ShardRecord>> ReadStagedRecords(const std::string& staged_dir) {

@@ -79,32 +79,6 @@ Result<std::pair<uint32_t, int64_t>> Crc32cFile(const std::string& path) {
   return std::make_pair(crc, total);
 }
 
-Status FsyncFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno("opening", path);
-  int rc = ::fsync(fd);
-  Status s = rc == 0 ? Status::Ok() : Errno("fsync of", path);
-  ::close(fd);
-  return s;
-}
-
-Status FsyncDir(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("opening", path);
-  int rc = ::fsync(fd);
-  Status s = rc == 0 ? Status::Ok() : Errno("fsync of", path);
-  ::close(fd);
-  return s;
-}
-
-Status WriteFileDurably(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  EFT_RETURN_IF_ERROR(WriteStringToFile(tmp, text));
-  EFT_RETURN_IF_ERROR(FsyncFile(tmp));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("renaming", tmp);
-  return Status::Ok();
-}
-
 std::string AttemptId::ToString() const {
   if (!fenced()) return "a run without an attempt number";
   return "attempt " + std::to_string(attempt) + (job.empty() ? std::string() : " of job " + job);

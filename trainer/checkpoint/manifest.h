@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/crc32c.h"
+#include "common/file_util.h"  // FsyncFile, FsyncDir, WriteFileDurably: used with a manifest
 #include "common/status.h"
 
 namespace eft::trainer {
@@ -26,13 +27,6 @@ inline constexpr const char* kManifestName = "COMMITTED";
 
 // CRC-32C and size of a whole file.
 Result<std::pair<uint32_t, int64_t>> Crc32cFile(const std::string& path);
-
-Status FsyncFile(const std::string& path);
-Status FsyncDir(const std::string& path);
-// Replaces the file at `path` with `text`, durably and never half-written: written to `path` +
-// ".tmp", fsynced, renamed over `path`. The directory is not fsynced (callers do it once for all
-// their files).
-Status WriteFileDurably(const std::string& path, const std::string& text);
 
 struct ManifestFile {
   std::string path;  // relative to the checkpoint directory
