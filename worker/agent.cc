@@ -572,16 +572,8 @@ void WorkerAgent::OnExit(ProcessSupervisor::Id id, ProcessExit exit) {
 }
 
 void WorkerAgent::OnEventLine(ProcessSupervisor::Id id, const std::string& line) {
-  // A memory_snapshot line is this worker's to act on (it takes the file over), not the controller's:
-  // the controller learns what is held from the heartbeats' HeldSnapshots, and a snapshot every step
-  // would otherwise ride every heartbeat (and pile up during a partition) for nothing.
-  std::optional<rank::MemorySnapshotEvent> snapshot;
-  if (snapshots_ && line.find("\"memory_snapshot\"") != std::string::npos) {
-    Result<rank::Event> event = rank::DecodeEvent(line);
-    if (event.ok()) {
-      if (const auto* e = std::get_if<rank::MemorySnapshotEvent>(&*event)) snapshot = *e;
-    }
-  }
+  // A memory_snapshot line is this worker's to act on, not the controller's (agent_snapshots.cc).
+  const std::optional<rank::MemorySnapshotEvent> snapshot = MemorySnapshotIn(line);
   v1::RankKey key;
   {
     MutexLock lock(&mu_);

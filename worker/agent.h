@@ -170,6 +170,8 @@ class WorkerAgent {
   Status StartSnapshots();
   void StopSnapshots();
   // io thread: a rank's memory_snapshot event (already relayed).
+  // The memory_snapshot event `line` carries, when snapshots are on; else std::nullopt (the line is relayed).
+  std::optional<rank::MemorySnapshotEvent> MemorySnapshotIn(const std::string& line) const;
   void OnMemorySnapshot(const v1::RankKey& key, const rank::MemorySnapshotEvent& event);
   // Adds a memory_snapshot_refused line to `key`'s events, as if the rank had written it.
   void AddRefusal(const v1::RankKey& key, const rank::MemorySnapshotRefusedEvent& refusal) EXCLUDES(mu_);

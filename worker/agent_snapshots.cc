@@ -65,6 +65,16 @@ void WorkerAgent::StopSnapshots() {
   snapshots_->Close();
 }
 
+std::optional<rank::MemorySnapshotEvent> WorkerAgent::MemorySnapshotIn(const std::string& line) const {
+  // The controller learns what is held from the heartbeats' HeldSnapshots: a snapshot every step
+  // relayed as an event would ride every heartbeat (and pile up during a partition) for nothing.
+  if (!snapshots_ || line.find("\"memory_snapshot\"") == std::string::npos) return std::nullopt;
+  Result<rank::Event> event = rank::DecodeEvent(line);
+  if (!event.ok()) return std::nullopt;
+  if (const auto* e = std::get_if<rank::MemorySnapshotEvent>(&*event)) return *e;
+  return std::nullopt;
+}
+
 void WorkerAgent::OnMemorySnapshot(const v1::RankKey& key, const rank::MemorySnapshotEvent& event) {
   const AttemptId attempt = AttemptIdOf(key);
   const Status s = snapshots_->TakeOver(attempt, key.rank(), event);
