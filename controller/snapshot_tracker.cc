@@ -113,7 +113,9 @@ SnapshotTracker::SnapshotTracker(const ControllerConfig& config, Clock* clock, J
 void SnapshotTracker::OnHeartbeat(const std::string& node,
                                   const google::protobuf::RepeatedPtrField<v1::HeldSnapshot>& held,
                                   const google::protobuf::RepeatedPtrField<v1::StageResult>& staged) {
+  Index(node, false);
   held_[node].assign(held.begin(), held.end());
+  Index(node, true);
   gone_.erase(node);
   for (const v1::HeldSnapshot& h : held) seen_.insert({h.job_id(), h.attempt()});
   auto stale = [&](const std::pair<std::string, int>& key) {
@@ -126,7 +128,6 @@ void SnapshotTracker::OnHeartbeat(const std::string& node,
   for (auto it = awaiting_.begin(); it != awaiting_.end();) {
     const JobEntry* j = jobs_->Find(it->first);
     const bool over = j == nullptr || j->rec.state != v1::JOB_STATE_RECOVERING;
-    if (over) awaiting_logged_.erase(it->first);
     it = over ? awaiting_.erase(it) : std::next(it);
   }
   // The pin of every attempt this node reported on advances as far as its replicas allow.
@@ -158,6 +159,7 @@ void SnapshotTracker::OnHeartbeat(const std::string& node,
 void SnapshotTracker::Forget(const std::string& node) {
   auto it = held_.find(node);
   if (it == held_.end()) return;  // forgotten already: its last report stays in gone_
+  Index(node, false);
   gone_[node] = std::move(it->second);
   held_.erase(it);
 }
@@ -183,14 +185,14 @@ bool SnapshotTracker::AwaitReturn(const JobEntry& j, int64_t disk_step, std::str
   const bool any_ready = std::any_of(nodes_->all().begin(), nodes_->all().end(),
                                      [](const auto& n) { return n.second.ready; });
   auto it = awaiting_.find(j.rec.id);
-  if (it != awaiting_.end() && it->second.first != a->number) {
+  if (it != awaiting_.end() && it->second.attempt != a->number) {
     awaiting_.erase(it);
     it = awaiting_.end();
   }
   if (it == awaiting_.end() && any_ready) {
-    it = awaiting_.emplace(j.rec.id, std::make_pair(a->number, clock_->Now() + config_.heartbeat_timeout)).first;
+    it = awaiting_.emplace(j.rec.id, AwaitedReturn{a->number, clock_->Now() + config_.heartbeat_timeout}).first;
   }
-  if (it != awaiting_.end() && clock_->Now() >= it->second.second) return false;
+  if (it != awaiting_.end() && clock_->Now() >= it->second.until) return false;
   std::string names;
   for (const auto& n : returning) names += (names.empty() ? "" : ", ") + n;
   *note = "step " + std::to_string(with_gone.step) + " would be whole in memory with what " + names +
@@ -227,7 +229,6 @@ bool SnapshotTracker::ResumeDecided(JobEntry& j) {
   const std::string id = j.rec.id;
   auto decide = [&](std::optional<JobEntry::MemoryResume> resume, std::string note) {
     awaiting_.erase(j.rec.id);
-    awaiting_logged_.erase(j.rec.id);
     j.memory_resume = std::move(resume);
     j.memory_note = std::move(note);
     j.memory_decided_after = a->number;
@@ -255,9 +256,10 @@ bool SnapshotTracker::ResumeDecided(JobEntry& j) {
     if (choice.step < 0) {
       std::string awaited;
       if (AwaitReturn(j, disk_step, &awaited)) {
-        if (!awaiting_logged_.count(id)) {
+        auto waiting = awaiting_.find(id);  // absent while no node is ready: said once one is
+        if (waiting != awaiting_.end() && !waiting->second.logged) {
           EFT_LOG(INFO) << "job " << id << ": " << awaited;
-          awaiting_logged_.insert(id);
+          waiting->second.logged = true;
         }
         return false;
       }
@@ -365,15 +367,39 @@ int64_t SnapshotTracker::NewestWholeStep(const JobEntry& j) const {
   return ChooseMemoryStep(held_, j.rec.id, a->number, a->world_size, -1).step;
 }
 
+void SnapshotTracker::Index(const std::string& node, bool add) {
+  auto it = held_.find(node);
+  if (it == held_.end()) return;
+  for (const v1::HeldSnapshot& h : it->second) {
+    const std::pair<std::string, int> key{h.job_id(), h.attempt()};
+    if (add) {
+      reporters_[key].insert(node);
+      continue;
+    }
+    auto r = reporters_.find(key);
+    if (r == reporters_.end()) continue;
+    r->second.erase(node);
+    if (r->second.empty()) reporters_.erase(r);
+  }
+}
+
+void SnapshotTracker::ForEachHeld(const std::string& job, int attempt,
+                                  const std::function<void(const std::string&, const v1::HeldSnapshot&)>& fn) const {
+  auto r = reporters_.find({job, attempt});
+  if (r == reporters_.end()) return;
+  for (const std::string& node : r->second) {
+    for (const v1::HeldSnapshot& h : held_.at(node)) {
+      if (h.job_id() == job && h.attempt() == attempt) fn(node, h);
+    }
+  }
+}
+
 int64_t SnapshotTracker::NewestHeldStep(const JobEntry& j) const {
   const AttemptRecord* a = j.current();
   if (a == nullptr) return -1;
   int64_t newest = -1;
-  for (const auto& [node, held] : held_) {
-    for (const auto& h : held) {
-      if (h.job_id() == j.rec.id && h.attempt() == a->number) newest = std::max(newest, h.step());
-    }
-  }
+  ForEachHeld(j.rec.id, a->number,
+              [&](const std::string&, const v1::HeldSnapshot& h) { newest = std::max(newest, h.step()); });
   return newest;
 }
 
@@ -383,12 +409,9 @@ int64_t SnapshotTracker::NewestReplicatedStep(const JobEntry& j) const {
   const int replicas = MemoryReplicas(j.rec.spec);
   const size_t copies = 1 + static_cast<size_t>(std::min<int>(replicas, static_cast<int>(a->nodes.size()) - 1));
   std::map<int64_t, std::map<int, std::set<std::string>>> by_step;  // step -> rank -> nodes
-  for (const auto& [node, held] : held_) {
-    for (const auto& h : held) {
-      if (h.job_id() != j.rec.id || h.attempt() != a->number) continue;
-      for (int r : h.ranks()) by_step[h.step()][r].insert(node);
-    }
-  }
+  ForEachHeld(j.rec.id, a->number, [&](const std::string& node, const v1::HeldSnapshot& h) {
+    for (int r : h.ranks()) by_step[h.step()][r].insert(node);
+  });
   for (auto it = by_step.rbegin(); it != by_step.rend(); ++it) {
     if (static_cast<int>(it->second.size()) < a->world_size) continue;
     const bool replicated = std::all_of(it->second.begin(), it->second.end(),
@@ -402,11 +425,7 @@ int64_t SnapshotTracker::HeldBytes(const JobEntry& j) const {
   const AttemptRecord* a = j.current();
   if (a == nullptr) return 0;
   int64_t bytes = 0;
-  for (const auto& [node, held] : held_) {
-    for (const auto& h : held) {
-      if (h.job_id() == j.rec.id && h.attempt() == a->number) bytes += h.bytes();
-    }
-  }
+  ForEachHeld(j.rec.id, a->number, [&](const std::string&, const v1::HeldSnapshot& h) { bytes += h.bytes(); });
   return bytes;
 }
 

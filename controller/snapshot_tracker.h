@@ -123,9 +123,20 @@ class SnapshotTracker {
   NodeTable* const nodes_;
   std::map<std::string, std::vector<v1::HeldSnapshot>> held_;  // node -> its last report
   std::map<std::string, std::vector<v1::HeldSnapshot>> gone_;  // node -> its last report before Forget
-  // Restarts waiting for nodes to return (AwaitReturn): job id -> (attempt, until when).
-  std::map<std::string, std::pair<int, SteadyTime>> awaiting_;
-  std::set<std::string> awaiting_logged_;
+  // (job, attempt) -> the nodes whose report in held_ lists it: what a heartbeat's pin update and the
+  // per-job figures read, instead of every node's report.
+  std::map<std::pair<std::string, int>, std::set<std::string>> reporters_;
+  void Index(const std::string& node, bool add);  // held_[node]'s attempts into or out of reporters_
+  // `fn` on each snapshot held_ lists of `job`'s attempt `attempt`, with its node.
+  void ForEachHeld(const std::string& job, int attempt,
+                   const std::function<void(const std::string&, const v1::HeldSnapshot&)>& fn) const;
+  // Restarts waiting for nodes to return (AwaitReturn), by job id.
+  struct AwaitedReturn {
+    int attempt = 0;
+    SteadyTime until;
+    bool logged = false;  // the wait was said once
+  };
+  std::map<std::string, AwaitedReturn> awaiting_;
   std::map<std::string, Staging> staging_;                       // job id -> staging under way
   // The step every node keeps of an attempt (AttemptRef.keep_step): the highest NewestReplicatedStep
   // seen, so it never moves back when a node's reports stop (its loss is when it matters).

@@ -338,6 +338,13 @@ bool WorkerAgent::RegisterOnce() {
   return true;
 }
 
+namespace {
+void StartHeartbeat(v1::AgentService::StubInterface* stub, grpc::ClientContext* ctx, const v1::HeartbeatRequest* req,
+                    v1::HeartbeatResponse* resp, std::function<void(grpc::Status)> done) {
+  stub->async()->Heartbeat(ctx, req, resp, std::move(done));
+}
+}  // namespace
+
 bool WorkerAgent::HeartbeatOnce() {
   const Stopwatch took;  // real time, for the log
   v1::HeartbeatRequest req;
@@ -361,31 +368,38 @@ bool WorkerAgent::HeartbeatOnce() {
   const double prepared = took.Seconds();
   AddSnapshotReport(&req);
   const double reported = took.Seconds();
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-  AddJoinToken(endpoint_, &ctx);
   v1::HeartbeatResponse resp;
   const SteadyTime sent = deps_.clock->Now();
-  grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+  const HedgeOutcome outcome = HedgedCall<v1::AgentService::StubInterface, v1::HeartbeatRequest,
+                                          v1::HeartbeatResponse>::Call(&stub_, deps_.new_stub,
+                                                                       [this](grpc::ClientContext* ctx) {
+                                                                         AddJoinToken(endpoint_, ctx);
+                                                                       },
+                                                                       StartHeartbeat, req, &resp,
+                                                                       HeartbeatHedge(deadline));
+  const double answered = took.Seconds() - reported;
+  const grpc::Status& s = outcome.status;
   if (!s.ok()) {
     if (controller_reachable_) {
       EFT_LOG(WARNING) << "heartbeat to " << config_.controller << " failed: " << s.error_message()
                        << "; retrying (ranks keep running until the lease runs out)";
     } else if (heartbeat_retries_ < 5 || heartbeat_retries_ % 20 == 0) {  // a long partition: not every 0.7 s
-      EFT_LOG(INFO) << "heartbeat retry " << heartbeat_retries_ + 1 << " failed after " << took.Seconds() - reported
-                    << " s (prepared in " << reported << " s): " << s.error_message();
+      EFT_LOG(INFO) << "heartbeat retry " << heartbeat_retries_ + 1 << " failed after " << answered << " s ("
+                    << outcome.attempts << (outcome.attempts == 1 ? " connection" : " connections")
+                    << ", prepared in " << reported << " s): " << s.error_message();
     }
     if (!controller_reachable_) ++heartbeat_retries_;
     controller_reachable_ = false;
     ++heartbeat_failures_;
-    stub_ = deps_.new_stub();
     return false;
   }
   if (!controller_reachable_) {
     EFT_LOG(INFO) << "controller " << config_.controller << " reachable again (after " << heartbeat_retries_
                   << " failed retries; this heartbeat prepared in " << reported << " s, of which the snapshot report "
-                  << reported - prepared << " s, answered in " << took.Seconds() - reported << " s)";
+                  << reported - prepared << " s, answered in " << answered << " s on connection "
+                  << outcome.answered_by + 1 << " of " << outcome.attempts << ")";
   }
+  last_answer_ = std::chrono::duration<double>(answered);
   heartbeat_retries_ = 0;
   controller_reachable_ = true;
   if (!resp.fenced().empty()) {

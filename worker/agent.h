@@ -48,6 +48,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "eft/v1/agent.grpc.pb.h"
+#include "worker/hedged_call.h"
 #include "worker/log_shipper.h"
 #include "worker/rank_launcher.h"
 #include "worker/reconcile.h"
@@ -154,6 +155,10 @@ class WorkerAgent {
   // A heartbeat's deadline: a third of a running lease (WorkerConfig::connect_timeout says why), else
   // config_.rpc_timeout.
   std::chrono::milliseconds HeartbeatDeadline() const REQUIRES(mu_);
+  // Heartbeat thread: how a heartbeat with that deadline is hedged (hedged_call.h). While the
+  // controller answers, only a heartbeat slower than 4x the last answer gets a second connection
+  // (a busy controller is not sent copies); while it does not, every config_.hedge_after.
+  HedgeOptions HeartbeatHedge(std::chrono::milliseconds deadline) const;
   // io thread: when the lease has run out, kills every live rank, once per expiry, and says so.
   void EnforceLease() REQUIRES(mu_);
   void ScheduleLeaseCheck();  // io thread: EnforceLease every config_.lease_check_interval
@@ -245,6 +250,7 @@ class WorkerAgent {
   std::atomic<uint64_t> heartbeats_{0};
   std::atomic<uint64_t> heartbeat_failures_{0};
   int heartbeat_retries_ = 0;  // failed heartbeats since the controller last answered (heartbeat thread only)
+  std::chrono::duration<double> last_answer_{0};  // how long the last answered heartbeat took (heartbeat thread)
 };
 
 }  // namespace eft::worker

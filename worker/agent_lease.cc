@@ -52,6 +52,17 @@ std::chrono::milliseconds WorkerAgent::HeartbeatDeadline() const {
   return std::min(std::max(*lease_ / 3, std::chrono::milliseconds(100)), config_.rpc_timeout);
 }
 
+HedgeOptions WorkerAgent::HeartbeatHedge(std::chrono::milliseconds deadline) const {
+  HedgeOptions hedge;
+  hedge.deadline = deadline;
+  hedge.hedge_after = config_.hedge_after;
+  if (hedge.hedge_after.count() > 0 && controller_reachable_) {
+    const auto usual = std::chrono::duration_cast<std::chrono::milliseconds>(4 * last_answer_);
+    hedge.hedge_after = std::max(hedge.hedge_after, usual);
+  }
+  return hedge;
+}
+
 bool WorkerAgent::LeaseExpired(SteadyTime now) const {
   // From the send time, not the reply's arrival: the controller times a node from the receipt of
   // its heartbeat, which is later, so this side gives up first.

@@ -41,10 +41,12 @@ struct WorkerConfig {
   // Riding out a short partition (docs/architecture.md, "Lease"): while the lease runs, a heartbeat
   // unanswered after a third of it is abandoned with its connection (whose TCP retransmissions back
   // off to seconds), and the next goes out reconnect_pause later on a new connection, whose attempts
-  // give up after connect_timeout. So after a cut heals, a heartbeat gets through within about
-  // connect_timeout + reconnect_pause, not at TCP's next retransmission.
+  // give up after connect_timeout. And while a heartbeat goes unanswered, another attempt starts on
+  // a new connection every hedge_after (worker/hedged_call.h; 0: never). So after a cut heals, a
+  // heartbeat is on the wire within about hedge_after, not at TCP's next retransmission.
   std::chrono::milliseconds connect_timeout{500};
   std::chrono::milliseconds reconnect_pause{200};
+  std::chrono::milliseconds hedge_after{250};
   std::chrono::milliseconds log_push_interval{500};
   // How often the agent looks at its lease (agent.h): it kills its ranks at most this long after
   // the lease ran out, however long an RPC to the controller hangs.

@@ -102,6 +102,10 @@ void MemorySnapshotter::DecideInterval(double step_seconds, bool first) {
   }
 }
 
+std::string MemorySnapshotter::OwnShardPath(int64_t step) const {
+  return snapshot::HeldStepDir(policy_.dir, step) + "/" + snapshot::ShardFileName(comm_->rank(), comm_->world());
+}
+
 void MemorySnapshotter::Start(const TrainerState& state) {
   const Stopwatch held(clock_);
   Join();  // a snapshot still being written (a GPU's copy path) is finished first
@@ -123,7 +127,7 @@ void MemorySnapshotter::Start(const TrainerState& state) {
   pending_reads_live_ = in_place;
   pending_stall_ = held.Seconds();
   const std::string dir = snapshot::HeldStepDir(policy_.dir, state.step);
-  const std::string path = dir + "/" + snapshot::ShardFileName(comm_->rank(), comm_->world());
+  const std::string path = OwnShardPath(state.step);
   writer_ = std::thread([this, staged = std::move(staged), dir, path, step = state.step]() mutable {
     const Stopwatch writing(clock_);
     hooks_->StallIfAsked("memory_snapshot");
@@ -143,9 +147,9 @@ void MemorySnapshotter::Start(const TrainerState& state) {
     // This rank's own files beyond the newest two (the worker normally took them over already).
     own_steps_.push_back(step);
     while (own_steps_.size() > 2) {
-      const std::string old_dir = snapshot::HeldStepDir(policy_.dir, own_steps_.front());
-      fs::remove(old_dir + "/" + snapshot::ShardFileName(comm_->rank(), comm_->world()), ec);
-      fs::remove(old_dir, ec);  // only when empty: other ranks of this node may still have files there
+      fs::remove(OwnShardPath(own_steps_.front()), ec);
+      // The step's directory only when empty: other ranks of this node may still have files there.
+      fs::remove(snapshot::HeldStepDir(policy_.dir, own_steps_.front()), ec);
       own_steps_.pop_front();
     }
     rank::MemorySnapshotEvent e;
@@ -164,8 +168,7 @@ void MemorySnapshotter::Start(const TrainerState& state) {
 void MemorySnapshotter::WaitForTakeOver() {
   if (own_steps_.empty()) return;
   const int64_t step = own_steps_.back();
-  const std::string previous =
-      snapshot::HeldStepDir(policy_.dir, step) + "/" + snapshot::ShardFileName(comm_->rank(), comm_->world());
+  const std::string previous = OwnShardPath(step);
   std::error_code ec;
   if (!fs::exists(previous, ec)) {
     worker_takes_over_ = true;

@@ -79,6 +79,7 @@ class MemorySnapshotter {
   void Wait();
 
  private:
+  std::string OwnShardPath(int64_t step) const;  // this rank's file of `step` in its worker's directory
   void Start(const TrainerState& state);
   // Joins the writer and accounts for its result; the seconds waited.
   double Join();

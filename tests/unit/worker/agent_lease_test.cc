@@ -179,8 +179,9 @@ TEST_F(WorkerLeaseTest, NoRankStartsFromALateReplyWhileTheLeaseIsOut) {
 // A partition leaves a call hanging until TCP's retransmission, seconds after the cut heals: while the
 // lease runs, a heartbeat unanswered after a third of it is abandoned, and the next goes out soon, on
 // a new stub (a new connection), while the first is still unanswered.
-TEST_F(WorkerLeaseTest, AHeartbeatUnansweredForAThirdOfTheLeaseIsAbandonedForANewConnection) {
+TEST_F(WorkerLeaseTest, WithoutHedgingAHeartbeatUnansweredForAThirdOfTheLeaseIsAbandonedForANewConnection) {
   config_.rpc_timeout = 30s;  // what the call would wait without the lease
+  config_.hedge_after = 0ms;
   const RankId key{"job-8", 1, 0};
   Want({key});
   StartAgent();
@@ -204,6 +205,38 @@ TEST_F(WorkerLeaseTest, AHeartbeatUnansweredForAThirdOfTheLeaseIsAbandonedForANe
   EXPECT_GE(waited, 990ms);
   EXPECT_LT(waited, 10s);
   EXPECT_TRUE(ranks_.running(key));
+  controller_.ReleaseHeld();
+}
+
+// A heartbeat held unanswered gets a second connection after the hedge delay (hedged_call.h), long
+// before its deadline, while the first is still pending: after a partition heals, one is on the wire
+// within the delay.
+TEST_F(WorkerLeaseTest, AHeartbeatUnansweredForTheHedgeDelayGetsASecondConnection) {
+  config_.rpc_timeout = 30s;
+  config_.hedge_after = 250ms;  // more than 4x an answer on 127.0.0.1, so it decides
+  const RankId key{"job-8", 1, 0};
+  Want({key});
+  StartAgent();
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
+  const int stubs_before = stubs_made_;
+  size_t heartbeats_before = 0;
+  controller_.HoldNextHeartbeat();
+  ASSERT_TRUE(controller_.WaitFor([&] {
+    heartbeats_before = controller_.heartbeats.size();
+    return controller_.heartbeats_held == 1;
+  }));
+  const auto held_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.heartbeats.size() > heartbeats_before; }));
+  const auto waited = std::chrono::steady_clock::now() - held_at;
+  int held = 0;
+  controller_.Inspect([&] { held = controller_.heartbeats_held; });
+  EXPECT_EQ(held, 1) << "the first call is still unanswered";
+  EXPECT_EQ(stubs_made_, stubs_before + 1) << "the second attempt goes out on a new stub";
+  // The hold is seen a little after the call started, so the delay can look a few ms short.
+  EXPECT_GE(waited, 200ms);
+  EXPECT_LT(waited, 990ms) << "before the first attempt's deadline (a third of the 3 s lease)";
+  EXPECT_TRUE(ranks_.running(key));
+  EXPECT_EQ(agent_->Stats().heartbeat_failures, 0u) << "the heartbeat was answered, on its second connection";
   controller_.ReleaseHeld();
 }
 
