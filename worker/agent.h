@@ -156,8 +156,9 @@ class WorkerAgent {
   // config_.rpc_timeout.
   std::chrono::milliseconds HeartbeatDeadline() const REQUIRES(mu_);
   // Heartbeat thread: how a heartbeat with that deadline is hedged (hedged_call.h). While the
-  // controller answers, only a heartbeat slower than 4x the last answer gets a second connection
-  // (a busy controller is not sent copies); while it does not, every config_.hedge_after.
+  // controller answers, a heartbeat slower than 4x the last answer gets one second connection (a
+  // busy controller is not sent many copies); while it does not, a new one every
+  // config_.hedge_after, at most 4 pending at once.
   HedgeOptions HeartbeatHedge(std::chrono::milliseconds deadline) const;
   // io thread: when the lease has run out, kills every live rank, once per expiry, and says so.
   void EnforceLease() REQUIRES(mu_);

@@ -56,9 +56,13 @@ HedgeOptions WorkerAgent::HeartbeatHedge(std::chrono::milliseconds deadline) con
   HedgeOptions hedge;
   hedge.deadline = deadline;
   hedge.hedge_after = config_.hedge_after;
+  hedge.max_in_flight = 4;
   if (hedge.hedge_after.count() > 0 && controller_reachable_) {
     const auto usual = std::chrono::duration_cast<std::chrono::milliseconds>(4 * last_answer_);
     hedge.hedge_after = std::max(hedge.hedge_after, usual);
+    hedge.max_attempts = 2;  // one copy for a controller that may only be stalled
+  } else {
+    hedge.max_attempts = 1000;  // a new connection every hedge_after until the deadline
   }
   return hedge;
 }

@@ -31,7 +31,8 @@ struct HedgeOptions {
   std::chrono::milliseconds deadline{5000};  // for every attempt, counted from the first
   // Between attempts while none has answered; zero, or not less than the deadline: one attempt.
   std::chrono::milliseconds hedge_after{0};
-  int max_attempts = 4;
+  int max_attempts = 4;   // in all
+  int max_in_flight = 4;  // at once: a new one starts when an older one gives up
 };
 
 struct HedgeOutcome {
@@ -92,7 +93,14 @@ class HedgedCall {
         shared->cv.wait(lock);  // the rest end by the shared deadline
         continue;
       }
-      if (shared->cv.wait_until(lock, next_launch) != std::cv_status::timeout) continue;
+      if (started - shared->finished >= std::max(1, options.max_in_flight)) {
+        shared->cv.wait(lock);  // until one gives up (or answers)
+        continue;
+      }
+      if (std::chrono::steady_clock::now() < next_launch &&
+          shared->cv.wait_until(lock, next_launch) != std::cv_status::timeout) {
+        continue;
+      }
       if (shared->answered_by >= 0 || shared->finished == started) break;
       lock.unlock();
       launch(new_stub());

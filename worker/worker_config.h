@@ -46,7 +46,7 @@ struct WorkerConfig {
   // heartbeat is on the wire within about hedge_after, not at TCP's next retransmission.
   std::chrono::milliseconds connect_timeout{500};
   std::chrono::milliseconds reconnect_pause{200};
-  std::chrono::milliseconds hedge_after{250};
+  std::chrono::milliseconds hedge_after{100};
   std::chrono::milliseconds log_push_interval{500};
   // How often the agent looks at its lease (agent.h): it kills its ranks at most this long after
   // the lease ran out, however long an RPC to the controller hangs.

@@ -3,8 +3,9 @@
 
 A controller and three workers, each a network namespace with a management and a data network
 (tests/netns/netns_cluster.py), the controller at its default heartbeat settings, real eft-train
-ranks (tests/netns/workload.py). Partitions take a host's links down. Each job must end SUCCEEDED
-(or FAILED for the right reason) with final weights equal to an uninterrupted run's.
+ranks (tests/netns/workload.py) with memory snapshots every step. Partitions take a host's links
+down. Each job must end SUCCEEDED (or FAILED for the right reason) with final weights equal to an
+uninterrupted run's.
 
 Usage: network_test.py BUILD_DIR [unittest arguments, e.g. NetworkTest.test_node_partition]
 Skipped (exit 77, saying why) where network namespaces cannot be made (not root, no `ip netns`).
@@ -45,10 +46,10 @@ class Cluster:
 
     def __init__(self, **kwargs):
         self.dir = tempfile.mkdtemp(prefix="eft-netns-")
-        # Memory snapshots off here (the network soak runs with them: bench/soak/netns_soak.py
-        # --memory-every 1): with them on, one full-suite run of ControllerCutOff (2026-11-29) saw a
-        # worker's post-heal heartbeat retries take 1.3 s, past its lease; left on issue 48.
-        kwargs.setdefault("snapshots", False)
+        # Memory snapshots on, as a job has them by default (every step here): the partitions then
+        # lose at most one step, and a short cut must still cost no restart while ranks hand a
+        # snapshot to their worker every step. EFT_NETNS_SNAPSHOTS=0 runs the cases without them.
+        kwargs.setdefault("snapshots", os.environ.get("EFT_NETNS_SNAPSHOTS", "1") != "0")
         self.net = nc.NetnsCluster(self.dir, BUILD, worker_env=workload.STEP_PACE_ENV, **kwargs)
         self.failed = False
 
@@ -196,6 +197,8 @@ class NetworkTest(unittest.TestCase):
             job = workload.wait_for(c.net, job_id, workload.is_terminal, 180)
             self.check_success(c, "long", job, reference)
             self.assertGreaterEqual(len(job["attempts"]), 2, workload.describe(job))
+            if c.net.snapshots:  # every node's memory comes back with it (the restart waits for them)
+                self.assertLessEqual(max(int(a.get("stepsLost", 0)) for a in job["attempts"]), 1, workload.describe(job))
 
     def test_host_names_resolving_to_loopback(self):
         """Hosts cloned from one image: every host's name resolves to 127.0.1.1. Workers told their

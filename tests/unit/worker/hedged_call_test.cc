@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -23,14 +24,28 @@ using Stub = v1::AgentService::StubInterface;
 using Call = HedgedCall<Stub, v1::HeartbeatRequest, v1::HeartbeatResponse>;
 using std::chrono::milliseconds;
 
+// Answers every heartbeat, except that the first `failing` calls are refused after `fail_after`.
 class CountingAgentService final : public v1::AgentService::Service {
  public:
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) override {
-    ++calls;
+    const int n = calls++;
+    const int now = ++in_flight;
+    for (int seen = most_in_flight; now > seen && !most_in_flight.compare_exchange_weak(seen, now);) {
+    }
+    if (n < failing) {
+      std::this_thread::sleep_for(fail_after);
+      --in_flight;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "busy");
+    }
     resp->set_acked_event_seq(req->events_size());
+    --in_flight;
     return grpc::Status::OK;
   }
   std::atomic<int> calls{0};
+  std::atomic<int> in_flight{0};
+  std::atomic<int> most_in_flight{0};
+  int failing = 0;
+  std::chrono::milliseconds fail_after{0};
 };
 
 // A TCP port that takes connections into its backlog and never answers on them.
@@ -173,6 +188,23 @@ TEST_F(HedgedCallTest, AttemptsStopWhereTheNextWouldStartAfterTheDeadline) {
                                       Options(milliseconds(500), milliseconds(200), 10));
   EXPECT_FALSE(out.status.ok());
   EXPECT_EQ(out.attempts, 3);  // at 0, 0.2 and 0.4 s; 0.6 s is past the deadline
+}
+
+TEST_F(HedgedCallTest, AtMostMaxInFlightArePendingAndOneThatGivesUpIsReplaced) {
+  service_.failing = 3;  // the first three calls fail after 300 ms, the fourth is answered
+  service_.fail_after = milliseconds(300);
+  auto stub = StubTo(server_address_);
+  v1::HeartbeatResponse resp;
+  HedgeOptions options = Options(milliseconds(5000), milliseconds(20), 100);
+  options.max_in_flight = 2;
+  const auto started = std::chrono::steady_clock::now();
+  const HedgeOutcome out =
+      Call::Call(&stub, NewStubsTo(server_address_), nullptr, Start, Request(1), &resp, options);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.attempts, 4);
+  EXPECT_EQ(out.answered_by, 3);
+  EXPECT_EQ(service_.most_in_flight, 2);
+  EXPECT_GE(Since(started), 0.29) << "the third started only once the first gave up";
 }
 
 TEST_F(HedgedCallTest, ARefusedConnectionFailsAtOnceWithoutFurtherAttempts) {
