@@ -40,3 +40,10 @@ demo:
 
 clean:
 	rm -rf $(BUILD_DIR)
+
+# The container image (docs/docker.md): a Docker engine (Debian's docker.io, started when none answers),
+# the Debian base images (made locally with debootstrap when no registry answers), then the Dockerfile
+# with the classic builder, tagged eft:dev and ghcr.io/elastic-ft/eft:0.1.0. Root (or sudo) for the first two.
+.PHONY: image
+image:
+	@scripts/image/build.sh

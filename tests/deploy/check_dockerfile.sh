@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The Dockerfile cannot be built here (no Docker engine on CI's or developers' machines), so this
-# checks, with the real tools, everything it depends on that can be checked without one:
+# `make image` builds the Dockerfile for real (~20 min, an engine it installs: docs/docker.md), too long
+# for every `make test`; so this checks, with the real tools and in seconds, everything the Dockerfile
+# depends on that can be checked without an engine:
 #  - both stages are Debian 12 (bookworm), like CI;
 #  - the build stage installs with scripts/install-deps.sh, the script CI's `make test` runs;
 #  - every COPY source from the build context exists and is not excluded by .dockerignore;
