@@ -7,6 +7,7 @@
 //   eft-train init-model --arch qwen3 --hidden 256 --layers 4 --heads 4 --kv-heads 2 ... --out DIR
 //   eft-train generate --model DIR --prompt TEXT ...   /   eft-train chat --model DIR (docs/generate.md)
 //   eft-train merge-lora --base DIR --adapter DIR --out DIR (docs/lora.md)
+//   eft-train export --model DIR --out FILE.gguf --type f32|f16|bf16|q8_0 (docs/models.md)
 //
 // Without --config the job spec comes from EFT_JOB_SPEC (set by eft-worker). Exit codes are the rank
 // protocol's (common/rank_protocol.h, docs/architecture.md): 0 done, 2 bad configuration or input,
@@ -31,6 +32,7 @@
 #include "trainer/model/model_config.h"
 #include "trainer/parallel/device.h"
 #include "trainer/chat_template/chat_template.h"
+#include "trainer/export/export_command.h"
 #include "trainer/generate/generate_command.h"
 #include "trainer/runtime/debug_hooks.h"
 #include "trainer/runtime/host_allocator.h"
@@ -317,6 +319,7 @@ int main(int argc, char** argv) {
   merge->add_option("--out", merge_out, "output directory (a Hugging Face model in the base's dtype)")->required();
 
   GenerateCommands generate_commands(app);  // generate, chat
+  ExportCommand export_command(app);
 
   try {
     app.parse(argc, argv);
@@ -324,6 +327,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitConfig;
   }
   if (generate_commands.selected()) return generate_commands.Run(std::cin, std::cout, std::cerr);
+  if (export_command.selected()) return export_command.Run(std::cout, std::cerr);
   if (*init) return InitModel(im);
   if (*version) {
     std::printf("eft-train: %s; CPU: %s\n", BuildAndDevices().c_str(), DetectCpuBf16().describe().c_str());

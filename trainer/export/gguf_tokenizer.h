@@ -1,0 +1,51 @@
+// The tokenizer part of a GGUF file (tokenizer.ggml.*, tokenizer.chat_template), read from a Hugging Face
+// model directory's tokenizer.json, tokenizer_config.json, config.json and chat_template.jinja the way
+// llama.cpp's convert_hf_to_gguf.py and gguf-py's SpecialVocab read them, so llama.cpp tokenizes as the
+// directory's tokenizer does.
+//
+// Supported: byte-level BPE (tokenizer.ggml.model "gpt2"), the kind Llama 3, Qwen2/3, SmolLM and GPT-2
+// ship. llama.cpp does not run the tokenizer.json's pre-tokenizer: it picks one of its own built-in
+// ones by the name in tokenizer.ggml.pre. convert_hf_to_gguf.py chooses that name by hashing the ids
+// of a test text; eft instead recognises the pre-tokenizer's structure (the Split regex and the
+// ByteLevel/Digits steps), which names the same built-in for the tokenizers it knows and refuses any
+// other instead of exporting a file that would tokenize differently:
+//   Split(Llama 3 regex, \p{N}{1,3}) + ByteLevel             -> "llama-bpe"
+//   Split(Qwen2 regex, \p{N}) + ByteLevel                   -> "qwen2"
+//   Digits(individual) + ByteLevel(GPT-2 regex)              -> "smollm"
+//   ByteLevel(GPT-2 regex) alone                             -> "gpt-2"
+// SentencePiece tokenizers (tokenizer.model; Llama 2, Mistral v0.1) are refused for now.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace eft::trainer {
+
+class GgufWriter;
+
+// llama.cpp's token types (llama.h: enum llama_token_type).
+enum class GgufTokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+
+struct GgufTokenizer {
+  std::string model = "gpt2";
+  std::string pre;                   // tokenizer.ggml.pre
+  std::vector<std::string> tokens;   // id order; ids the tokenizer lacks up to the model's rows: "[PAD<id>]"
+  std::vector<int32_t> token_types;  // GgufTokenType per token
+  std::vector<std::string> merges;   // "left right", spaces inside a part written as U+0120 (as gguf-py)
+  std::optional<uint32_t> bos_id, eos_id, unknown_id, padding_id;
+  bool add_bos = false, add_eos = false;
+  std::string chat_template;         // "" when the directory has none
+
+  void AddTo(GgufWriter& writer) const;
+};
+
+// `vocab_rows`: the model's embedding rows (config.json vocab_size), the length llama.cpp needs.
+// Errors (InvalidArgument, naming the file and the reason): no tokenizer.json, a tokenizer that is not
+// byte-level BPE, an unrecognised pre-tokenizer, more tokens than `vocab_rows`.
+Result<GgufTokenizer> ReadGgufTokenizer(const std::string& model_dir, int64_t vocab_rows);
+
+}  // namespace eft::trainer
