@@ -198,6 +198,7 @@ std::string EventTypeName(const Event& event) {
                         [](const EvalEvent&) { return std::string("eval"); },
                         [](const MemorySnapshotEvent&) { return std::string("memory_snapshot"); },
                         [](const MemorySnapshotRefusedEvent&) { return std::string("memory_snapshot_refused"); },
+                        [](const ExportedEvent&) { return std::string("exported"); },
                     },
                     event);
 }
@@ -277,6 +278,10 @@ std::string EncodeEvent(const Event& event) {
                                {"rank", e.rank},
                                {"node", e.node},
                                {"reason", TruncateUtf8(e.reason, kMaxErrorMessageBytes)}});
+                 },
+                 [&](const ExportedEvent& e) {
+                   doc.update({{"step", e.step}, {"path", e.path}, {"type", e.type}, {"bytes", e.bytes}});
+                   if (e.seconds >= 0) doc["seconds"] = e.seconds;
                  },
              },
              event);
@@ -390,6 +395,14 @@ Result<Event> DecodeEvent(std::string_view line) {
     r.Number("rank", &e.rank);
     r.String("node", &e.node);
     r.String("reason", &e.reason);
+    out = e;
+  } else if (type == "exported") {
+    ExportedEvent e;
+    r.Number("step", &e.step);
+    r.String("path", &e.path, /*required=*/true);
+    r.String("type", &e.type);
+    r.Number("bytes", &e.bytes);
+    r.Number("seconds", &e.seconds);
     out = e;
   } else {
     out = UnknownEvent{type};

@@ -236,13 +236,24 @@ struct MemorySnapshotRefusedEvent {
   std::string reason;
 };
 
+// checkpoint.export_gguf: rank 0 wrote the final model as one GGUF file (docs/models.md), after the
+// final model and before `finished`.
+struct ExportedEvent {
+  int64_t step = 0;
+  std::string path;
+  std::string type;  // the matrices' type: f32, f16, bf16, q8_0
+  int64_t bytes = 0;
+  double seconds = -1;  // writing it; < 0: not reported
+};
+
 using Event = std::variant<StepEvent, CheckpointEvent, CheckpointDeletedEvent, ResumedEvent, FinishedEvent,
                            MemoryEvent, ErrorEvent, NoValidCheckpointEvent, UnknownEvent,
-                           EvalEvent, CheckpointFailedEvent, MemorySnapshotEvent, MemorySnapshotRefusedEvent>;
+                           EvalEvent, CheckpointFailedEvent, MemorySnapshotEvent, MemorySnapshotRefusedEvent,
+                           ExportedEvent>;
 
 // The "event" value of each type: "step", "checkpoint", "checkpoint_deleted", "resumed", "finished",
 // "memory", "error", "no_valid_checkpoint", "eval", "checkpoint_failed", "memory_snapshot",
-// "memory_snapshot_refused" (an UnknownEvent's own type).
+// "memory_snapshot_refused", "exported" (an UnknownEvent's own type).
 std::string EventTypeName(const Event& event);
 
 // One line of JSON, without the newline. Optional fields that are "not reported" are left out; an

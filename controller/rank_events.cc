@@ -1,5 +1,6 @@
 #include "controller/rank_events.h"
 
+#include <cstdio>
 #include <type_traits>
 #include <variant>
 
@@ -92,6 +93,14 @@ RankEventEffect InterpretRankEvent(const v1::RankEvent& ev, int current_attempt)
           out.kind = RankEventEffect::Kind::kJobEvent;
           out.event_type = "merged_model";
           out.message = "LoRA adapters merged into the base model: " + e.merged_model + " (step " +
+                        std::to_string(e.step) + ")";
+        } else if constexpr (std::is_same_v<T, rank::ExportedEvent>) {
+          // checkpoint.export_gguf: where the GGUF file is, with its type and size.
+          out.kind = RankEventEffect::Kind::kJobEvent;
+          out.event_type = "gguf_exported";
+          char size[32];
+          std::snprintf(size, sizeof size, "%.1f MB", static_cast<double>(e.bytes) / 1e6);
+          out.message = "final model exported for llama.cpp: " + e.path + " (" + e.type + ", " + size + ", step " +
                         std::to_string(e.step) + ")";
         } else if constexpr (std::is_same_v<T, rank::MemorySnapshotRefusedEvent>) {
           out.kind = RankEventEffect::Kind::kJobEvent;

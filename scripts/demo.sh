@@ -105,7 +105,7 @@ resources: {nodes: {min: 2, max: 3}, gpus_per_node: 1}
 training: {epochs: $EPOCHS, global_batch_size: 12, micro_batch_size: 2, lr: $LR, weight_decay: 0.0,
            schedule: {type: cosine, warmup_ratio: 0.1}, eval_every_steps: 7,
            lora: {r: 16, alpha: 32, target_modules: all-linear}}
-checkpoint: {dir: $DEMO/checkpoints, every_steps: 3, keep_last: 2, merge_lora: true}
+checkpoint: {dir: $DEMO/checkpoints, every_steps: 3, keep_last: 2, merge_lora: true, export_gguf: q8_0}
 fault_tolerance: {max_restarts: 3, stop_grace_seconds: 10}
 env: {OMP_NUM_THREADS: "1"}
 YAML
@@ -149,5 +149,6 @@ for curve in history.get("evalSets", []):
     if p:
         print("  %-6s %.4f (step %d) -> %.4f (step %d)" % (curve["set"], p[0]["loss"], int(p[0].get("step", 0)),
                                                           p[-1]["loss"], int(p[-1].get("step", 0))))'
-echo "(the fine-tuned model is a Hugging Face directory: talk to it with eft-train chat --model $DEMO/checkpoints/merged)"
+echo "(the fine-tuned model is a Hugging Face directory: talk to it with eft-train chat --model $DEMO/checkpoints/merged;"
+echo " and one GGUF file for llama.cpp, Ollama or LM Studio: llama-cli -m $DEMO/checkpoints/model-q8_0.gguf -cnv)"
 say "Demo files (logs of every process): $DEMO"

@@ -288,6 +288,14 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
     return Invalid("spec.checkpoint.merge_lora needs spec.training.lora: only a LoRA run has adapters to merge "
                    "(a full fine-tuning run's output is already a merged model)");
   }
+  if (!ckpt->export_gguf().empty()) {
+    EFT_RETURN_IF_ERROR(
+        CheckChoice("spec.checkpoint.export_gguf", ckpt->mutable_export_gguf(), "", {"f32", "f16", "bf16", "q8_0"}));
+    if (t->has_lora() && !ckpt->merge_lora()) {
+      return Invalid("spec.checkpoint.export_gguf of a LoRA run needs spec.checkpoint.merge_lora: true (llama.cpp "
+                     "runs the merged model, not the adapters)");
+    }
+  }
 
   v1::FaultToleranceSpec* ft = spec->mutable_fault_tolerance();
   if (!ft->has_max_restarts()) ft->set_max_restarts(3);

@@ -58,6 +58,9 @@ def keep_within_cross_field_rules(spec):
     checkpoint = _dict(spec, "checkpoint")
     if checkpoint and checkpoint.get("mergeLora") is True and (training is None or training.get("lora") is None):
         checkpoint["mergeLora"] = False  # mergeLora needs training.lora
+    if (checkpoint and checkpoint.get("exportGguf") and training is not None and training.get("lora") is not None
+            and checkpoint.get("mergeLora") is not True):
+        checkpoint["exportGguf"] = ""  # a LoRA run's exportGguf needs mergeLora
     data = _dict(spec, "data")
     if data:
         evals = data.get("eval")

@@ -449,8 +449,69 @@ def main():
         assert open(good, "rb").read() == before
     check("failed-export-keeps-the-old-file", failed_export_keeps_the_old_file)
 
+    check("job-export-at-the-end", job_export(models_[0]))
+
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
+
+
+def train(spec, name, *extra):
+    """`eft-train train` on one rank; (result, its rank events)."""
+    events = os.path.join(WORK, f"{name}.events")
+    with open(events, "w") as ev:
+        r = subprocess.run([EFT, "train", "--config", spec, "--nproc", "1", "--threads", "1", *extra],
+                           capture_output=True, text=True, pass_fds=(ev.fileno(),),
+                           env=dict(os.environ, EFT_EVENTS_FD=str(ev.fileno())))
+    return r, [json.loads(line) for line in open(events) if line.strip()]
+
+
+def job_export(base):
+    """checkpoint.export_gguf: a job's final model (its final full checkpoint; a LoRA run's merged
+    model) written as <checkpoint.dir>/model-<type>.gguf, byte for byte what `eft-train export` makes
+    of that directory under the job's name, and an `exported` event saying where, what and how big."""
+    def fn():
+        data = os.path.join(WORK, "job-data.jsonl")
+        with open(data, "w") as f:
+            for i in range(8):
+                ids = [(i * 7 + k) % 200 + 5 for k in range(12)]
+                f.write(json.dumps({"input_ids": ids, "labels": ids}) + "\n")
+
+        def spec(name, ckpt, checkpoint_extra):
+            path = os.path.join(WORK, f"{name}.yaml")
+            with open(path, "w") as f:
+                f.write(f"name: {name}\nmodel: {base}\n"
+                        f"data: {{train: {data}, format: pretokenized, max_seq_len: 32, packing: false}}\n"
+                        "training: {global_batch_size: 4, micro_batch_size: 2, lr: 1.0e-3, precision: fp32, epochs: 1}\n"
+                        f"checkpoint: {{dir: {ckpt}, every_steps: 0, {checkpoint_extra}}}\n")
+            return path
+
+        for name, extra, lora, source in (("gguf-full", "export_gguf: f16", [], "step-2"),
+                                          ("gguf-lora", "export_gguf: q8_0, merge_lora: true",
+                                           ["--set", "training.lora.r=4"], "merged")):
+            ckpt = os.path.join(WORK, f"{name}-ckpt")
+            r, events = train(spec(name, ckpt, extra), name, *lora)
+            assert r.returncode == 0, r.stderr[-3000:]
+            ftype = "f16" if name == "gguf-full" else "q8_0"
+            out = os.path.join(ckpt, f"model-{ftype}.gguf")
+            assert os.path.exists(out), os.listdir(ckpt)
+            exported = [e for e in events if e["event"] == "exported"]
+            assert len(exported) == 1, events
+            assert exported[0]["path"] == out and exported[0]["type"] == ftype, exported
+            assert exported[0]["bytes"] == os.path.getsize(out), exported
+            assert events[-1]["event"] == "finished", events[-1]
+            by_hand = os.path.join(WORK, f"{name}-by-hand.gguf")
+            h = run("export", "--model", os.path.join(ckpt, source), "--out", by_hand, "--type", ftype, "--name", name)
+            assert h.returncode == 0, h.stderr
+            assert open(by_hand, "rb").read() == open(out, "rb").read(), f"{name}: differs from eft-train export"
+            names = gguf.GGUFReader(out).fields["general.name"]
+            assert bytes(names.parts[names.data[0]]).decode() == name
+
+        # A LoRA run exports its merged model: refused up front without merge_lora.
+        r, _ = train(spec("gguf-unmerged", os.path.join(WORK, "gguf-unmerged-ckpt"), "export_gguf: f16"), "gguf-unmerged",
+                     "--set", "training.lora.r=4")
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert "spec.checkpoint.export_gguf of a LoRA run needs spec.checkpoint.merge_lora" in r.stderr, r.stderr[-2000:]
+    return fn
 
 
 if __name__ == "__main__":

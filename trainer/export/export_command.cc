@@ -40,7 +40,7 @@ int RunExport(const ExportArgs& args, std::ostream& out, std::ostream& err) {
     last = now;
     err << "eft-train export: " << done << "/" << total << " tensors" << std::endl;
   };
-  auto summary = ExportGguf(args.model, args.out, *type, progress);
+  auto summary = ExportGguf(args.model, args.out, *type, progress, args.name);
   if (!summary.ok()) return fail(summary.status());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   char line[160];
@@ -58,6 +58,9 @@ ExportCommand::ExportCommand(CLI::App& app) {
   command_->add_option("--out", args_.out, "the GGUF file to write (replaced atomically)")->required();
   command_->add_option("--type", args_.type,
                        "f32 | f16 | bf16 | q8_0: the matrices' type; norms and biases stay f32 (default f16)");
+  command_->add_option("--name", args_.name,
+                       "the model's name in the file (general.name, what llama.cpp's tools show; default: the "
+                       "directory's name)");
 }
 
 }  // namespace eft::trainer

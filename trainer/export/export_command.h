@@ -19,6 +19,7 @@ namespace eft::trainer {
 
 struct ExportArgs {
   std::string model, out, type = "f16";
+  std::string name;  // general.name; empty: the directory's name
 };
 
 // Exit code.

@@ -210,7 +210,7 @@ Result<std::string> QuantizeQ8_0(const at::Tensor& x, const std::string& name) {
 }
 
 Result<GgufExportSummary> ExportGguf(const std::string& model_dir, const std::string& out_path, GgufFileType type,
-                                     const std::function<void(size_t, size_t)>& progress) {
+                                     const std::function<void(size_t, size_t)>& progress, const std::string& name) {
   if (!fs::is_directory(model_dir)) return Status::NotFound(model_dir + ": no such model directory");
   EFT_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromHfDir(model_dir));
   const std::string arch = config.model_type == "mistral" ? "llama" : config.model_type;
@@ -262,7 +262,7 @@ Result<GgufExportSummary> ExportGguf(const std::string& model_dir, const std::st
   GgufWriter w;
   w.AddString("general.architecture", arch);
   w.AddString("general.type", "model");
-  w.AddString("general.name", ModelName(model_dir));
+  w.AddString("general.name", name.empty() ? ModelName(model_dir) : name);
   w.AddUint32("general.alignment", GgufWriter::kAlignment);
   w.AddUint32("general.file_type", LlamaFileType(type));
   w.AddUint32("general.quantization_version", 2);  // ggml's GGML_QNT_VERSION, written by every converter

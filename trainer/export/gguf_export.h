@@ -44,9 +44,11 @@ struct GgufExportSummary {
 // Writes `out_path` atomically (gguf_writer.h). Errors name the file and the reason: InvalidArgument
 // (an architecture or tokenizer eft cannot export, values beyond the type's range), NotFound (no
 // config.json or weights), DataLoss (malformed or missing tensors), IoError (an unwritable output).
-// `progress`, when given, is called after each tensor with (done, total).
+// `progress`, when given, is called after each tensor with (done, total). `name` is general.name (what
+// llama.cpp's tools show); empty: the directory's name.
 Result<GgufExportSummary> ExportGguf(const std::string& model_dir, const std::string& out_path, GgufFileType type,
-                                     const std::function<void(size_t, size_t)>& progress = nullptr);
+                                     const std::function<void(size_t, size_t)>& progress = nullptr,
+                                     const std::string& name = "");
 
 // The q/k row reordering described above, for a weight [n_head * head_dim, in] or a bias
 // [n_head * head_dim].

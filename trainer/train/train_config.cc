@@ -96,7 +96,6 @@ Status ApplyOverride(const std::string& assignment, json* spec) {
 
 const std::vector<std::string>& FieldsTheTrainerIgnores() {
   static const auto* kIgnored = new std::vector<std::string>{
-      "name",  // the controller's handle on the job
       "resources.nodes.min",  "resources.nodes.max",
       "resources.gpus_per_node",  // the launcher's: it starts that many ranks
       "resources.grow", "resources.resize_cooldown_seconds",  // the controller's (resizing)

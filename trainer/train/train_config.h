@@ -51,9 +51,9 @@ double LoraScale(const v1::LoraSpec& lora);
 Status ApplyOverride(const std::string& assignment, nlohmann::json* spec);
 
 // The spec.proto fields eft-train does not read because they are the controller's and the worker's
-// business (the job's name, placement, restarts, scheduling, the rank environment), as paths like
-// "resources.nodes.min". The trainer reads every other field; train_config_test holds the trainer's
-// sources to both halves.
+// business (placement, restarts, scheduling, the rank environment), as paths like
+// "resources.nodes.min". The trainer reads every other field (the job's name only to name a GGUF
+// export); train_config_test holds the trainer's sources to both halves.
 const std::vector<std::string>& FieldsTheTrainerIgnores();
 
 // What a resume must agree on with the run that saved the checkpoint, by name (the model, the data,

@@ -15,6 +15,7 @@
 #include "trainer/train/build.h"
 #include "trainer/checkpoint/full_state.h"
 #include "trainer/checkpoint/merge_lora.h"
+#include "trainer/export/gguf_export.h"
 #include "trainer/checkpoint/peft_adapter.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/kernels/gpu_info.h"
@@ -69,6 +70,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   if (config.spec.checkpoint().merge_lora() && config.output_dir.empty() && config.spec.checkpoint().dir().empty()) {
     return Status::InvalidArgument("spec.checkpoint.merge_lora: the merged model goes to <--output-dir>/merged or "
                                    "<spec.checkpoint.dir>/merged; set one of them");
+  }
+  if (!config.spec.checkpoint().export_gguf().empty() && config.output_dir.empty() &&
+      config.spec.checkpoint().dir().empty()) {
+    return Status::InvalidArgument("spec.checkpoint.export_gguf: the GGUF file goes to <--output-dir>/model-<type>.gguf "
+                                   "or <spec.checkpoint.dir>/model-<type>.gguf; set one of them");
   }
   std::unique_ptr<Trainer> t(new Trainer(std::move(config), std::move(env), deps));
   t->schedule_ = schedule;
@@ -456,7 +462,31 @@ Status Trainer::Run() {
   if (config_.spec.checkpoint().merge_lora() && env_.rank == 0) {
     EFT_ASSIGN_OR_RETURN(merged, MergeFinalAdapter());
   }
+  if (!config_.spec.checkpoint().export_gguf().empty() && env_.rank == 0) {
+    EFT_RETURN_IF_ERROR(ExportFinalGguf(merged));
+  }
   if (env_.rank == 0) events_.Emit(rank::FinishedEvent{step_, merged});
+  return Status::Ok();
+}
+
+Status Trainer::ExportFinalGguf(const std::string& merged) {
+  // The final model as a directory: a LoRA run's merged model, else --output-dir, else the final
+  // full checkpoint just written.
+  const std::string& checkpoint_dir = config_.spec.checkpoint().dir();
+  const std::string source = !merged.empty()                 ? merged
+                             : !config_.output_dir.empty()   ? config_.output_dir
+                                                             : checkpoint_dir + "/step-" + std::to_string(step_);
+  const std::string& type_name = config_.spec.checkpoint().export_gguf();
+  const std::string out = (config_.output_dir.empty() ? checkpoint_dir : config_.output_dir) + "/model-" + type_name + ".gguf";
+  EFT_ASSIGN_OR_RETURN(const GgufFileType type, ParseGgufFileType(type_name));
+  const Stopwatch exporting(clock_);
+  auto summary = ExportGguf(source, out, type, nullptr, config_.spec.name());
+  if (!summary.ok()) return summary.status().WithContext("spec.checkpoint.export_gguf");
+  const double seconds = exporting.Seconds();
+  EFT_LOG(INFO) << "final model exported for llama.cpp: " << out << " (" << summary->architecture << ", " << type_name
+                << ", " << summary->tensors << " tensors, " << summary->bytes / 1e6 << " MB, from " << source << ", in "
+                << seconds << " s)";
+  events_.Emit(rank::ExportedEvent{step_, out, type_name, static_cast<int64_t>(summary->bytes), seconds});
   return Status::Ok();
 }
 

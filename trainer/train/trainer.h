@@ -102,6 +102,9 @@ class Trainer {
   Status SaveFinalModel();
   // checkpoint.merge_lora, rank 0, after the final adapter directory: the merged model's directory.
   Result<std::string> MergeFinalAdapter();
+  // checkpoint.export_gguf, rank 0, last: the final model (`merged` when a LoRA run merged it) as one
+  // GGUF file; an `exported` event says where.
+  Status ExportFinalGguf(const std::string& merged);
   // Evaluation (trainer/train/evaluation.h): the eval sets of data.eval, or the one of
   // data.eval_fraction (which also takes it out of dataset_); whether this step is evaluated; the
   // evaluation of every set, each reported on a progress line and as an EvalEvent. Collective.

@@ -108,6 +108,15 @@ TEST(RankProtocolTest, EveryEventRoundTrips) {
 
   EXPECT_EQ(RoundTrip<FinishedEvent>(FinishedEvent{77}).step, 77);
   EXPECT_EQ(RoundTrip<FinishedEvent>(FinishedEvent{77, "/out/merged"}).merged_model, "/out/merged");
+  auto exported = RoundTrip<ExportedEvent>(ExportedEvent{77, "/ckpt/model-q8_0.gguf", "q8_0", 145000000, 5.5});
+  EXPECT_EQ(exported.step, 77);
+  EXPECT_EQ(exported.path, "/ckpt/model-q8_0.gguf");
+  EXPECT_EQ(exported.type, "q8_0");
+  EXPECT_EQ(exported.bytes, 145000000);
+  EXPECT_DOUBLE_EQ(exported.seconds, 5.5);
+  EXPECT_EQ(EncodeEvent(ExportedEvent{5, "/o/model-f16.gguf", "f16", 10}),
+            R"({"bytes":10,"event":"exported","path":"/o/model-f16.gguf","step":5,"type":"f16"})");
+  EXPECT_FALSE(DecodeEvent(R"({"event":"exported","step":5})").ok()) << "an export without its file says nothing";
   auto err = RoundTrip<ErrorEvent>(ErrorEvent{"model_type 'gpt2' is not supported", 2});
   EXPECT_EQ(err.message, "model_type 'gpt2' is not supported");
   EXPECT_EQ(err.exit_code, 2);

@@ -103,6 +103,15 @@ TEST(RankEventsTest, AMergedModelIsAJobEvent) {
   EXPECT_EQ(e.message, "LoRA adapters merged into the base model: /ckpt/job/merged (step 12)");
 }
 
+// checkpoint.export_gguf: the GGUF file, its type and size become a job event.
+TEST(RankEventsTest, AGgufExportIsAJobEvent) {
+  RankEventEffect e = InterpretRankEvent(
+      Event(1, rank::EncodeEvent(rank::ExportedEvent{12, "/ckpt/job/model-q8_0.gguf", "q8_0", 144812345, 5.1})), 1);
+  ASSERT_EQ(e.kind, Kind::kJobEvent);
+  EXPECT_EQ(e.event_type, "gguf_exported");
+  EXPECT_EQ(e.message, "final model exported for llama.cpp: /ckpt/job/model-q8_0.gguf (q8_0, 144.8 MB, step 12)");
+}
+
 TEST(RankEventsTest, WhatTheControllerDoesNotKeepIsIgnoredQuietly) {
   for (const rank::Event& ev : std::vector<rank::Event>{rank::ResumedEvent{3, "sharded", "/p", 1, 0, 0},
                                                         rank::FinishedEvent{9}, rank::MemoryEvent{0, 1, 2},

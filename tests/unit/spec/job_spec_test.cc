@@ -432,6 +432,35 @@ TEST(JobSpecTest, MemorySnapshotsAreAutoByDefaultAndTakeANumberOfSteps) {
   EXPECT_FALSE(listed.ok());
 }
 
+// checkpoint.export_gguf (docs/models.md): off by default; one of llama.cpp's types eft writes; a
+// LoRA run exports its merged model, so it needs merge_lora.
+TEST(JobSpecTest, ExportGgufTakesATypeAndALoraRunNeedsItsMergedModel) {
+  auto normalized = [](const std::string& extra) {
+    auto spec = ParseJobSpec("name: a\ncommand: [x]\n" + extra);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    if (!spec.ok()) return std::make_pair(spec.status(), v1::JobSpec());
+    Status s = NormalizeJobSpec(&*spec);
+    return std::make_pair(s, *spec);
+  };
+  auto [plain_status, plain] = normalized("");
+  ASSERT_TRUE(plain_status.ok()) << plain_status;
+  EXPECT_EQ(plain.checkpoint().export_gguf(), "");
+  for (const char* type : {"f32", "f16", "bf16", "q8_0"}) {
+    auto [s, spec] = normalized(std::string("checkpoint: {export_gguf: ") + type + "}\n");
+    ASSERT_TRUE(s.ok()) << type << ": " << s;
+    EXPECT_EQ(spec.checkpoint().export_gguf(), type);
+  }
+  auto [bad, unused] = normalized("checkpoint: {export_gguf: q4_0}\n");
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "spec.checkpoint.export_gguf (\"q4_0\") must be one of f32, f16, bf16, q8_0") << bad;
+  auto [unmerged, unused2] = normalized("training: {lora: {r: 8}}\ncheckpoint: {export_gguf: f16}\n");
+  EXPECT_EQ(unmerged.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(unmerged.message().rfind("spec.checkpoint.export_gguf of a LoRA run needs spec.checkpoint.merge_lora", 0), 0u)
+      << unmerged;
+  auto [merged, unused3] = normalized("training: {lora: {r: 8}}\ncheckpoint: {export_gguf: f16, merge_lora: true}\n");
+  EXPECT_TRUE(merged.ok()) << merged;
+}
+
 // checkpoint.merge_lora (docs/lora.md): off by default, and only with training.lora.
 TEST(JobSpecTest, MergeLoraNeedsLora) {
   auto plain = ParseJobSpec("name: a\ncommand: [x]\ncheckpoint: {merge_lora: true}\n");
