@@ -47,3 +47,14 @@ clean:
 .PHONY: image
 image:
 	@scripts/image/build.sh
+
+# The image run for real (docs/docker.md, "A cluster of containers: make image-test"): a controller and
+# three worker containers on a Docker network train a job through a `docker kill` and a
+# `docker network disconnect`, its weights equal to an uninterrupted run's, then the controller restarted
+# on its volume keeps every job (~1 min). Builds the image first only when eft:dev is missing
+# (`make image` after a source change); EFT_IMAGE=... tests another tag. Needs .venv (make deps).
+EFT_IMAGE ?= eft:dev
+.PHONY: image-test
+image-test:
+	@docker image inspect $(EFT_IMAGE) >/dev/null 2>&1 || EFT_IMAGE=$(EFT_IMAGE) scripts/image/build.sh
+	@$(or $(wildcard .venv/bin/python),python3) tests/image/cluster_test.py --image $(EFT_IMAGE)
