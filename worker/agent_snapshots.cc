@@ -25,6 +25,9 @@ Status WorkerAgent::StartSnapshots() {
   SnapshotStoreOptions options;
   options.root = config_.snapshot_dir;
   options.budget_bytes = config_.snapshot_budget_bytes > 0 ? config_.snapshot_budget_bytes : DefaultSnapshotBudget();
+  std::string cut;
+  options.budget_bytes = FitSnapshotBudget(options.budget_bytes, config_.snapshot_dir, &cut);
+  if (!cut.empty()) EFT_LOG(WARNING) << "memory snapshots: " << cut;
   options.clock = deps_.clock;
   auto store = SnapshotStore::Open(options);
   if (!store.ok()) return store.status().WithContext("--snapshot-dir");
@@ -52,7 +55,9 @@ Status WorkerAgent::StartSnapshots() {
   EFT_LOG(INFO) << "memory snapshots in " << config_.snapshot_dir
                 << (OnTmpfs(config_.snapshot_dir) ? " (tmpfs)" : " (not tmpfs: they take disk, not memory)")
                 << ", budget " << MibText(options.budget_bytes)
-                << (config_.snapshot_memory_mb > 0 ? " (--snapshot-memory-mb)" : " (a quarter of MemTotal)")
+                << (!cut.empty()                    ? " (the filesystem's size)"
+                    : config_.snapshot_memory_mb > 0 ? " (--snapshot-memory-mb)"
+                                                     : " (a quarter of MemTotal)")
                 << ", replicas received on " << ListenAddress(host, snapshot_server_->port());
   return Status::Ok();
 }

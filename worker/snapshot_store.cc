@@ -1,6 +1,7 @@
 #include "worker/snapshot_store.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,6 +63,18 @@ int64_t DefaultSnapshotBudget(const std::string& meminfo) {
     if (fields >> kib && kib > 0) return static_cast<int64_t>(kib) * 1024 / 4;
   }
   return int64_t{1} << 30;
+}
+
+int64_t FitSnapshotBudget(int64_t budget, const std::string& dir, std::string* why) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) != 0) return budget;  // Open says what is wrong with the directory
+  const int64_t size = static_cast<int64_t>(fs.f_blocks) * static_cast<int64_t>(fs.f_frsize);
+  if (size <= 0 || budget <= size) return budget;
+  *why = dir + "'s filesystem holds only " + MibText(size) + ", less than the snapshot budget of " + MibText(budget) +
+         ": the budget is cut to that (a container's /dev/shm is 64 MiB unless given --shm-size; docs/docker.md)";
+  return size;
 }
 
 HeldShardReader::~HeldShardReader() { ::close(fd_); }

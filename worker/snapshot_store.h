@@ -69,6 +69,11 @@ namespace eft::worker {
 // A quarter of MemTotal in `meminfo` (/proc/meminfo's format); 1 GiB when it cannot be read.
 int64_t DefaultSnapshotBudget(const std::string& meminfo = "/proc/meminfo");
 
+// `budget`, or less where the filesystem of `dir` (made if missing) is smaller: its size then, and
+// *why says so in a line for the log (a container's /dev/shm is 64 MiB unless told otherwise, and
+// snapshots beyond it would fail with "No space left on device" instead of being refused cleanly).
+int64_t FitSnapshotBudget(int64_t budget, const std::string& dir, std::string* why);
+
 struct SnapshotStoreOptions {
   std::string root;
   int64_t budget_bytes = 0;

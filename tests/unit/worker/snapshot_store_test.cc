@@ -2,6 +2,8 @@
 // bound, replicas (a damaged one refused), the budget, Keep, and staging a held and a missing rank.
 #include "worker/snapshot_store.h"
 
+#include <sys/statvfs.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -349,6 +351,28 @@ TEST_F(SnapshotStoreTest, OpenAndCloseDeleteOnlyWhatTheStoreMakes) {
   fs::remove(dir_ + "/shm/someone-elses");
   store_->Close();
   EXPECT_FALSE(fs::exists(dir_ + "/shm")) << "an empty root goes too";
+}
+
+// The budget never exceeds the snapshot directory's filesystem (statvfs of the real one: the test's
+// temporary directory's), so snapshots are refused by the store rather than failing with ENOSPC.
+TEST(SnapshotBudgetTest, IsCutToTheSizeOfTheDirectorysFilesystem) {
+  const std::string dir = MakeTempDir();
+  struct statvfs fs {};
+  ASSERT_EQ(statvfs(dir.c_str(), &fs), 0);
+  const int64_t size = static_cast<int64_t>(fs.f_blocks) * static_cast<int64_t>(fs.f_frsize);
+  std::string why;
+  EXPECT_EQ(FitSnapshotBudget(size / 2, dir, &why), size / 2);
+  EXPECT_EQ(why, "") << "a budget the filesystem can hold stays";
+  const std::string made = dir + "/not/yet";
+  EXPECT_EQ(FitSnapshotBudget(size * 4, made, &why), size) << "the directory is made, then measured";
+  EXPECT_TRUE(std::filesystem::is_directory(made));
+  EXPECT_EQ(why.rfind(made + "'s filesystem holds only " + MibText(size) + ", less than the snapshot budget of " +
+                          MibText(size * 4),
+                      0),
+            0u)
+      << why;
+  EXPECT_NE(why.find("--shm-size"), std::string::npos) << why;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(SnapshotBudgetTest, AQuarterOfMemTotal) {
