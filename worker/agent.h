@@ -152,8 +152,8 @@ class WorkerAgent {
   bool LeaseExpired(SteadyTime now) const REQUIRES(mu_);
   // A lease was given, and has not run out as far as EnforceLease has seen.
   bool LeaseRunning() const REQUIRES(mu_);
-  // A heartbeat's deadline: a third of a running lease (WorkerConfig::connect_timeout says why), else
-  // config_.rpc_timeout.
+  // A heartbeat's deadline: a third of the lease the controller last gave, running or run out
+  // (WorkerConfig::connect_timeout says why), else config_.rpc_timeout.
   std::chrono::milliseconds HeartbeatDeadline() const REQUIRES(mu_);
   // Heartbeat thread: how a heartbeat with that deadline is hedged (hedged_call.h). While the
   // controller answers, a heartbeat slower than 4x the last answer gets one second connection (a

@@ -47,7 +47,10 @@ bool WorkerAgent::LeaseRunning() const {
 }
 
 std::chrono::milliseconds WorkerAgent::HeartbeatDeadline() const {
-  if (!LeaseRunning()) return config_.rpc_timeout;
+  // After the lease ran out too: a controller slower than this could not keep a lease anyway, and
+  // attempts stuck where a cut left them (a dropped SYN, a name lookup on a network that went away)
+  // give way to new ones sooner (make image-test's reconnect waited out 5 s of rpc_timeout).
+  if (!lease_) return config_.rpc_timeout;
   // A third: the abandoned call, a new connection and a retry or two all fit in the lease.
   return std::min(std::max(*lease_ / 3, std::chrono::milliseconds(100)), config_.rpc_timeout);
 }

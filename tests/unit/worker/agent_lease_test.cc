@@ -208,6 +208,34 @@ TEST_F(WorkerLeaseTest, WithoutHedgingAHeartbeatUnansweredForAThirdOfTheLeaseIsA
   controller_.ReleaseHeld();
 }
 
+// After the lease ran out, a heartbeat still gives up after a third of it, not after rpc_timeout:
+// attempts stuck where a cut left them (a dropped SYN, a name lookup on a network that went away)
+// give way to new ones (make image-test's reconnect waited out 5 s before).
+TEST_F(WorkerLeaseTest, AfterTheLeaseRanOutAHeartbeatStillGivesUpAfterAThirdOfIt) {
+  config_.rpc_timeout = 30s;
+  config_.hedge_after = 0ms;
+  const RankId key{"job-9", 1, 0};
+  Want({key});
+  StartAgent();
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
+  CutOff();
+  clock_.Advance(5s);
+  ASSERT_TRUE(Eventually([&] { return !ranks_.running(key); })) << "the lease ran out";
+  size_t heartbeats_before = 0;
+  controller_.HoldNextHeartbeat();
+  controller_.SetUnreachable(false);
+  ASSERT_TRUE(controller_.WaitFor([&] {
+    heartbeats_before = controller_.heartbeats.size();
+    return controller_.heartbeats_held == 1;
+  }));
+  const auto held_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.heartbeats.size() > heartbeats_before; }));
+  const auto waited = std::chrono::steady_clock::now() - held_at;
+  EXPECT_GE(waited, 990ms);
+  EXPECT_LT(waited, 10s) << "a third of the 3 s lease, not the 30 s rpc_timeout";
+  controller_.ReleaseHeld();
+}
+
 // A heartbeat held unanswered gets a second connection after the hedge delay (hedged_call.h), long
 // before its deadline, while the first is still pending: after a partition heals, one is on the wire
 // within the delay.
