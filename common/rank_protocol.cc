@@ -183,6 +183,18 @@ bool IsReservedEnvName(std::string_view name) {
                      [&](const char* n) { return name == n; });
 }
 
+int ExitCodeFor(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kDataLoss:
+      return ToInt(ExitCode::kBadInput);
+    default:
+      return ToInt(ExitCode::kFailure);
+  }
+}
+
 std::string EventTypeName(const Event& event) {
   return std::visit(Overloaded{
                         [](const StepEvent&) { return std::string("step"); },

@@ -53,6 +53,10 @@ enum class ExitCode : int {
 
 constexpr int ToInt(ExitCode code) { return static_cast<int>(code); }
 
+// The exit code of an eft-train command that failed with `s`: bad input (2) for what the user's input
+// decides (InvalidArgument, NotFound, FailedPrecondition, DataLoss), a failure (1) otherwise.
+int ExitCodeFor(const Status& s);
+
 // How a rank ended, as the small fixed set metrics and the controller's policy use.
 enum class ExitClass { kSuccess, kBadInput, kStopped, kPortBusy, kStorageFull, kOutOfMemory, kFenced, kFailed, kSignal };
 inline constexpr ExitClass kAllExitClasses[] = {ExitClass::kSuccess,     ExitClass::kBadInput,    ExitClass::kStopped,

@@ -8,26 +8,11 @@
 #include "trainer/export/gguf_export.h"
 
 namespace eft::trainer {
-namespace {
-
-int ExitCodeFor(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kNotFound:
-    case StatusCode::kFailedPrecondition:
-    case StatusCode::kDataLoss:
-      return rank::ToInt(rank::ExitCode::kBadInput);
-    default:
-      return rank::ToInt(rank::ExitCode::kFailure);
-  }
-}
-
-}  // namespace
 
 int RunExport(const ExportArgs& args, std::ostream& out, std::ostream& err) {
   auto fail = [&](const Status& s) {
     err << "eft-train: " << s.message() << std::endl;
-    return ExitCodeFor(s);
+    return rank::ExitCodeFor(s);
   };
   auto type = ParseGgufFileType(args.type);
   if (!type.ok()) return fail(type.status());

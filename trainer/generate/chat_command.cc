@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/rank_protocol.h"
 #include "trainer/generate/generate_command.h"
 #include "trainer/generate/generation_setup.h"
 #include "trainer/generate/reply_view.h"
@@ -59,7 +60,7 @@ int RunChat(const GenerateArgs& a, std::istream& in, std::ostream& out, std::ost
         Generate(session, prompt, options, [&](int32_t id) { out << shown(stream.Push(id)) << std::flush; });
     out << shown(stream.Finish()) << (view ? view->Finish() : "") << "\n" << std::flush;
     if (!result.ok()) {
-      if (gen::ExitCodeFor(result.status()) == 1) return gen::Fail(result.status(), err);
+      if (rank::ExitCodeFor(result.status()) == 1) return gen::Fail(result.status(), err);
       // Bad input for this turn (the conversation no longer fits the context): say so, start over.
       err << "eft-train: " << result.status().message() << "; starting a new conversation\n";
       messages = fresh_conversation();

@@ -94,23 +94,11 @@ Result<LoadedModel> LoadForGeneration(const GenerateArgs& args) {
   return m;
 }
 
-int ExitCodeFor(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kNotFound:
-    case StatusCode::kFailedPrecondition:
-    case StatusCode::kDataLoss:
-      return rank::ToInt(rank::ExitCode::kBadInput);
-    default:
-      return rank::ToInt(rank::ExitCode::kFailure);
-  }
-}
-
 bool IsTerminal(const std::ostream& out) { return &out == &std::cout && ::isatty(STDOUT_FILENO) == 1; }
 
 int Fail(const Status& status, std::ostream& err) {
   err << "eft-train: " << status.message() << std::endl;
-  return ExitCodeFor(status);
+  return rank::ExitCodeFor(status);
 }
 
 void PrintStats(const GenerateResult& r, std::ostream& err) {

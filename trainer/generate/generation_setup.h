@@ -29,7 +29,6 @@ struct LoadedModel {
 // the trainer does), then the directory. NotFound when it has no config.json/weights.
 Result<LoadedModel> LoadForGeneration(const GenerateArgs& args);
 
-int ExitCodeFor(const Status& status);
 int Fail(const Status& status, std::ostream& err);  // prints "eft-train: <message>", returns the code
 
 // Whether `out` is this process's stdout and that is a terminal (ReplyView dims the thinking there).

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/rank_protocol.h"
 #include "trainer/data/packing.h"
 #include "trainer/data/sampler.h"
 #include "trainer/model/model_config.h"
@@ -12,18 +13,6 @@
 
 namespace eft::trainer {
 namespace {
-
-int ExitCode(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kNotFound:
-    case StatusCode::kFailedPrecondition:
-    case StatusCode::kDataLoss:
-      return 2;
-    default:
-      return 1;
-  }
-}
 
 // A bar redrawn in place on a terminal; elsewhere (logs) a line every 10%.
 class Progress {
@@ -61,19 +50,19 @@ int RunPrepare(const TrainConfig& c) {
   auto model = ModelConfig::FromHfDir(c.spec.model());
   if (!model.ok()) {
     std::fprintf(stderr, "eft-train prepare: %s\n", model.status().message().c_str());
-    return ExitCode(model.status());
+    return rank::ExitCodeFor(model.status());
   }
   auto text = LoadTextPipeline(c);
   if (!text.ok()) {
     std::fprintf(stderr, "eft-train prepare: %s\n", text.status().message().c_str());
-    return ExitCode(text.status());
+    return rank::ExitCodeFor(text.status());
   }
   Progress progress;
   auto prepared = PrepareTrainingData(c, model->vocab_size, text->pipeline(),
                                       [&](int64_t done, int64_t total) { progress(done, total); });
   if (!prepared.ok()) {
     std::fprintf(stderr, "eft-train prepare: %s\n", prepared.status().message().c_str());
-    return ExitCode(prepared.status());
+    return rank::ExitCodeFor(prepared.status());
   }
   const SftBuildStats& st = prepared->stats;
   std::printf("data              %s\n", data.train().c_str());

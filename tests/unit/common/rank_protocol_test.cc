@@ -151,6 +151,16 @@ TEST(RankProtocolTest, EveryEventRoundTrips) {
   EXPECT_FALSE(DecodeEvent(R"({"event":"memory_snapshot","step":1,"rank":0,"world_size":1,"path":"/x","bytes":1})").ok());
 }
 
+// An eft-train command's exit code for its error: 2 (bad input, not retried) where the input decides.
+TEST(RankProtocolTest, ExitCodeForAnErrorIsBadInputWhereTheInputDecides) {
+  EXPECT_EQ(ExitCodeFor(Status::InvalidArgument("x")), 2);
+  EXPECT_EQ(ExitCodeFor(Status::NotFound("x")), 2);
+  EXPECT_EQ(ExitCodeFor(Status::FailedPrecondition("x")), 2);
+  EXPECT_EQ(ExitCodeFor(Status::DataLoss("x")), 2);
+  EXPECT_EQ(ExitCodeFor(Status::IoError("x")), 1);
+  EXPECT_EQ(ExitCodeFor(Status::Internal("x")), 1);
+}
+
 TEST(RankProtocolTest, TheWireFormatIsTheDocumentedOne) {
   // What a program in another language writes (docs/architecture.md): names, not positions.
   EXPECT_EQ(EncodeEvent(FinishedEvent{5}), R"({"event":"finished","step":5})");

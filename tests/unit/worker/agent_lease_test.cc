@@ -42,6 +42,20 @@ class WorkerLeaseTest : public WorkerAgentTest {
     ASSERT_TRUE(controller_.WaitFor([&] { return controller_.unanswered > before; }));
   }
 
+  // After HoldNextHeartbeat: how long from the moment the fake holds a heartbeat until the next one
+  // reaches it (the held one still unanswered); a failed wait fails the test and returns kWait.
+  std::chrono::steady_clock::duration UntilTheHeldHeartbeatIsFollowed() {
+    size_t heartbeats_before = 0;
+    EXPECT_TRUE(controller_.WaitFor([&] {
+      heartbeats_before = controller_.heartbeats.size();
+      return controller_.heartbeats_held == 1;
+    }));
+    const auto held_at = std::chrono::steady_clock::now();
+    EXPECT_TRUE(controller_.WaitFor([&] { return controller_.heartbeats.size() > heartbeats_before; }))
+        << "no heartbeat followed the held one";
+    return std::chrono::steady_clock::now() - held_at;
+  }
+
   // Long enough for the agent's lease check (every 10 ms here) to have run several times.
   static void LetTheLeaseCheckRun() { std::this_thread::sleep_for(100ms); }
 
@@ -187,15 +201,8 @@ TEST_F(WorkerLeaseTest, WithoutHedgingAHeartbeatUnansweredForAThirdOfTheLeaseIsA
   StartAgent();
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
   const int stubs_before = stubs_made_;
-  size_t heartbeats_before = 0;
   controller_.HoldNextHeartbeat();
-  ASSERT_TRUE(controller_.WaitFor([&] {
-    heartbeats_before = controller_.heartbeats.size();
-    return controller_.heartbeats_held == 1;
-  }));
-  const auto held_at = std::chrono::steady_clock::now();
-  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.heartbeats.size() > heartbeats_before; }));
-  const auto waited = std::chrono::steady_clock::now() - held_at;
+  const auto waited = UntilTheHeldHeartbeatIsFollowed();
   int held = 0;
   controller_.Inspect([&] { held = controller_.heartbeats_held; });
   EXPECT_EQ(held, 1) << "the first call is still unanswered";
@@ -221,16 +228,9 @@ TEST_F(WorkerLeaseTest, AfterTheLeaseRanOutAHeartbeatStillGivesUpAfterAThirdOfIt
   CutOff();
   clock_.Advance(5s);
   ASSERT_TRUE(Eventually([&] { return !ranks_.running(key); })) << "the lease ran out";
-  size_t heartbeats_before = 0;
   controller_.HoldNextHeartbeat();
   controller_.SetUnreachable(false);
-  ASSERT_TRUE(controller_.WaitFor([&] {
-    heartbeats_before = controller_.heartbeats.size();
-    return controller_.heartbeats_held == 1;
-  }));
-  const auto held_at = std::chrono::steady_clock::now();
-  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.heartbeats.size() > heartbeats_before; }));
-  const auto waited = std::chrono::steady_clock::now() - held_at;
+  const auto waited = UntilTheHeldHeartbeatIsFollowed();
   EXPECT_GE(waited, 990ms);
   EXPECT_LT(waited, 10s) << "a third of the 3 s lease, not the 30 s rpc_timeout";
   controller_.ReleaseHeld();
@@ -247,15 +247,8 @@ TEST_F(WorkerLeaseTest, AHeartbeatUnansweredForTheHedgeDelayGetsASecondConnectio
   StartAgent();
   ASSERT_TRUE(controller_.WaitFor([&] { return controller_.Saw(key, v1::RANK_STATE_RUNNING); }));
   const int stubs_before = stubs_made_;
-  size_t heartbeats_before = 0;
   controller_.HoldNextHeartbeat();
-  ASSERT_TRUE(controller_.WaitFor([&] {
-    heartbeats_before = controller_.heartbeats.size();
-    return controller_.heartbeats_held == 1;
-  }));
-  const auto held_at = std::chrono::steady_clock::now();
-  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.heartbeats.size() > heartbeats_before; }));
-  const auto waited = std::chrono::steady_clock::now() - held_at;
+  const auto waited = UntilTheHeldHeartbeatIsFollowed();
   int held = 0;
   controller_.Inspect([&] { held = controller_.heartbeats_held; });
   EXPECT_EQ(held, 1) << "the first call is still unanswered";
