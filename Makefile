@@ -58,3 +58,14 @@ EFT_IMAGE ?= eft:dev
 image-test:
 	@docker image inspect $(EFT_IMAGE) >/dev/null 2>&1 || EFT_IMAGE=$(EFT_IMAGE) scripts/image/build.sh
 	@$(or $(wildcard .venv/bin/python),python3) tests/image/cluster_test.py --image $(EFT_IMAGE)
+
+# k8s/'s pods run from the image with `docker run` as a kubelet would run them (docs/kubernetes.md, "The
+# pods in Docker: make image-k8s-test"): each overlay rendered, the controller and two worker pods with
+# their securityContext, volumes, env and probes, joined (eftctl in the controller pod), a tiny job
+# trained across the two workers (~2 min). Root (volume owners as the kubelet sets them). A target of
+# its own rather than a second script of image-test, so that a manifest change is checked without the
+# fault run; `make image-test image-k8s-test` runs both.
+.PHONY: image-k8s-test
+image-k8s-test:
+	@docker image inspect $(EFT_IMAGE) >/dev/null 2>&1 || EFT_IMAGE=$(EFT_IMAGE) scripts/image/build.sh
+	@$(or $(wildcard .venv/bin/python),python3) tests/image/k8s_pods_test.py --image $(EFT_IMAGE)
