@@ -42,6 +42,7 @@ CHILD = textwrap.dedent("""
     with nc.NetnsCluster({dir!r}, {build!r}) as c:
         c.processes_for_test = nc.Process("sleeper", c.command("node1", ["sleep", "300"]), {dir!r} + "/s.log", None)
         print("up", c.processes_for_test.pid, flush=True)
+        sys.stdin.readline()  # the parent has counted the namespaces
         if sys.argv[1] == "raise":
             raise RuntimeError("on purpose")
         time.sleep(300)
@@ -52,11 +53,15 @@ class HarnessTest(unittest.TestCase):
     def start_child(self, mode):
         d = tempfile.mkdtemp(prefix="eft-netns-h-")
         p = subprocess.Popen([sys.executable, "-c", CHILD.format(here=HERE, dir=d, build=BUILD), mode],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.addCleanup(p.stdout.close)
+        self.addCleanup(p.stdin.close)
         line = p.stdout.readline().split()
         self.assertEqual(line[0], "up")
+        # Counted before the child goes on: in "raise" mode it would otherwise be removing them already.
         self.assertEqual(len(namespaces_of(p.pid)), 5)  # switch, controller, three workers
+        p.stdin.write("go\n")
+        p.stdin.flush()
         return p, int(line[1])
 
     def assertAllGone(self, pid, sleeper):
