@@ -338,13 +338,6 @@ bool WorkerAgent::RegisterOnce() {
   return true;
 }
 
-namespace {
-void StartHeartbeat(v1::AgentService::StubInterface* stub, grpc::ClientContext* ctx, const v1::HeartbeatRequest* req,
-                    v1::HeartbeatResponse* resp, std::function<void(grpc::Status)> done) {
-  stub->async()->Heartbeat(ctx, req, resp, std::move(done));
-}
-}  // namespace
-
 bool WorkerAgent::HeartbeatOnce() {
   const Stopwatch took;  // real time, for the log
   v1::HeartbeatRequest req;
@@ -370,13 +363,7 @@ bool WorkerAgent::HeartbeatOnce() {
   const double reported = took.Seconds();
   v1::HeartbeatResponse resp;
   const SteadyTime sent = deps_.clock->Now();
-  const HedgeOutcome outcome = HedgedCall<v1::AgentService::StubInterface, v1::HeartbeatRequest,
-                                          v1::HeartbeatResponse>::Call(&stub_, deps_.new_stub,
-                                                                       [this](grpc::ClientContext* ctx) {
-                                                                         AddJoinToken(endpoint_, ctx);
-                                                                       },
-                                                                       StartHeartbeat, req, &resp,
-                                                                       HeartbeatHedge(deadline));
+  const HedgeOutcome outcome = SendHeartbeat(req, deadline, &resp);
   const double answered = took.Seconds() - reported;
   const grpc::Status& s = outcome.status;
   if (!s.ok()) {

@@ -160,6 +160,9 @@ class WorkerAgent {
   // busy controller is not sent many copies); while it does not, a new one every
   // config_.hedge_after, at most 4 pending at once.
   HedgeOptions HeartbeatHedge(std::chrono::milliseconds deadline) const;
+  // Heartbeat thread: `req` sent hedged on stub_ (which it may replace) under `deadline`.
+  HedgeOutcome SendHeartbeat(const v1::HeartbeatRequest& req, std::chrono::milliseconds deadline,
+                             v1::HeartbeatResponse* resp);
   // io thread: when the lease has run out, kills every live rank, once per expiry, and says so.
   void EnforceLease() REQUIRES(mu_);
   void ScheduleLeaseCheck();  // io thread: EnforceLease every config_.lease_check_interval

@@ -1,5 +1,6 @@
 // WorkerAgent's lease (agent.h; docs/architecture.md, "Lease" and "Riding out a short partition"):
-// renewed by accepted replies, enforced on the io thread, and the heartbeat deadline it sets.
+// renewed by accepted replies, enforced on the io thread; the heartbeat deadline it sets, and how a heartbeat is
+// sent (hedged: hedged_call.h).
 #include <algorithm>
 
 #include <boost/asio/post.hpp>
@@ -68,6 +69,18 @@ HedgeOptions WorkerAgent::HeartbeatHedge(std::chrono::milliseconds deadline) con
     hedge.max_attempts = 1000;  // a new connection every hedge_after until the deadline
   }
   return hedge;
+}
+
+HedgeOutcome WorkerAgent::SendHeartbeat(const v1::HeartbeatRequest& req, std::chrono::milliseconds deadline,
+                                        v1::HeartbeatResponse* resp) {
+  using Call = HedgedCall<v1::AgentService::StubInterface, v1::HeartbeatRequest, v1::HeartbeatResponse>;
+  return Call::Call(
+      &stub_, deps_.new_stub, [this](grpc::ClientContext* ctx) { AddJoinToken(endpoint_, ctx); },
+      [](v1::AgentService::StubInterface* stub, grpc::ClientContext* ctx, const v1::HeartbeatRequest* r,
+         v1::HeartbeatResponse* out, std::function<void(grpc::Status)> done) {
+        stub->async()->Heartbeat(ctx, r, out, std::move(done));
+      },
+      req, resp, HeartbeatHedge(deadline));
 }
 
 bool WorkerAgent::LeaseExpired(SteadyTime now) const {
