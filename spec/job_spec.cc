@@ -87,6 +87,25 @@ Status CheckChoice(const std::string& field, std::string* value, const char* def
   return Invalid(field + " (" + Quote(*value) + ") must be one of " + list);
 }
 
+// tracking (docs/tracking.md): the fields stay empty when unset (their defaults depend on the
+// controller and the checkpoint directory); what is set must be usable.
+Status CheckTracking(const v1::TrackingSpec& tracking) {
+  const std::string& tb = tracking.tensorboard();
+  if (!tb.empty() && tb != "off" && tb.front() != '/') {
+    return Invalid("spec.tracking.tensorboard (" + Quote(tb) +
+                   ") must be an absolute directory on the nodes, or \"off\"");
+  }
+  const std::string& uri = tracking.mlflow_tracking_uri();
+  if (!uri.empty() && uri != "off" && uri.rfind("http://", 0) != 0 && uri.rfind("https://", 0) != 0) {
+    return Invalid("spec.tracking.mlflow_tracking_uri (" + Quote(uri) +
+                   ") must be an http:// or https:// URL of an MLflow tracking server, or \"off\"");
+  }
+  if (tracking.mlflow_experiment().size() > 500) {
+    return Invalid("spec.tracking.mlflow_experiment is longer than 500 characters");
+  }
+  return Status::Ok();
+}
+
 // checkpoint.memory_every_steps: "auto" (the default), or a whole number of steps ("0": off).
 Status NormalizeMemoryEverySteps(std::string* value) {
   if (value->empty()) *value = "auto";
@@ -296,6 +315,8 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
                      "runs the merged model, not the adapters)");
     }
   }
+
+  EFT_RETURN_IF_ERROR(CheckTracking(spec->tracking()));
 
   v1::FaultToleranceSpec* ft = spec->mutable_fault_tolerance();
   if (!ft->has_max_restarts()) ft->set_max_restarts(3);

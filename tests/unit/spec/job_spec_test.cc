@@ -461,6 +461,37 @@ TEST(JobSpecTest, ExportGgufTakesATypeAndALoraRunNeedsItsMergedModel) {
   EXPECT_TRUE(merged.ok()) << merged;
 }
 
+// tracking (docs/tracking.md): unset stays empty (the defaults depend on the controller and the
+// checkpoint directory); a TensorBoard directory is absolute, an MLflow server an http(s) URL.
+TEST(JobSpecTest, TrackingTakesAnAbsoluteDirectoryAndAnHttpUrlOrOff) {
+  auto normalize = [](const std::string& extra) {
+    auto spec = ParseJobSpec("name: a\ncommand: [x]\n" + extra);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    if (!spec.ok()) return std::make_pair(spec.status(), v1::JobSpec());
+    Status s = NormalizeJobSpec(&*spec);
+    return std::make_pair(s, *spec);
+  };
+  auto [plain_status, plain] = normalize("");
+  ASSERT_TRUE(plain_status.ok()) << plain_status;
+  EXPECT_EQ(plain.tracking().tensorboard(), "");
+  EXPECT_EQ(plain.tracking().mlflow_tracking_uri(), "");
+  for (const char* ok : {"tracking: {tensorboard: off}\n", "tracking: {tensorboard: /runs/tb}\n",
+                         "tracking: {mlflow_tracking_uri: 'http://mlflow:5000', mlflow_experiment: sft}\n",
+                         "tracking: {mlflow_tracking_uri: 'https://mlflow.example.com/'}\n",
+                         "tracking: {mlflow_tracking_uri: 'off'}\n"}) {
+    auto [s, spec] = normalize(ok);
+    EXPECT_TRUE(s.ok()) << ok << s;
+  }
+  auto [relative, unused] = normalize("tracking: {tensorboard: runs/tb}\n");
+  EXPECT_EQ(relative.message(), "spec.tracking.tensorboard (\"runs/tb\") must be an absolute directory on the nodes, "
+                                "or \"off\"");
+  auto [scheme, unused2] = normalize("tracking: {mlflow_tracking_uri: 'mlflow:5000'}\n");
+  EXPECT_EQ(scheme.message().rfind("spec.tracking.mlflow_tracking_uri (\"mlflow:5000\") must be an http:// or https://", 0), 0u)
+      << scheme;
+  auto [long_name, unused3] = normalize("tracking: {mlflow_experiment: " + std::string(501, 'x') + "}\n");
+  EXPECT_EQ(long_name.code(), StatusCode::kInvalidArgument);
+}
+
 // checkpoint.merge_lora (docs/lora.md): off by default, and only with training.lora.
 TEST(JobSpecTest, MergeLoraNeedsLora) {
   auto plain = ParseJobSpec("name: a\ncommand: [x]\ncheckpoint: {merge_lora: true}\n");

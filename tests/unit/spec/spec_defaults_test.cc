@@ -29,6 +29,9 @@ const std::map<std::string, std::string>& ContextualDefaults() {
   static const auto* kDecidedBy = new std::map<std::string, std::string>{
       {"checkpoint.dir", "the controller, from its data dir and the job id (after normalizing)"},
       {"data.cache_dir", "eft-train's TokenCacheDir, from checkpoint.dir or the rank's HOME"},
+      {"tracking.tensorboard", "eft-train, from checkpoint.dir (the controller when it names a directory)"},
+      {"tracking.mlflow_tracking_uri", "the controller's --mlflow-tracking-uri"},
+      {"tracking.mlflow_experiment", "the controller's --mlflow-experiment"},
   };
   return *kDecidedBy;
 }
