@@ -28,11 +28,13 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DEFT_BUILD_TESTS=O
  && strip /build/controller/eft-controller /build/worker/eft-worker /build/cli/eftctl /build/trainer/eft-train
 # Of .venv the runtime stage needs LibTorch's and CUDA's shared libraries, not what only compiles:
 # nvcc and NVVM (the CUDA build's compiler; NVRTC has its own), headers, static libraries, CMake files,
-# and torch's Python binding (~320 MB of the image).
+# and torch's Python binding (~320 MB of the image); of pyarrow only Arrow C++ and Parquet's two
+# libraries, which eft-train links for Parquet/Arrow datasets (~68 MB; cmake/EftArrow.cmake).
 RUN site=/src/.venv/lib/python3.11/site-packages \
  && rm -rf "$site"/nvidia/cu13/bin "$site"/nvidia/cu13/nvvm "$site"/nvidia/cu13/lib/libnvvm.so* \
       "$site"/nvidia/cu13/lib/cmake "$site"/nvidia/*/include "$site"/torch/lib/libtorch_python.so \
  && find "$site"/nvidia "$site"/torch/lib -name '*.a' -delete \
+ && find "$site"/pyarrow -mindepth 1 -maxdepth 1 ! -name 'libarrow.so.*' ! -name 'libparquet.so.*' -exec rm -rf {} + \
  && find /src/.venv/cuda -xtype l -delete
 
 # ---- runtime: only the shared libraries the programs link (what `readelf -d` lists as NEEDED,
@@ -52,6 +54,7 @@ RUN apt-get update \
 COPY --from=build /src/.venv/lib/python3.11/site-packages/torch/lib /src/.venv/lib/python3.11/site-packages/torch/lib
 COPY --from=build /src/.venv/lib/python3.11/site-packages/nvidia /src/.venv/lib/python3.11/site-packages/nvidia
 COPY --from=build /src/.venv/cuda /src/.venv/cuda
+COPY --from=build /src/.venv/lib/python3.11/site-packages/pyarrow /src/.venv/lib/python3.11/site-packages/pyarrow
 COPY --from=build /build/controller/eft-controller /build/worker/eft-worker /build/cli/eftctl /build/trainer/eft-train /usr/local/bin/
 # eft-train loads its SentencePiece module from ../lib/eft/ next to its own directory.
 COPY --from=build /build/trainer/libeft_spm.so /usr/local/lib/eft/libeft_spm.so

@@ -22,7 +22,8 @@
 # step: held until a save has failed, then freed, or held to the end; needs root for mount, and is
 # left out with a note without it). A disk_full trial may also end FAILED, when the storage stayed
 # full: then the reason must name it. Either way the job must have reported the failed save, no
-# step-N.tmp may be left, and every committed checkpoint must verify.
+# step-N.tmp may be left, and every committed checkpoint must verify. Every SUCCEEDED trial but
+# disk_full's also checks the job's TensorBoard run against the controller's loss history.
 #
 # Usage: bench/soak/run.sh [--trials N] [--seed S] [--build DIR]   (default 100 trials, seed 1, build)
 # Environment: SOAK_KINDS, SOAK_TOLERANCE, SOAK_STEP_PACE, SOAK_EPOCHS (10: 40 steps), SOAK_FAULT_FROM and
@@ -395,6 +396,15 @@ for trial in $(seq "$trials"); do
       python3 -c "import sys; sys.exit(0 if float('$diff') <= $tolerance else 1)" ||
         { passed=false; why="weights differ by $diff (> $tolerance) after world sizes $worlds"; }
     fi
+  fi
+  # The job's TensorBoard run (<checkpoint.dir>/tensorboard, each attempt's rank 0 writes it) as
+  # TensorBoard reads it: every step once, every point the controller stored there with its value, a
+  # controller killed or not (docs/tracking.md). Not after a full disk: it turns TensorBoard off for
+  # the attempt that hit it.
+  if [[ $passed == true && $state == JOB_STATE_SUCCEEDED && $kind != disk_full ]]; then
+    job "$id" 'j["id"]' >/dev/null
+    tb=$($util tensorboard "$work/ckpt-$name/tensorboard" "$work/job.json" "$steps" 2>>"$work/tensorboard.log")
+    [[ -n $tb ]] && { passed=false; why="TensorBoard: $tb"; }
   fi
   printf '{"trial": %d, "seed": %d, "kind": "%s", "at_step": %s, "what": "%s", "worlds": "%s", "weight_diff": %s, "recovery_s": %s, "steps_lost": %s, "resumed_from": "%s", "passed": %s, "why": %s}\n' \
     "$trial" "$seed" "$kind" "${step:-0}" "$what" "$worlds" "${diff:-null}" "${recovery:-null}" "${lost:-null}" "$sources" "$passed" \

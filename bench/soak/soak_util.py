@@ -10,6 +10,10 @@
                                         does not match its files (sizes and CRC-32C)
   soak_util.py table RESULTS            the per-kind table and the "N passed, M failed" line from the
                                         results file (one JSON object per trial)
+  soak_util.py tensorboard DIR JOB STEPS  what is wrong with the job's TensorBoard run in DIR ("" if
+                                        nothing), as TensorBoard's EventAccumulator (.venv) reads it:
+                                        train/loss must hold each step 1..STEPS once, and every point of
+                                        the controller's loss history (JOB: the job's JSON) with its value
 """
 import json
 import statistics
@@ -96,6 +100,43 @@ def committed(root):
     print("; ".join(committed_problems(root)))
 
 
+def tensorboard_problems(run_dir, job_path, steps):
+    """docs/tracking.md, "TensorBoard": the curve rank 0 wrote against the one the controller kept."""
+    import numpy as np  # the .venv's, as tensorboard
+    from tensorboard.backend.event_processing import event_accumulator
+
+    acc = event_accumulator.EventAccumulator(run_dir, size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    if "train/loss" not in acc.Tags()["scalars"]:
+        return [f"no train/loss in {run_dir}"]
+    points = [(s.step, s.value) for s in acc.Scalars("train/loss")]
+    problems = []
+    if [s for s, _ in points] != list(range(1, steps + 1)):
+        problems.append(f"train/loss has steps {[s for s, _ in points]}, not 1..{steps} once each")
+    tb = dict(points)
+    with open(job_path) as f:
+        history = json.load(f).get("lossHistory", {}).get("train", [])
+    if not history:
+        problems.append("the controller has no loss history")
+    for p in history:
+        step, loss = int(p["step"]), float(p["loss"])
+        if int(p.get("samples", 1)) != 1:
+            problems.append(f"the controller's point at step {step} averages {p['samples']} reports")
+        elif step not in tb:
+            problems.append(f"the controller's point at step {step} is not in TensorBoard")
+        elif tb[step] != float(np.float32(loss)):  # TensorBoard's scalars are float32
+            problems.append(f"step {step}: TensorBoard {tb[step]}, the controller {loss}")
+    return problems
+
+
+def tensorboard(run_dir, job_path, steps):
+    try:
+        problems = tensorboard_problems(run_dir, job_path, int(steps))
+    except Exception as e:  # noqa: BLE001 - a check that cannot run fails the trial, saying why
+        problems = [f"cannot read it: {type(e).__name__}: {e}"]
+    print("; ".join(problems[:3]))
+
+
 def table(path):
     trials = [json.loads(line) for line in open(path) if line.strip()]
     kinds = sorted({t["kind"] for t in trials})
@@ -134,5 +175,7 @@ if __name__ == "__main__":
         committed(sys.argv[2])
     elif cmd == "table":
         table(sys.argv[2])
+    elif cmd == "tensorboard":
+        tensorboard(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         sys.exit(f"unknown subcommand {cmd}")

@@ -4,7 +4,7 @@
 # nothing of sharding. Usage: check_trainer_layers.sh SOURCE_DIR
 set -euo pipefail
 src=$1
-layers=(runtime kernels io data chat_template tokenizer optim model parallel checkpoint export train generate)
+layers=(runtime tracking kernels io data chat_template tokenizer optim model parallel checkpoint export train generate)
 status=0
 for ((i = 0; i < ${#layers[@]}; i++)); do
   folder=${layers[$i]}

@@ -1,9 +1,13 @@
-// Builds the training set from JSONL files: each line parsed in its file's format (sft_format.h),
-// rendered and tokenized with labels (sft_labels.h), then cut or dropped at max_seq_len.
+// Builds the training set from data files: JSONL lines, or the rows of Parquet and Arrow files
+// (table_rows.h; the kind told by each file's first bytes, data_files.h), each record read in its
+// file's format (sft_format.h: a column is read as a JSON key is), rendered and tokenized with labels
+// (sft_labels.h), then cut or dropped at max_seq_len.
 //
-// A bad line (not JSON, wrong fields, a template that raises on it) fails the build with
-// "file:line: what is wrong", or with skip_bad_lines is counted and skipped (the first one is kept
-// for the summary). Examples left with no trained token are skipped and counted: they would only
+// A bad record (not JSON, wrong fields, a template that raises on it) fails the build with where
+// it is and what is wrong ("file:line: ...", "file: row group 2, row 1534: messages[2].role: ..."),
+// or with skip_bad_lines is counted and skipped (the first one is kept for the summary); so is a
+// part of a table file that cannot be decoded (each of its rows counted) or a file that cannot be
+// opened as one. Examples left with no trained token are skipped and counted: they would only
 // cost compute.
 #pragma once
 
@@ -33,7 +37,7 @@ struct SftDataOptions {
 };
 
 struct SftBuildStats {
-  int64_t lines = 0;          // non-blank lines read
+  int64_t lines = 0;          // records read: non-blank lines, table rows
   int64_t examples = 0;       // kept
   int64_t skipped_bad = 0;    // bad lines skipped
   std::string first_bad;      // "file:line: why" of the first one
@@ -43,6 +47,7 @@ struct SftBuildStats {
   int64_t tokens = 0;
   int64_t trained_tokens = 0;
   std::map<std::string, std::string> formats;  // file -> format used
+  std::map<std::string, std::string> kinds;    // file -> DataFileKindName (jsonl, parquet, ...)
   nlohmann::json ToJson() const;
 };
 

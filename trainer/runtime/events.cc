@@ -8,6 +8,7 @@
 namespace eft::trainer {
 
 void EventWriter::Emit(const rank::Event& event) {
+  if (observer_) observer_(event);
   if (fd_ < 0) return;
   std::string line = rank::EncodeEvent(event) + "\n";
   ssize_t n;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <set>
 
 #include "common/rank_protocol.h"
 #include "trainer/data/packing.h"
@@ -66,10 +67,25 @@ int RunPrepare(const TrainConfig& c) {
   }
   const SftBuildStats& st = prepared->stats;
   std::printf("data              %s\n", data.train().c_str());
-  for (const auto& [file, format] : st.formats) std::printf("format            %s\n", format.c_str());
-  std::printf("lines             %lld\n", static_cast<long long>(st.lines));
+  // One line per file only where the files differ (a directory of shards reads as one).
+  std::set<std::string> formats, kinds;
+  for (const auto& [file, format] : st.formats) formats.insert(format);
+  for (const auto& [file, kind] : st.kinds) kinds.insert(kind);
+  if (st.formats.size() > 1) {
+    std::string listed;
+    for (const auto& k : kinds) listed += (listed.empty() ? "" : ", ") + k;
+    std::printf("files             %zu%s%s%s\n", st.formats.size(), listed.empty() ? "" : " (", listed.c_str(),
+                listed.empty() ? "" : ")");
+  }
+  if (formats.size() == 1) {
+    std::printf("format            %s\n", formats.begin()->c_str());
+  } else {
+    for (const auto& [file, format] : st.formats) std::printf("format            %s (%s)\n", format.c_str(), file.c_str());
+  }
+  const bool rows = kinds.count("jsonl") == 0 && !kinds.empty();
+  std::printf("%s %lld\n", rows ? "rows             " : "lines            ", static_cast<long long>(st.lines));
   std::printf("examples          %lld\n", static_cast<long long>(st.examples));
-  std::printf("  bad lines       %lld skipped%s%s\n", static_cast<long long>(st.skipped_bad),
+  std::printf("  bad %s       %lld skipped%s%s\n", rows ? "rows " : "lines", static_cast<long long>(st.skipped_bad),
               st.first_bad.empty() ? "" : ", first: ", st.first_bad.c_str());
   std::printf("  truncated       %lld (to %lld tokens)\n", static_cast<long long>(st.truncated),
               static_cast<long long>(data.max_seq_len()));

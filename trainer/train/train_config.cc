@@ -103,6 +103,7 @@ const std::vector<std::string>& FieldsTheTrainerIgnores() {
       "env",                      // the worker puts it in every rank's environment
       "priority",                 // the controller's (scheduling)
       "checkpoint.memory_replicas",  // the controller's and workers' (where snapshots are replicated)
+      "tracking.mlflow_tracking_uri", "tracking.mlflow_experiment",  // the controller logs MLflow runs
   };
   return *kIgnored;
 }

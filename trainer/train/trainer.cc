@@ -129,6 +129,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(TrainConfig config, RankEnv env
   if (t->env_.rank == 0) {
     t->LogStart(model_config, packing, precision, threads);
     t->LogSnapshots();
+    // The job's TensorBoard run (docs/tracking.md), written from the events rank 0 emits.
+    t->tensorboard_ = TensorBoardRun::Start(TensorBoardDir(c.spec.tracking().tensorboard(), c.spec.checkpoint().dir()),
+                                            {t->env_.attempt, t->env_.world, t->step_}, t->clock_);
+    if (t->tensorboard_) t->events_.SetObserver([tb = t->tensorboard_.get()](const rank::Event& e) { tb->Observe(e); });
   }
   return t;
 }
@@ -451,6 +455,7 @@ Status Trainer::Run() {
         EFT_RETURN_IF_ERROR(checkpointer_->Poll(false, /*wait=*/true).status());
       }
       if (env_.rank == 0) EFT_LOG(INFO) << "stopped on request after step " << step_;
+      if (tensorboard_) tensorboard_->End(step_, "stopped on request");
       return Status(StatusCode::kAborted, "stopped on request after step " + std::to_string(step_));
     }
   }

@@ -23,6 +23,7 @@
 #include "trainer/train/evaluation.h"
 #include "trainer/runtime/debug_hooks.h"
 #include "trainer/runtime/events.h"
+#include "trainer/tracking/tensorboard_run.h"
 #include "trainer/train/launch.h"
 #include "trainer/train/peak_flops.h"
 #include "trainer/train/precision.h"
@@ -119,6 +120,9 @@ class Trainer {
   RankEnv env_;
   const DebugHooks* hooks_;
   const Clock* clock_;
+  // Rank 0's TensorBoard run, which events_ hands every event to (null: none); declared before
+  // events_ so that it outlives whatever may still emit.
+  std::unique_ptr<TensorBoardRun> tensorboard_;
   EventWriter events_;
   c10::Device device_ = c10::Device(c10::kCPU);
   PeakFlops peak_;  // what MFU is measured against (none: not reported)

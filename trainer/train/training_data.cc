@@ -1,8 +1,10 @@
 #include "trainer/train/training_data.h"
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "common/logging.h"
+#include "trainer/data/data_files.h"
 #include "trainer/data/token_cache.h"
 #include "trainer/chat_template/chat_template.h"
 #include "trainer/tokenizer/tokenizer.h"
@@ -135,9 +137,15 @@ Result<PreparedData> PrepareData(const TrainConfig& c, const std::string& path, 
   EFT_RETURN_IF_ERROR(ParseDataFormat(c.spec.data().format()).status());
   EFT_RETURN_IF_ERROR(ParseLossOn(c.spec.data().loss_on()).status());
   const SftDataOptions options = SftOptionsFrom(c, vocab_size);
+  // A directory or glob: its files in order, each by name and content (data_files.h).
+  auto files = ResolveDataFiles(path);
+  if (!files.ok()) return files.status().WithContext(field);
   CacheKey key;
   key.AddText(kPipelineVersion);
-  EFT_RETURN_IF_ERROR(key.AddFile(path).WithContext(field));
+  for (const auto& f : *files) {
+    if (files->size() > 1) key.AddText(std::filesystem::path(f).filename().string());
+    EFT_RETURN_IF_ERROR(key.AddFile(f).WithContext(field));
+  }
   for (const auto& f : text.key_files) EFT_RETURN_IF_ERROR(key.AddFile(f));
   key.AddText(text.template_source);
   key.AddText(options.ToJson().dump());
@@ -152,7 +160,7 @@ Result<PreparedData> PrepareData(const TrainConfig& c, const std::string& path, 
       dir, key.Hex(),
       [&](nlohmann::json* built_info) -> Result<TokenDataset> {
         SftBuildStats stats;
-        EFT_ASSIGN_OR_RETURN(TokenDataset ds, BuildSftDataset({path}, encoder, text.render, options, &stats, progress));
+        EFT_ASSIGN_OR_RETURN(TokenDataset ds, BuildSftDataset(*files, encoder, text.render, options, &stats, progress));
         *built_info = stats.ToJson();
         return ds;
       },
@@ -175,6 +183,7 @@ Result<PreparedData> PrepareData(const TrainConfig& c, const std::string& path, 
   out.stats.tokens = info.value("tokens", int64_t{0});
   out.stats.trained_tokens = info.value("trained_tokens", int64_t{0});
   if (info.contains("formats")) out.stats.formats = info["formats"].get<std::map<std::string, std::string>>();
+  if (info.contains("kinds")) out.stats.kinds = info["kinds"].get<std::map<std::string, std::string>>();
   return out;
 }
 
