@@ -66,7 +66,8 @@ Result<Example> LineToExample(const std::string& line, DataFormat* format, const
 // The examples of every file, and their statistics.
 class Collector {
  public:
-  Collector(const SftDataOptions& options, SftBuildStats* stats) : options_(options), st_(*stats) {}
+  Collector(const SftDataOptions& options, SftBuildStats* stats, TokenSink* sink)
+      : options_(options), st_(*stats), sink_(sink) {}
 
   // A bad record: an error, or with skip_bad_lines counted (`records` of them) and left out.
   Status Bad(const Status& why, const std::string& where, int64_t records = 1) {
@@ -97,21 +98,16 @@ class Collector {
     st_.tokens += static_cast<int64_t>(ex->input_ids.size());
     st_.trained_tokens += trained;
     ++st_.examples;
-    // Straight into flat int32 storage (8 bytes a token): what the build holds is the tokens, not
-    // the examples' own vectors.
-    ids_.assign(ex->input_ids.begin(), ex->input_ids.end());
+    ids_.assign(ex->input_ids.begin(), ex->input_ids.end());  // token ids and -100 fit in int32
     labels_.assign(ex->labels.begin(), ex->labels.end());
-    builder_.Append({ids_.data(), ids_.size()}, {labels_.data(), labels_.size()});
-    builder_.EndRow();
+    sink_->Add({ids_.data(), ids_.size()}, {labels_.data(), labels_.size()});
     return Status::Ok();
   }
-
-  TokenDataset Finish() { return builder_.Finish(); }
 
  private:
   const SftDataOptions& options_;
   SftBuildStats& st_;
-  TokenDataset::Builder builder_;
+  TokenSink* const sink_;
   std::vector<int32_t> ids_, labels_;
 };
 
@@ -191,6 +187,14 @@ nlohmann::json SftBuildStats::ToJson() const {
 Result<TokenDataset> BuildSftDataset(const std::vector<std::string>& files, const TextEncoder& encoder,
                                      const RenderChat& render, const SftDataOptions& options, SftBuildStats* stats,
                                      const BuildProgress& progress) {
+  MemoryTokenSink memory;
+  EFT_RETURN_IF_ERROR(StreamSftDataset(files, encoder, render, options, stats, &memory, progress));
+  return memory.Finish();
+}
+
+Status StreamSftDataset(const std::vector<std::string>& files, const TextEncoder& encoder, const RenderChat& render,
+                        const SftDataOptions& options, SftBuildStats* stats, TokenSink* sink,
+                        const BuildProgress& progress) {
   SftBuildStats local;
   SftBuildStats& st = stats ? *stats : local;
   st = SftBuildStats{};
@@ -201,7 +205,7 @@ Result<TokenDataset> BuildSftDataset(const std::vector<std::string>& files, cons
     if (ec) return Status::NotFound(f + ": cannot open: " + ec.message());
     at.total += static_cast<int64_t>(size);
   }
-  Collector out(options, &st);
+  Collector out(options, &st, sink);
   for (const auto& path : files) {
     EFT_ASSIGN_OR_RETURN(DataFileKind kind, DetectDataFileKind(path));
     DataFormat format = options.format;
@@ -214,7 +218,7 @@ Result<TokenDataset> BuildSftDataset(const std::vector<std::string>& files, cons
     st.kinds[path] = DataFileKindName(kind);
   }
   if (progress) progress(at.total, at.total);
-  return out.Finish();
+  return Status::Ok();
 }
 
 }  // namespace eft::trainer

@@ -22,6 +22,7 @@
 #include "common/status.h"
 #include "trainer/data/sft_format.h"
 #include "trainer/data/sft_labels.h"
+#include "trainer/data/token_cache.h"
 #include "trainer/data/token_dataset.h"
 
 namespace eft::trainer {
@@ -57,5 +58,11 @@ using BuildProgress = std::function<void(int64_t done, int64_t total)>;
 Result<TokenDataset> BuildSftDataset(const std::vector<std::string>& files, const TextEncoder& encoder,
                                      const RenderChat& render, const SftDataOptions& options, SftBuildStats* stats,
                                      const BuildProgress& progress = {});
+
+// The same, each kept example handed to `sink` as it is made (a TokenCacheWriter: the build then
+// holds one record batch of input and no tokens).
+Status StreamSftDataset(const std::vector<std::string>& files, const TextEncoder& encoder, const RenderChat& render,
+                        const SftDataOptions& options, SftBuildStats* stats, TokenSink* sink,
+                        const BuildProgress& progress = {});
 
 }  // namespace eft::trainer

@@ -159,8 +159,14 @@ Result<TokenDataset> ReadTokenCache(const std::string& path, const std::string& 
   return TokenDataset::FromFlat(std::move(mapping), ids, labels, std::move(offset_list));
 }
 
-Result<TokenDataset> LoadOrBuildTokenCache(const std::string& dir, const std::string& key, const BuildTokens& build,
-                                           nlohmann::json* info, bool* built_here, const TokenCacheOptions& options) {
+namespace {
+
+// Makes the cache file at `path` (or, failing that, the dataset in memory) and returns the dataset.
+using MakeTokens = std::function<Result<TokenDataset>(const std::string& path, nlohmann::json* info)>;
+
+// The lock protocol of the header: one builder per filesystem, the others wait for its file.
+Result<TokenDataset> LoadOrMake(const std::string& dir, const std::string& key, const MakeTokens& make,
+                                nlohmann::json* info, bool* built_here, const TokenCacheOptions& options) {
   if (built_here) *built_here = false;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -189,13 +195,11 @@ Result<TokenDataset> LoadOrBuildTokenCache(const std::string& dir, const std::st
         }
       });
       nlohmann::json built_info;
-      Result<TokenDataset> built = build(&built_info);
-      Status written = built.ok() ? WriteTokenCache(path, key, *built, built_info) : built.status();
+      Result<TokenDataset> built = make(path, &built_info);
       done = true;
       heartbeat.join();
       fs::remove(lock, ec);
       if (!built.ok()) return built.status();
-      if (!written.ok()) EFT_LOG(WARNING) << "token cache not written (training goes on): " << written;
       if (info) *info = built_info;
       if (built_here) *built_here = true;
       return built;
@@ -213,6 +217,139 @@ Result<TokenDataset> LoadOrBuildTokenCache(const std::string& dir, const std::st
     }
     std::this_thread::sleep_for(options.poll);
   }
+}
+
+}  // namespace
+
+Result<TokenDataset> LoadOrBuildTokenCache(const std::string& dir, const std::string& key, const BuildTokens& build,
+                                           nlohmann::json* info, bool* built_here, const TokenCacheOptions& options) {
+  return LoadOrMake(
+      dir, key,
+      [&](const std::string& path, nlohmann::json* built_info) -> Result<TokenDataset> {
+        Result<TokenDataset> built = build(built_info);
+        if (!built.ok()) return built;
+        Status written = WriteTokenCache(path, key, *built, *built_info);
+        if (!written.ok()) EFT_LOG(WARNING) << "token cache not written (training goes on): " << written;
+        return built;
+      },
+      info, built_here, options);
+}
+
+Result<TokenDataset> LoadOrStreamTokenCache(const std::string& dir, const std::string& key, const StreamTokens& build,
+                                            nlohmann::json* info, bool* built_here, const TokenCacheOptions& options) {
+  return LoadOrMake(
+      dir, key,
+      [&](const std::string& path, nlohmann::json* built_info) -> Result<TokenDataset> {
+        Status failed;
+        {
+          TokenCacheWriter writer(path, key);
+          EFT_RETURN_IF_ERROR(build(&writer, built_info));
+          failed = writer.status().ok() ? writer.Finish(*built_info) : writer.status();
+        }
+        if (failed.ok()) {
+          auto written = ReadTokenCache(path, key, nullptr);
+          if (written.ok()) return written;
+          failed = written.status();
+        }
+        EFT_LOG(WARNING) << "token cache not written (" << failed.message()
+                         << "): tokenizing again into memory; training goes on";
+        MemoryTokenSink memory;
+        EFT_RETURN_IF_ERROR(build(&memory, built_info));
+        return memory.Finish();
+      },
+      info, built_here, options);
+}
+
+void MemoryTokenSink::Add(TokenSpan<int32_t> ids, TokenSpan<int32_t> labels) {
+  builder_.Append(ids, labels);
+  builder_.EndRow();
+}
+
+TokenCacheWriter::TokenCacheWriter(std::string path, std::string key)
+    : path_(std::move(path)),
+      key_(std::move(key)),
+      ids_path_(path_ + ".ids." + std::to_string(::getpid())),
+      labels_path_(path_ + ".labels." + std::to_string(::getpid())) {
+  ids_ = std::fopen(ids_path_.c_str(), "w+be");
+  labels_ = std::fopen(labels_path_.c_str(), "w+be");
+  if (!ids_ || !labels_) Fail("creating " + (ids_ ? labels_path_ : ids_path_) + ": " + std::strerror(errno));
+}
+
+TokenCacheWriter::~TokenCacheWriter() { RemoveSpills(); }
+
+void TokenCacheWriter::RemoveSpills() {
+  if (ids_) std::fclose(ids_);
+  if (labels_) std::fclose(labels_);
+  ids_ = labels_ = nullptr;
+  std::error_code ec;
+  fs::remove(ids_path_, ec);
+  fs::remove(labels_path_, ec);
+}
+
+void TokenCacheWriter::Fail(const std::string& what) {
+  if (status_.ok()) status_ = Status::IoError(what);
+}
+
+void TokenCacheWriter::Add(TokenSpan<int32_t> ids, TokenSpan<int32_t> labels) {
+  if (!status_.ok()) return;
+  if (std::fwrite(ids.data(), sizeof(int32_t), ids.size(), ids_) != ids.size() ||
+      std::fwrite(labels.data(), sizeof(int32_t), labels.size(), labels_) != labels.size()) {
+    Fail("writing " + ids_path_ + ": " + std::strerror(errno));
+    return;
+  }
+  offsets_.push_back(offsets_.back() + static_cast<int64_t>(ids.size()));
+}
+
+Status TokenCacheWriter::Finish(const nlohmann::json& info) {
+  if (!status_.ok()) return status_;
+  if (std::fflush(ids_) != 0 || std::fflush(labels_) != 0) {
+    Fail("writing " + ids_path_ + " (disk full?): " + std::strerror(errno));
+    return status_;
+  }
+  const int64_t docs = static_cast<int64_t>(offsets_.size()) - 1;
+  const std::string header = nlohmann::json{{"format", 1}, {"key", key_}, {"documents", docs},
+                                            {"tokens", offsets_.back()}, {"info", info}}.dump();
+  const std::string tmp = path_ + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return Errno("creating", tmp);
+    Writer w{out};
+    w.Put(kMagic, sizeof(kMagic));
+    const uint64_t header_size = header.size();
+    w.Put(&header_size, sizeof(header_size));
+    w.Put(header.data(), header.size());
+    const char zeros[8] = {};
+    w.Put(zeros, (8 - header.size() % 8) % 8);
+    w.Put(offsets_.data(), offsets_.size() * sizeof(int64_t));
+    std::vector<char> buf(1 << 20);
+    for (std::FILE* spill : {ids_, labels_}) {
+      std::rewind(spill);
+      size_t n;
+      while ((n = std::fread(buf.data(), 1, buf.size(), spill)) > 0) w.Put(buf.data(), n);
+      if (std::ferror(spill)) {
+        out.close();
+        fs::remove(tmp);
+        return Status::IoError("reading back " + (spill == ids_ ? ids_path_ : labels_path_));
+      }
+    }
+    const uint32_t crc = w.crc;
+    out.write(reinterpret_cast<const char*>(&crc), sizeof(crc));
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      out.close();
+      fs::remove(tmp, ec);
+      return Status::IoError("writing " + tmp + " (disk full?)");
+    }
+  }
+  RemoveSpills();
+  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  if (::rename(tmp.c_str(), path_.c_str()) != 0) return Errno("renaming", tmp);
+  return Status::Ok();
 }
 
 }  // namespace eft::trainer

@@ -156,13 +156,13 @@ Result<PreparedData> PrepareData(const TrainConfig& c, const std::string& path, 
   const std::string dir = TokenCacheDir(c);
   bool built_here = false;
   nlohmann::json info;
-  auto dataset = LoadOrBuildTokenCache(
+  auto dataset = LoadOrStreamTokenCache(
       dir, key.Hex(),
-      [&](nlohmann::json* built_info) -> Result<TokenDataset> {
+      [&](TokenSink* sink, nlohmann::json* built_info) -> Status {
         SftBuildStats stats;
-        EFT_ASSIGN_OR_RETURN(TokenDataset ds, BuildSftDataset(*files, encoder, text.render, options, &stats, progress));
+        EFT_RETURN_IF_ERROR(StreamSftDataset(*files, encoder, text.render, options, &stats, sink, progress));
         *built_info = stats.ToJson();
-        return ds;
+        return Status::Ok();
       },
       &info, &built_here);
   if (!dataset.ok()) return dataset.status();

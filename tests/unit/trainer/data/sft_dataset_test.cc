@@ -223,6 +223,59 @@ TEST_F(SftDatasetTest, ABuilderKilledMidBuildIsTakenOver) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(8));
 }
 
+// A streamed build (LoadOrStreamTokenCache: documents spilled to disk as they are made, the cache
+// file written from the spills) gives the same file as the in-memory one, and leaves no spill file.
+StreamTokens StreamSample(int* builds) {
+  return [builds](TokenSink* sink, nlohmann::json* info) -> Status {
+    ++*builds;
+    const TokenDataset sample = Sample();
+    for (int64_t i = 0; i < sample.size(); ++i) sink->Add(sample[i].input_ids, sample[i].labels);
+    *info = {{"examples", sample.size()}};
+    return Status::Ok();
+  };
+}
+
+TEST_F(SftDatasetTest, AStreamedBuildWritesTheSameCacheAndLeavesNoSpills) {
+  const std::string cache = (dir_ / "cache").string();
+  int builds = 0;
+  bool here = false;
+  nlohmann::json info;
+  auto ds = LoadOrStreamTokenCache(cache, "s1", StreamSample(&builds), &info, &here);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_TRUE(here);
+  ExpectSame(*ds, Sample());
+  EXPECT_EQ(info["examples"], 3);
+  auto read = ReadTokenCache(cache + "/s1.tokens", "s1", nullptr);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSame(*read, Sample());
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(cache)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"s1.tokens"});
+  ds = LoadOrStreamTokenCache(cache, "s1", StreamSample(&builds), nullptr, &here);
+  ASSERT_TRUE(ds.ok());
+  EXPECT_FALSE(here);
+  EXPECT_EQ(builds, 1);
+}
+
+// A disk that refuses the spill (here /dev/full behind the spill file's name): the build runs again
+// into memory and training goes on without a cache file; nothing is left behind.
+TEST_F(SftDatasetTest, AStreamedBuildOnAFullDiskFallsBackToMemory) {
+  const std::string cache = (dir_ / "cache").string();
+  fs::create_directories(cache);
+  fs::create_symlink("/dev/full", cache + "/s2.tokens.ids." + std::to_string(::getpid()));
+  int builds = 0;
+  auto ds = LoadOrStreamTokenCache(cache, "s2", StreamSample(&builds), nullptr);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ExpectSame(*ds, Sample());
+  EXPECT_EQ(builds, 2) << "streamed, then again into memory";
+  EXPECT_TRUE(fs::is_empty(cache)) << "no cache file, spill or lock left";
+  auto failed = LoadOrStreamTokenCache(cache, "s3", [](TokenSink*, nlohmann::json*) -> Status {
+    return Status::InvalidArgument("data.parquet: row group 0, row 3: messages: missing");
+  }, nullptr);
+  EXPECT_EQ(failed.status().message(), "data.parquet: row group 0, row 3: messages: missing");
+  EXPECT_TRUE(fs::is_empty(cache));
+}
+
 TEST_F(SftDatasetTest, AFailedBuildIsReportedAndLeavesNoLock) {
   const std::string cache = (dir_ / "cache").string();
   auto ds = LoadOrBuildTokenCache(cache, "key3", [](nlohmann::json*) -> Result<TokenDataset> {
