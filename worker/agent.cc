@@ -14,6 +14,7 @@
 
 #include "common/grpc/unreachable.h"
 #include "common/logging.h"
+#include "common/net_address.h"
 #include "common/rank_protocol.h"
 #include "common/stopwatch.h"
 #include "worker/rank_env.h"
@@ -28,12 +29,6 @@ std::string RandomIncarnation() {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(gen()));
   return buf;
-}
-
-std::string OwnDirectory() {
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string() : exe.parent_path().string();
 }
 
 std::string Describe(const v1::RankKey& k) {
@@ -56,13 +51,16 @@ WorkerAgent::WorkerAgent(WorkerConfig config, AgentDeps deps)
       deps_(std::move(deps)),
       incarnation_(RandomIncarnation()),
       work_(boost::asio::make_work_guard(io_)),
-      interval_(config_.heartbeat_interval) {
+      interval_(config_.heartbeat_interval),
+      node_address_(config_.node_address),
+      node_interface_(config_.node_interface) {
   if (!deps_.new_stub) {
     deps_.new_stub = [endpoint = endpoint_, timeout = config_.connect_timeout] {
       return NewAgentStub(endpoint, timeout);
     };
   }
   if (deps_.clock == nullptr) deps_.clock = RealClock::Get();
+  if (!deps_.resolve_address) deps_.resolve_address = net::ResolveNodeAddress;
   if (!deps_.new_launcher) {
     deps_.new_launcher = [ledger = config_.work_dir + "/ranks.ledger"](boost::asio::io_context& io,
                                                                        RankLauncher::Callbacks callbacks) {
@@ -268,7 +266,11 @@ bool WorkerAgent::RegisterOnce() {
   v1::RegisterRequest req;
   req.set_node_name(config_.name);
   req.set_address(config_.address);
-  req.set_data_address(config_.node_address);
+  if (registrations_ > 0) RefreshNodeAddress();
+  {
+    MutexLock lock(&mu_);
+    req.set_data_address(node_address_);
+  }
   req.set_network_stack(config_.network_stack);
   req.set_slots(config_.slots);
   req.set_version(config_.version);
@@ -499,10 +501,7 @@ void WorkerAgent::StartRank(const v1::RankAssignment& a, const v1::JobSpec& job_
   LaunchSpec spec;
   spec.argv.assign(a.command().begin(), a.command().end());
   spec.log_path = LogPath(a.key());
-  NodeFacts node{config_.name,         config_.gpu_ids,        OwnDirectory(), std::nullopt,
-                 config_.node_address, config_.node_interface, std::nullopt, ""};
-  if (const char* path = std::getenv("PATH")) node.path = path;
-  if (const char* ifname = std::getenv("NCCL_SOCKET_IFNAME")) node.nccl_socket_ifname = ifname;
+  NodeFacts node = CurrentNodeFacts();
   if (snapshots_) {
     auto dir = snapshots_->IncomingDir(AttemptIdOf(a.key()));
     if (dir.ok()) {

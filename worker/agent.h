@@ -50,6 +50,7 @@
 #include "eft/v1/agent.grpc.pb.h"
 #include "worker/hedged_call.h"
 #include "worker/log_shipper.h"
+#include "worker/rank_env.h"
 #include "worker/rank_launcher.h"
 #include "worker/reconcile.h"
 #include "worker/snapshot_service.h"
@@ -107,6 +108,9 @@ struct AgentDeps {
   // Runs the rank processes (worker/rank_launcher.h). Unset: a ProcessRankLauncher whose ledger is
   // <work_dir>/ranks.ledger.
   NewRankLauncher new_launcher;
+  // Turns --data-address (else --address) into the numeric address rank traffic uses, again at each
+  // re-registration (agent_address.cc). Unset: net::ResolveNodeAddress.
+  std::function<Result<std::string>(const std::string& given)> resolve_address;
 };
 
 class WorkerAgent {
@@ -139,6 +143,13 @@ class WorkerAgent {
   void HeartbeatLoop() EXCLUDES(mu_);
   // Each returns whether the controller answered; RegisterOnce may set retry_wait_ or fenced_.
   bool RegisterOnce() EXCLUDES(mu_);
+  // Before a re-registration (agent_address.cc): resolves the node's address again, and when it
+  // changed (a container reconnected to its network, a pod's new IP) takes the new one for the
+  // ranks started from now on and moves the snapshot server to it. Heartbeat thread.
+  void RefreshNodeAddress() EXCLUDES(mu_);
+  // What a rank started now is told about this node (its address as of now, PATH...), but the
+  // snapshot directory.
+  NodeFacts CurrentNodeFacts() EXCLUDES(mu_);
   bool HeartbeatOnce() EXCLUDES(mu_);
   void OnFenced(const std::string& why) EXCLUDES(mu_);  // heartbeat thread
   // io thread: `desired` and `specs` of one reply.
@@ -218,7 +229,7 @@ class WorkerAgent {
   // Memory snapshots: made by Start() before the threads start (when on), stopped by Shutdown(),
   // destroyed with the agent; each is thread-safe.
   std::unique_ptr<SnapshotStore> snapshots_;
-  std::unique_ptr<SnapshotServer> snapshot_server_;
+  std::unique_ptr<SnapshotServer> snapshot_server_;  // replaced on the heartbeat thread (RefreshNodeAddress)
   std::unique_ptr<SnapshotReplicator> replicator_;
   std::unique_ptr<SnapshotStager> stager_;
   std::atomic<uint64_t> snapshot_refusals_{0};
@@ -239,6 +250,9 @@ class WorkerAgent {
   bool lease_expired_ GUARDED_BY(mu_) = false;  // EnforceLease acted; cleared by a renewal in time
   uint64_t lease_expirations_ GUARDED_BY(mu_) = 0;
   std::chrono::milliseconds interval_ GUARDED_BY(mu_);
+  // Where rank traffic goes (config_.node_address and node_interface at start; RefreshNodeAddress).
+  std::string node_address_ GUARDED_BY(mu_);
+  std::string node_interface_ GUARDED_BY(mu_);
   std::map<Key, LocalRank> ranks_ GUARDED_BY(mu_);
   std::map<ProcessSupervisor::Id, Key> by_id_ GUARDED_BY(mu_);
   ProcessSupervisor::Id next_id_ GUARDED_BY(mu_) = 1;

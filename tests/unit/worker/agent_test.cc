@@ -3,6 +3,10 @@
 // decides about ranks, on ranks that are not processes, is agent_ranks_test.cc's.
 #include "worker/agent.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "tests/unit/worker/agent_test_fixture.h"
 
 namespace eft::worker {
@@ -145,3 +149,85 @@ TEST_F(WorkerAgentTest, OneWorkerPerWorkDirAndARestartNamesTheIncarnationBeforeI
 
 }  // namespace
 }  // namespace eft::worker
+
+namespace eft::worker::testing {
+namespace {
+
+// Whether something listens on host:port (a TCP connect).
+bool Listening(const std::string& host, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A worker whose --address resolves elsewhere by the time it registers again (a container
+// reconnected to its network, a pod with a new IP) tells the controller the new data address, starts
+// its ranks with it and moves its snapshot server there; at a registration that finds the same
+// address nothing moves.
+TEST_F(WorkerAgentTest, ARegistrationAgainResolvesTheAddressAnew) {
+  std::mutex mu;
+  std::string resolves_to = "127.0.0.1";
+  std::vector<std::string> asked;
+  resolve_address_ = [&](const std::string& given) -> Result<std::string> {
+    std::lock_guard<std::mutex> lock(mu);
+    asked.push_back(given);
+    return resolves_to;
+  };
+  config_.address = "node-t.example";
+  config_.node_address = "127.0.0.1";  // what WorkerConfig resolved at start
+  config_.snapshot_dir = dir_ + "/shm";
+  config_.snapshot_budget_bytes = 16 << 20;
+  StartAgent();
+  ASSERT_TRUE(controller_.WaitFor([&] { return !controller_.heartbeats.empty(); }));
+  int first_port = 0;
+  controller_.Inspect([&] {
+    EXPECT_EQ(controller_.registers.at(0).data_address(), "127.0.0.1");
+    first_port = controller_.registers.at(0).snapshot_port();
+  });
+  ASSERT_GT(first_port, 0);
+  EXPECT_TRUE(Listening("127.0.0.1", first_port));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(asked.empty()) << "the first registration uses the address resolved at start";
+  }
+
+  controller_.AskReregister();  // same address: nothing moves
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.registers.size() == 2; }));
+  controller_.Inspect([&] {
+    EXPECT_EQ(controller_.registers.at(1).data_address(), "127.0.0.1");
+    EXPECT_EQ(controller_.registers.at(1).snapshot_port(), first_port);
+  });
+
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    resolves_to = "127.0.0.2";
+  }
+  controller_.AskReregister();
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.registers.size() == 3; }));
+  int moved_port = 0;
+  controller_.Inspect([&] {
+    EXPECT_EQ(controller_.registers.at(2).data_address(), "127.0.0.2");
+    moved_port = controller_.registers.at(2).snapshot_port();
+  });
+  EXPECT_EQ(moved_port, first_port) << "the same port, on the new address";
+  EXPECT_TRUE(Listening("127.0.0.2", moved_port));
+  EXPECT_FALSE(Listening("127.0.0.1", first_port)) << "the old address's server is gone";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(asked, (std::vector<std::string>{"node-t.example", "node-t.example"}));
+  }
+
+  // A rank started now is told the new address.
+  controller_.SetDesired({Rank("job-1", 1, 0, dir_ + "/unused")});
+  controller_.SetSpec("job-1", 1, JobSpecNamed("job-1"));
+  ASSERT_TRUE(Eventually([&] { return !ranks_.launches().empty(); }));
+  EXPECT_EQ(ranks_.launches().at(0).spec.env.at(rank::env::kNodeAddress), "127.0.0.2");
+}
+
+}  // namespace
+}  // namespace eft::worker::testing

@@ -63,6 +63,11 @@ class FakeController final : public v1::AgentService::Service {
     std::lock_guard<std::mutex> lock(mu_);
     stop_now_ = std::move(keys);
   }
+  // The next heartbeat reply asks the worker to register again (as after a controller restart).
+  void AskReregister() {
+    std::lock_guard<std::mutex> lock(mu_);
+    reregister_ = true;
+  }
   // From now on every reply fences the worker with `why`.
   void Fence(const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -156,6 +161,10 @@ class FakeController final : public v1::AgentService::Service {
     }
     resp->set_acked_event_seq(acked_);
     acked_replies.push_back(acked_);
+    if (reregister_) {
+      reregister_ = false;
+      resp->set_reregister(true);
+    }
     resp->set_heartbeat_interval_ms(50);
     resp->set_lease_ms(lease_ms_);
     if (!fenced_.empty()) {
@@ -256,6 +265,7 @@ class FakeController final : public v1::AgentService::Service {
   int lease_ms_ = 0;
   bool unreachable_ = false;
   bool hold_next_ = false, held_ = false;
+  bool reregister_ = false;
   uint64_t acked_ = 0;
   uint64_t max_seq_ = 0;  // the newest event received
 };
@@ -299,6 +309,7 @@ class WorkerAgentTest : public ::testing::Test {
     AgentDeps deps;
     deps.clock = &clock_;
     deps.new_launcher = std::move(launcher);
+    deps.resolve_address = resolve_address_;
     deps.on_fenced = [this](const std::string& why) {
       std::lock_guard<std::mutex> lock(fenced_mu_);
       fenced_calls_.push_back(why);
@@ -362,6 +373,8 @@ class WorkerAgentTest : public ::testing::Test {
   std::unique_ptr<WorkerAgent> agent_;
   std::mutex fenced_mu_;
   std::vector<std::string> fenced_calls_;  // what on_fenced was called with
+  // The agent's AgentDeps::resolve_address (unset: the real one).
+  std::function<Result<std::string>(const std::string&)> resolve_address_;
 };
 
 // Polls `pred` until it holds; false after kWait.
