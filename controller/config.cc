@@ -52,6 +52,29 @@ void AddControllerSettings(DaemonSettings* s, ControllerConfig* c) {
   s->AddInt({"finished_jobs_in_memory", "--finished-jobs-in-memory",
              "finished jobs kept in memory; older ones are read from the database (default 1000)"},
             &c->finished_jobs_in_memory);
+  s->AddString({"mlflow_tracking_uri", "--mlflow-tracking-uri",
+                "MLflow tracking server (http:// or https:// URL) each job is logged to as one run, unless its "
+                "spec.tracking names another or \"off\" (default: none; docs/tracking.md)"},
+               &c->mlflow_tracking_uri);
+  s->AddString({"mlflow_experiment", "--mlflow-experiment",
+                "MLflow experiment of jobs whose spec.tracking names none (default eft)"},
+               &c->mlflow_experiment);
+  s->AddString({"tensorboard_dir", "--tensorboard-dir",
+                "TensorBoard runs of jobs whose spec.tracking names no directory go to DIR/<job id> (default: "
+                "<checkpoint.dir>/tensorboard)"},
+               &c->tensorboard_dir);
+  s->AddSeconds({"mlflow_timeout_s", "--mlflow-timeout",
+                 "seconds each call to an MLflow server may take, connecting included (default 10)"},
+                &c->mlflow_timeout);
+  s->AddSeconds({"mlflow_flush_interval_s", "", ""}, &c->mlflow_flush_interval);
+  s->AddSeconds({"mlflow_retry_max_s", "--mlflow-retry-max",
+                 "most seconds between tries of an MLflow server that fails (from 1, doubling; default 30)"},
+                &c->mlflow_retry_max);
+  s->AddSeconds({"mlflow_unreachable_event_after_s", "--mlflow-unreachable-event-after",
+                 "seconds an MLflow server fails before each job waiting on it gets an mlflow_unreachable event "
+                 "(default 60)"},
+                &c->mlflow_unreachable_event_after);
+  s->AddInt({"mlflow_max_pending_points", "", ""}, &c->mlflow_max_pending_points);
   auto existing_file = [](CLI::Option* flag) {
     if (flag != nullptr) flag->check(CLI::ExistingFile);
   };
@@ -131,6 +154,19 @@ Status FinalizeControllerConfig(ControllerConfig* c) {
     return Status::InvalidArgument("restart_backoff_max_s must be >= restart_backoff_initial_s");
   }
   if (c->finished_jobs_in_memory < 1) return Status::InvalidArgument("finished_jobs_in_memory must be at least 1");
+  if (!c->mlflow_tracking_uri.empty() && c->mlflow_tracking_uri != "off" &&
+      c->mlflow_tracking_uri.rfind("http://", 0) != 0 && c->mlflow_tracking_uri.rfind("https://", 0) != 0) {
+    return Status::InvalidArgument("mlflow_tracking_uri (" + c->mlflow_tracking_uri +
+                                   ") must be an http:// or https:// URL of an MLflow tracking server");
+  }
+  if (c->mlflow_tracking_uri == "off") c->mlflow_tracking_uri.clear();
+  if (c->mlflow_experiment.empty() || c->mlflow_experiment.size() > 500) {
+    return Status::InvalidArgument("mlflow_experiment must be 1 to 500 characters");
+  }
+  if (!c->tensorboard_dir.empty() && c->tensorboard_dir.front() != '/') {
+    return Status::InvalidArgument("tensorboard_dir (" + c->tensorboard_dir + ") must be an absolute directory");
+  }
+  if (c->mlflow_max_pending_points < 100) return Status::InvalidArgument("mlflow_max_pending_points must be at least 100");
   return Status::Ok();
 }
 

@@ -63,6 +63,26 @@ struct ControllerConfig {
   // 100 finished jobs in memory: fewer when this is below 100.
   int finished_jobs_in_memory = 1000;
 
+  // --- tracking (docs/tracking.md) ---
+  // Filled into a submitted spec's `tracking` where it leaves a field empty, so the stored spec says
+  // what runs: the MLflow server the job is logged to ("": none, the spec's field becomes "off"),
+  // its experiment, and the parent directory of the jobs' TensorBoard runs (<dir>/<job id>; "": the
+  // trainer's own default, <checkpoint.dir>/tensorboard).
+  std::string mlflow_tracking_uri;
+  std::string mlflow_experiment = "eft";
+  std::string tensorboard_dir;
+  // The MLflow tracker (controller/tracking/mlflow_tracker.h): every call to a server gives up after
+  // mlflow_timeout (connecting included); batches go out every mlflow_flush_interval; a server that
+  // fails is retried after 1 s, doubling up to mlflow_retry_max; after mlflow_unreachable_event_after
+  // of failures each job waiting on it gets an `mlflow_unreachable` event (and `mlflow_recovered`
+  // when it answers again); each job queues at most mlflow_max_pending_points metric points
+  // meanwhile (older ones are thinned out beyond that).
+  std::chrono::milliseconds mlflow_timeout{10000};
+  std::chrono::milliseconds mlflow_flush_interval{1000};
+  std::chrono::milliseconds mlflow_retry_max{30000};
+  std::chrono::milliseconds mlflow_unreachable_event_after{60000};
+  int mlflow_max_pending_points = 50000;
+
   // --- authentication and TLS (docs/auth.md) ---
   // Tokens file (token -> user, role) and the workers' join token file; both or neither.
   std::string auth_tokens_file;

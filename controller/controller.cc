@@ -29,12 +29,18 @@ Controller::Controller(ControllerConfig config, Clock* clock, std::unique_ptr<St
       store_(std::move(store)),
       jobs_(config_, clock_, store_.get(),
             {/*on_applied=*/[this]() REQUIRES(mu_) { scheduler_.CapacityChanged(); },
-             /*on_bumped=*/[this] { changed_.NotifyAll(); }}),
+             /*on_bumped=*/[this] { changed_.NotifyAll(); },
+             /*on_changed=*/[this](const JobEntry& j, const MlflowRunRecord* run)
+                 REQUIRES(mu_) { NotifyTracking(j, run); }}),
       nodes_(config_, clock_, store_.get(), [this]() REQUIRES(mu_) { scheduler_.CapacityChanged(); }),
       progress_(config_, clock_, store_.get(), &jobs_,
                 {/*on_first_step=*/[this](const AttemptRecord& a)
                      REQUIRES(mu_) { nodes_.TransitionDone(a.nodes); },
-                 /*on_checkpoint=*/{}}),
+                 /*on_checkpoint=*/{},
+                 /*on_points=*/[this](const JobEntry& j, const std::vector<TrackedPoint>& points)
+                     REQUIRES(mu_) {
+                       if (tracking_ && !MlflowUriOf(j.rec.spec).empty()) tracking_->OnPoints(j.rec.id, points);
+                     }}),
       snapshots_(config_, clock_, &jobs_, &nodes_),
       lifecycle_(config_, clock_, &jobs_, &nodes_, &snapshots_,
                  [this](const std::string& job_id) REQUIRES(mu_) { scheduler_.ReleaseReservations(job_id); }),

@@ -54,6 +54,7 @@
 #include "controller/scheduler.h"
 #include "controller/snapshot_tracker.h"
 #include "controller/store.h"
+#include "controller/tracking/job_tracking.h"
 #include "eft/v1/agent.pb.h"
 #include "eft/v1/job.pb.h"
 #include "eft/v1/node.pb.h"
@@ -154,6 +155,19 @@ class Controller {
   // held: it must be quick and must not call back into the Controller. Empty: none.
   void SetCheckpointObserver(std::function<void(const CheckpointReport&)> observer) EXCLUDES(mu_);
 
+  // --- Tracking (docs/tracking.md; controller/tracking/controller_tracking.cc) ---
+  // From now on `observer` hears of every job logged to MLflow (JobTrackingObserver, called with the
+  // lock held): first, here, of each one whose run is not ended yet with its stored row (from memory,
+  // or the store for a job no longer in memory), then of submits, changes and metric points.
+  // nullptr: none. Set it before workers can report (RunController does, before gRPC serves).
+  Status SetTrackingObserver(JobTrackingObserver* observer) EXCLUDES(mu_);
+  // For the tracker's thread (never called with its own lock held): stores a job's mlflow_runs row;
+  // appends a job event (what `eftctl job describe` lists); the job's stored loss curves as points
+  // (train/loss and eval/<set>/loss, time_ms 0), from memory or the store.
+  Status SaveMlflowRun(const MlflowRunRecord& run) EXCLUDES(mu_);
+  Status AddJobEvent(const std::string& job_id, const std::string& type, const std::string& message) EXCLUDES(mu_);
+  Result<std::vector<TrackedPoint>> StoredLossCurves(const std::string& job_id) EXCLUDES(mu_);
+
  private:
   Controller(ControllerConfig config, Clock* clock, std::unique_ptr<Store> store);
   Status Load() EXCLUDES(mu_);
@@ -187,6 +201,10 @@ class Controller {
 
   // Submits are written in groups, one transaction for all that arrived meanwhile (group_commit.h).
   SubmitBatch submits_{[this](const std::vector<SubmitBatch::Item*>& batch) { CommitSubmits(batch); }};
+
+  // Told of the jobs logged to MLflow (SetTrackingObserver); nullptr: none.
+  JobTrackingObserver* tracking_ GUARDED_BY(mu_) = nullptr;
+  void NotifyTracking(const JobEntry& job, const MlflowRunRecord* stored) REQUIRES(mu_);
 
   std::atomic<bool> stopping_{false};
   std::thread ticker_;

@@ -6,6 +6,7 @@
 
 #include "common/logging.h"
 #include "controller/rank_events.h"
+#include "controller/tracking/job_tracking.h"
 #include "controller/wire.h"
 
 namespace eft::controller {
@@ -87,6 +88,7 @@ void JobTable::Refile(JobEntry& j) {
 Result<std::vector<JobTable::Inserted>> JobTable::Insert(const std::vector<NewJob>& jobs) {
   std::vector<Inserted> ids(jobs.size());
   std::vector<JobEntry> created;
+  std::vector<std::optional<MlflowRunRecord>> runs;  // of `created`, for on_changed
   std::map<std::string, std::string> batch_request_ids;  // request id -> job id, within this batch
   Status s = store_->RunInTransaction([&]() -> Status {
     for (size_t i = 0; i < jobs.size(); ++i) {
@@ -114,13 +116,21 @@ Result<std::vector<JobTable::Inserted>> JobTable::Insert(const std::vector<NewJo
       rec.state = v1::JOB_STATE_QUEUED;
       rec.create_ms = clock_->WallMillis();
       EFT_RETURN_IF_ERROR(store_->InsertJob(&rec));
-      // The default checkpoint dir depends on the id, which only the insert knows.
+      // The default checkpoint dir depends on the id, which only the insert knows; so do the
+      // tracking defaults (a TensorBoard directory per job id).
+      bool filled = FillTrackingDefaults(config_, rec.id, &rec.spec);
       if (rec.spec.checkpoint().dir().empty()) {
         rec.spec.mutable_checkpoint()->set_dir(config_.data_dir + "/checkpoints/" + rec.id);
-        EFT_RETURN_IF_ERROR(store_->UpdateJob(rec));
+        filled = true;
       }
+      if (filled) EFT_RETURN_IF_ERROR(store_->UpdateJob(rec));
       JobEntry j;
       j.rec = rec;
+      std::optional<MlflowRunRecord> run;
+      if (!MlflowUriOf(rec.spec).empty()) {
+        run = MlflowRunRecord{rec.id, NewMlflowRunKey(), "", "", false};
+        EFT_RETURN_IF_ERROR(store_->InsertMlflowRun(*run));
+      }
       const auto& r = rec.spec.resources();
       j.events.push_back(MakeEvent(j, "submitted",
                                    "submitted \"" + rec.spec.name() + "\": " + std::to_string(r.nodes().min()) + ".." +
@@ -131,13 +141,15 @@ Result<std::vector<JobTable::Inserted>> JobTable::Insert(const std::vector<NewJo
       ids[i] = {rec.id, true};
       if (!p.request_id.empty()) batch_request_ids[p.request_id] = rec.id;
       created.push_back(std::move(j));
+      runs.push_back(std::move(run));
     }
     return Status::Ok();
   });
   if (!s.ok()) return s;
-  for (JobEntry& j : created) {
-    EFT_LOG(INFO) << "job " << j.rec.id << " submitted (" << j.rec.spec.name() << ")";
-    File(std::move(j));
+  for (size_t i = 0; i < created.size(); ++i) {
+    EFT_LOG(INFO) << "job " << created[i].rec.id << " submitted (" << created[i].rec.spec.name() << ")";
+    JobEntry& filed = File(std::move(created[i]));
+    if (callbacks_.on_changed) callbacks_.on_changed(filed, runs[i] ? &*runs[i] : nullptr);
   }
   return ids;
 }
@@ -232,6 +244,7 @@ Status JobTable::Apply(JobEntry& job, JobChange change) {
   if (finishing) finished_.push_back(job.rec.id);
   Refile(job);
   if (callbacks_.on_applied) callbacks_.on_applied();
+  if (callbacks_.on_changed) callbacks_.on_changed(job, nullptr);
   Bump(job);
   return Status::Ok();
 }

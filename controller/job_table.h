@@ -34,6 +34,9 @@ class JobTable {
   struct Callbacks {
     std::function<void()> on_applied;  // after every change Apply stored
     std::function<void()> on_bumped;   // after a job's version moved
+    // After a job was inserted (with its mlflow_runs row when its spec names an MLflow server) or a
+    // change of it applied (nullptr), for trackers (controller/tracking/job_tracking.h). Empty: none.
+    std::function<void(const JobEntry&, const MlflowRunRecord*)> on_changed;
   };
   // `store` and `clock` must outlive it.
   JobTable(const ControllerConfig& config, Clock* clock, Store* store, Callbacks callbacks);
@@ -49,7 +52,9 @@ class JobTable {
     std::string request_id;
     std::string owner;
   };
-  // Stores new jobs in one transaction and files them. Per job: its id, or the id of the job an
+  // Stores new jobs in one transaction and files them, with the defaults only the id decides
+  // (checkpoint.dir, spec.tracking: FillTrackingDefaults) and, for a job logged to MLflow, its
+  // mlflow_runs row. Per job: its id, or the id of the job an
   // earlier submit with the same request id created (created: false). On failure nothing is
   // stored or filed.
   struct Inserted {

@@ -16,11 +16,13 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "controller/config.h"
 #include "controller/job_table.h"
 #include "controller/store.h"
+#include "controller/tracking/job_tracking.h"
 #include "eft/v1/agent.pb.h"
 
 namespace eft::controller {
@@ -43,6 +45,9 @@ class ProgressTracker {
     // A checkpoint newly stored (not a resent event). Must be quick and not call back into the
     // controller. Empty: none.
     std::function<void(const CheckpointReport&)> on_checkpoint;
+    // Metric points of a step or an evaluation of the current attempt, as applied (for trackers,
+    // controller/tracking/job_tracking.h). Must be quick and not call back into the controller.
+    std::function<void(const JobEntry&, const std::vector<TrackedPoint>&)> on_points;
   };
   // `jobs`, `store` and `clock` must outlive it.
   ProgressTracker(const ControllerConfig& config, Clock* clock, Store* store, JobTable* jobs, Callbacks callbacks);

@@ -102,6 +102,15 @@ struct EventRecord {
   std::string message;
 };
 
+// The MLflow run a job is logged to (docs/tracking.md, "MLflow"; controller/tracking/).
+struct MlflowRunRecord {
+  std::string job_id;
+  std::string run_key;        // the run's eft.run_key tag, chosen at submit
+  std::string experiment_id;  // "" until the run is made
+  std::string run_id;         // "" until the run is made
+  bool ended = false;         // the server took the run's end (its final status)
+};
+
 // One point of a job's loss curve (controller/loss_history.h): the mean of `samples` reported
 // losses, the last of them at `step`.
 struct LossPointRecord {

@@ -22,6 +22,7 @@
 #include "controller/grpc_metrics.h"
 #include "controller/grpc_services.h"
 #include "controller/http/rest_api.h"
+#include "controller/tracking/mlflow_tracker.h"
 
 namespace eft::controller {
 namespace {
@@ -122,6 +123,13 @@ int RunController(const ControllerServerConfig& server_config) {
                   << (config.tls_client_ca.empty() ? "" : ", client certificates required (CA " + config.tls_client_ca + ")");
   }
 
+  // The controller's MLflow server, checked before anything starts (a job's own is checked by its run).
+  if (!config.mlflow_tracking_uri.empty()) {
+    auto client = mlflow::MlflowClient::Create(config.mlflow_tracking_uri,
+                                               mlflow::ClientOptionsFromEnvironment(config.mlflow_timeout));
+    if (!client.ok()) return Refuse("--mlflow-tracking-uri: " + client.status().message());
+  }
+
   const sigset_t signals = BlockSignals(server_config.ignore_sigterm, auth != nullptr);
 
   // Every module registers its families here; /metrics serves them all. Until the state has loaded
@@ -178,6 +186,35 @@ int RunController(const ControllerServerConfig& server_config) {
     return 1;
   }
   controller_metrics.store(state_metrics->get());
+  // MLflow runs (docs/tracking.md): the tracker hears of every tracked job before workers can report
+  // anything, and talks to the servers on its own thread.
+  mlflow::MlflowTracker tracker(
+      mlflow::MlflowTrackerOptions::FromConfig(c->config()), RealClock::Get(),
+      {/*save_run=*/[c](const MlflowRunRecord& run) { return c->SaveMlflowRun(run); },
+       /*add_event=*/[c](const std::string& job, const std::string& type,
+                         const std::string& message) { return c->AddJobEvent(job, type, message); },
+       /*stored_curves=*/[c](const std::string& job) { return c->StoredLossCurves(job); }});
+  if (Status s = tracker.RegisterMetrics(&metrics); !s.ok()) {
+    EFT_LOG(ERROR) << "metrics: " << s;
+    return 1;
+  }
+  struct StopTracking {  // before the tracker goes, on every way out
+    Controller* c;
+    mlflow::MlflowTracker* tracker;
+    ~StopTracking() {
+      (void)c->SetTrackingObserver(nullptr);
+      tracker->Stop();
+    }
+  } stop_tracking{c, &tracker};
+  if (Status s = c->SetTrackingObserver(&tracker); !s.ok()) {
+    EFT_LOG(ERROR) << "cannot start: " << s;
+    return 1;
+  }
+  tracker.Start();
+  if (!config.mlflow_tracking_uri.empty()) {
+    EFT_LOG(INFO) << "MLflow: jobs are logged to " << config.mlflow_tracking_uri << ", experiment "
+                  << config.mlflow_experiment << ", unless their spec.tracking says otherwise";
+  }
   // Ready as soon as the state is loaded, so that gRPC answering implies REST is ready as well.
   rest_api.SetController(c);
   JobServiceImpl jobs(c, auth.get());

@@ -118,6 +118,17 @@ ALTER TABLE nodes ADD COLUMN network_stack TEXT NOT NULL DEFAULT '';
     R"sql(
 ALTER TABLE attempts ADD COLUMN resume_step INTEGER NOT NULL DEFAULT -1;
 )sql",
+    // 9: the MLflow run each job is logged to (docs/tracking.md, "MLflow"): a row from the submit of a
+    // job whose spec.tracking names a server, so a restarted controller continues that run, ends the
+    // runs of jobs that ended while the server was down, and never makes a second one. run_key is
+    // the run's eft.run_key tag: it finds a run made just before a crash whose id was not stored yet.
+    R"sql(
+CREATE TABLE mlflow_runs (
+  job_id INTEGER PRIMARY KEY NOT NULL REFERENCES jobs (id),
+  run_key TEXT NOT NULL DEFAULT '', experiment_id TEXT NOT NULL DEFAULT '', run_id TEXT NOT NULL DEFAULT '',
+  ended INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX mlflow_runs_open ON mlflow_runs (job_id) WHERE ended = 0;
+)sql",
 };
 
 }  // namespace

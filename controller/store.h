@@ -24,7 +24,7 @@ class Store {
   // Creates the file (and its parent directory) if missing and migrates it to the current schema.
   static Result<std::unique_ptr<Store>> Open(const std::string& path);
 
-  static constexpr int kSchemaVersion = 8;
+  static constexpr int kSchemaVersion = 9;
   int schema_version() const { return db_->schema_version(); }
   const std::string& path() const { return db_->path(); }
 
@@ -77,6 +77,13 @@ class Store {
   Status SaveLossPoints(const std::string& job_id, LossCurve curve, size_t from,
                         const std::vector<LossPointRecord>& points);
   Result<std::vector<LossPointRecord>> LoadLossPoints(const std::string& job_id, LossCurve curve);  // by index
+
+  // The MLflow run of a job (docs/tracking.md), keyed by job: inserted at submit (inserting one that
+  // exists is a no-op), updated when the run is made and when it is ended. LoadOpenMlflowRuns: the
+  // rows not ended, by job id.
+  Status InsertMlflowRun(const MlflowRunRecord& run);
+  Status UpdateMlflowRun(const MlflowRunRecord& run);
+  Result<std::vector<MlflowRunRecord>> LoadOpenMlflowRuns();
 
   // A persistent counter, e.g. for choosing MASTER_PORTs: returns the value after adding 1
   // (1 on the first call for a name).

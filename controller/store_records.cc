@@ -394,6 +394,37 @@ Result<std::vector<LossPointRecord>> Store::LoadLossPoints(const std::string& jo
 }
 
 
+// ---- MLflow runs ---------------------------------------------------------------------------------
+
+Status Store::InsertMlflowRun(const MlflowRunRecord& r) {
+  Status status = [&]() -> Status {
+    EFT_ASSIGN_OR_RETURN(int64_t job_id, ParseJobId(r.job_id));
+    return MissingJobIsNotFound(db_->Write(
+        "INSERT INTO mlflow_runs (job_id, run_key, experiment_id, run_id, ended) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (job_id) DO NOTHING",
+        job_id, r.run_key, r.experiment_id, r.run_id, static_cast<int64_t>(r.ended)));
+  }();
+  return status.WithContext("storing the MLflow run of job " + r.job_id);
+}
+
+Status Store::UpdateMlflowRun(const MlflowRunRecord& r) {
+  Status status = [&]() -> Status {
+    EFT_ASSIGN_OR_RETURN(int64_t job_id, ParseJobId(r.job_id));
+    return db_->Write("UPDATE mlflow_runs SET run_key = ?, experiment_id = ?, run_id = ?, ended = ? WHERE job_id = ?",
+                      r.run_key, r.experiment_id, r.run_id, static_cast<int64_t>(r.ended), job_id);
+  }();
+  return status.WithContext("updating the MLflow run of job " + r.job_id);
+}
+
+Result<std::vector<MlflowRunRecord>> Store::LoadOpenMlflowRuns() {
+  auto runs = db_->Query<MlflowRunRecord>(
+      "SELECT job_id, run_key, experiment_id, run_id, ended FROM mlflow_runs WHERE ended = 0 ORDER BY job_id",
+      [](const Database::Statement& row) -> Result<MlflowRunRecord> {
+        return MlflowRunRecord{std::to_string(row.Int(0)), row.Text(1), row.Text(2), row.Text(3), row.Int(4) != 0};
+      });
+  return WithContext(std::move(runs), "loading the open MLflow runs");
+}
+
 // ---- events and counters -----------------------------------------------------------------------
 
 Status Store::AppendEvent(const EventRecord& e) {

@@ -25,8 +25,14 @@ constexpr const char* kVersion1Nodes =
     "DEFAULT 0, drained INTEGER NOT NULL DEFAULT 0, version TEXT NOT NULL DEFAULT '', registered_ms INTEGER NOT NULL "
     "DEFAULT 0, lost INTEGER NOT NULL DEFAULT 0, state_reason TEXT NOT NULL DEFAULT '')";
 
-// Takes a database of the current schema back to before migration 8, which then runs again.
-void DropMigration8(const std::string& path) { RawQuery(path, "ALTER TABLE attempts DROP COLUMN resume_step"); }
+// Takes a database of the current schema back to before migration 9, which then runs again.
+void DropMigration9(const std::string& path) { RawQuery(path, "DROP TABLE mlflow_runs"); }
+
+// Takes a database of the current schema back to before migration 8: migrations 8 and 9 run again.
+void DropMigration8(const std::string& path) {
+  DropMigration9(path);
+  RawQuery(path, "ALTER TABLE attempts DROP COLUMN resume_step");
+}
 
 // Takes a database of the current schema back to before migration 7: migrations 7 and 8 run again.
 void DropMigration7(const std::string& path) {
@@ -46,7 +52,7 @@ TEST_F(StoreTest, OpenCreatesDatabaseWithSchemaInWalMode) {
   EXPECT_EQ(RawQuery(path_, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(RawQuery(path_, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema WHERE type = "
                             "'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
-            "attempts,checkpoints,counters,events,jobs,loss_points,nodes,reservations");
+            "attempts,checkpoints,counters,events,jobs,loss_points,mlflow_runs,nodes,reservations");
 }
 
 // Migration 2 (jobs.owner) on a database written by a version-1 controller: old jobs load, unowned.
@@ -259,6 +265,44 @@ TEST_F(StoreTest, Version7AttemptsLoadWithAnUnknownResumeStep) {
   a.resume_step = 39;
   ASSERT_TRUE(store->UpdateAttempt(a).ok());
   EXPECT_EQ(store->LoadAttempts("1")->back().resume_step, 39);
+}
+
+// Migration 9 (mlflow_runs, docs/tracking.md) on a version-8 database: its jobs have no run (they
+// are not logged to MLflow); new rows are inserted once per job, updated, and listed while not ended.
+TEST_F(StoreTest, Version8JobsHaveNoMlflowRunAndNewOnesAreKeptUntilEnded) {
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(store);
+    JobRecord job = MakeJob();
+    ASSERT_TRUE(store->InsertJob(&job).ok());
+  }
+  DropMigration9(path_);
+  RawQuery(path_, "PRAGMA user_version = 8");
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->schema_version(), Store::kSchemaVersion);
+  EXPECT_TRUE(store->LoadOpenMlflowRuns()->empty());
+  JobRecord second = MakeJob("r2");
+  ASSERT_TRUE(store->InsertJob(&second).ok());
+  ASSERT_TRUE(store->InsertMlflowRun({"1", "key1", "", "", false}).ok());
+  ASSERT_TRUE(store->InsertMlflowRun({second.id, "key2", "", "", false}).ok());
+  ASSERT_TRUE(store->InsertMlflowRun({"1", "other", "9", "x", true}).ok()) << "inserting one that exists is a no-op";
+  auto open = store->LoadOpenMlflowRuns();
+  ASSERT_TRUE(open.ok()) << open.status();
+  ASSERT_EQ(open->size(), 2u);
+  EXPECT_EQ((*open)[0].job_id, "1");
+  EXPECT_EQ((*open)[0].run_key, "key1");
+  EXPECT_EQ((*open)[0].run_id, "");
+  ASSERT_TRUE(store->UpdateMlflowRun({"1", "key1", "3", "run-a", false}).ok());
+  ASSERT_TRUE(store->UpdateMlflowRun({second.id, "key2", "3", "run-b", true}).ok());
+  store.reset();
+  store = OpenStore();
+  open = store->LoadOpenMlflowRuns();
+  ASSERT_EQ(open->size(), 1u) << "an ended run is not listed";
+  EXPECT_EQ((*open)[0].experiment_id, "3");
+  EXPECT_EQ((*open)[0].run_id, "run-a");
+  EXPECT_FALSE((*open)[0].ended);
+  EXPECT_EQ(store->InsertMlflowRun({"99", "k", "", "", false}).code(), StatusCode::kNotFound) << "no such job";
 }
 
 TEST_F(StoreTest, NewerSchemaIsRefused) {
