@@ -163,6 +163,21 @@ class MlflowE2E : public ::testing::Test {
     }
   }
 
+  // A TensorBoard run's scalars as TensorBoard reads them (tests/reference/tensorboard_points.py).
+  static json TensorBoardPoints(const std::string& run_dir) {
+    std::string out;
+    FILE* p = ::popen((std::string(EFT_PYTHON) + " " + SourceDir() + "/tests/reference/tensorboard_points.py " + run_dir +
+                       " 2>" + dir_ + "/tensorboard.log")
+                          .c_str(),
+                      "r");
+    char buf[65536];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    EXPECT_EQ(::pclose(p), 0) << ReadFile(dir_ + "/tensorboard.log");
+    json doc = json::parse(out, nullptr, false);
+    EXPECT_FALSE(doc.is_discarded()) << out;
+    return doc;
+  }
+
   static std::vector<int64_t> Steps(const json& run, const std::string& key) {
     std::vector<int64_t> out;
     for (const auto& m : run["metrics"].value(key, json::array())) out.push_back(m[0].get<int64_t>());
@@ -270,6 +285,22 @@ TEST_F(MlflowE2E, AJobIsOneRunWithItsSpecCurvesStateAndEnd) {
   }
   EXPECT_FALSE(run["metrics"].contains("train/mfu")) << "no MFU on a CPU (no peak FLOPS known)";
   for (const auto& m : run["metrics"]["train/learning_rate"]) EXPECT_GT(m[1].get<double>(), 0);
+  // The job's TensorBoard run (docs/tracking.md): every point the controller stored is there, once,
+  // as TensorBoard reads it (float32: TensorBoard's simple_value).
+  const json tb = TensorBoardPoints(c.checkpoint_root() + "/sft/tensorboard");
+  std::map<int64_t, double> written;
+  for (const auto& p : tb.value("train/loss", json::array())) {
+    EXPECT_TRUE(written.emplace(p[0].get<int64_t>(), p[1].get<double>()).second) << "step " << p[0] << " twice";
+  }
+  EXPECT_EQ(written.size(), 8u) << tb.dump();
+  for (const auto& p : sft.loss_history().train()) {
+    auto it = written.find(p.step());
+    ASSERT_NE(it, written.end()) << "step " << p.step() << " of the stored curve is not in TensorBoard";
+    EXPECT_EQ(it->second, static_cast<double>(static_cast<float>(p.loss()))) << "step " << p.step();
+  }
+  for (const char* tag : {"train/learning_rate", "train/grad_norm", "train/tokens_per_second"}) {
+    EXPECT_EQ(tb.value(tag, json::array()).size(), 8u) << tag;
+  }
 
   const json own_run = RunOf(runs["e2e-own"], own.id());
   ASSERT_FALSE(own_run.is_null()) << "a job's own experiment: " << runs.dump();
