@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 CTEST_ARGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test test-unit test-e2e demo clean
+.PHONY: all deps configure build test test-unit test-e2e demo clean fuzz
 
 all: build
 
@@ -40,6 +40,14 @@ demo:
 
 clean:
 	rm -rf $(BUILD_DIR)
+
+# The fuzz targets' long runs (docs/fuzzing.md): clang-14's libFuzzer under ASan+UBSan in build-fuzz/,
+# FUZZ_SECONDS per target, one target at a time (FUZZ_TARGET=chat_template for one). `make test` only
+# replays their corpora (ctest -R fuzz_replay, seconds).
+FUZZ_TARGET ?= all
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@scripts/fuzz.sh $(FUZZ_TARGET) $(FUZZ_SECONDS)
 
 # The container image (docs/docker.md): a Docker engine (Debian's docker.io, started when none answers),
 # the Debian base images (made locally with debootstrap when no registry answers), then the Dockerfile

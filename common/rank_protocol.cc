@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <iterator>
+#include <limits>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
@@ -34,14 +36,32 @@ class FieldReader {
     }
     if (!it->is_number()) return Fail(std::string("\"") + key + "\" is not a number");
     if constexpr (std::is_integral_v<T>) {
-      *out = static_cast<T>(it->get<double>());
-      if (it->is_number_integer()) *out = static_cast<T>(it->get<int64_t>());
+      // In T's range, or refused: a cast from outside it is undefined (a double) or wraps (an
+      // integer), and a step of 1e20 or a negative checksum is no event a rank meant to send. A
+      // fraction is cut off, as it always was ("step": 3.0 is step 3).
+      using Limits = std::numeric_limits<T>;
+      bool in_range;
+      if (it->is_number_unsigned()) {
+        in_range = it->get<uint64_t>() <= static_cast<uint64_t>(Limits::max());
+      } else if (it->is_number_integer()) {
+        const int64_t v = it->get<int64_t>();
+        in_range = v >= static_cast<int64_t>(Limits::min()) && (v < 0 || static_cast<uint64_t>(v) <= static_cast<uint64_t>(Limits::max()));
+      } else {
+        const double d = it->get<double>();
+        const double end = std::ldexp(1.0, Limits::digits);  // 2^63 for int64_t, 2^32 for uint32_t
+        in_range = d > (Limits::is_signed ? -end - 1 : -1.0) && d < end;
+      }
+      if (!in_range) return Fail(std::string("\"") + key + "\" is out of range");
+      *out = it->is_number_unsigned() ? static_cast<T>(it->get<uint64_t>())
+             : it->is_number_integer() ? static_cast<T>(it->get<int64_t>())
+                                       : static_cast<T>(it->get<double>());
     } else {
       *out = it->get<T>();
     }
   }
 
-  void String(const char* key, std::string* out, bool required = false) {
+  // `required`: present and not empty, unless `may_be_empty`.
+  void String(const char* key, std::string* out, bool required = false, bool may_be_empty = false) {
     auto it = doc_.find(key);
     if (it == doc_.end() || it->is_null()) {
       if (required) Fail(std::string("\"") + key + "\" is missing");
@@ -49,7 +69,7 @@ class FieldReader {
     }
     if (!it->is_string()) return Fail(std::string("\"") + key + "\" is not a string");
     *out = it->get<std::string>();
-    if (required && out->empty()) Fail(std::string("\"") + key + "\" is empty");
+    if (required && !may_be_empty && out->empty()) Fail(std::string("\"") + key + "\" is empty");
   }
 
   void Bool(const char* key, bool* out) {
@@ -372,7 +392,10 @@ Result<Event> DecodeEvent(std::string_view line) {
     out = e;
   } else if (type == "error") {
     ErrorEvent e;
-    r.String("message", &e.message, /*required=*/true);
+    // Present, but it may say nothing: a blank message reads as "" (its headline), and a rank whose
+    // error had no text sends "" (EncodeEvent of a blank message), which must not lose the event
+    // and its exit code (found by fuzz/rank_event_fuzz.cc).
+    r.String("message", &e.message, /*required=*/true, /*may_be_empty=*/true);
     r.Number("exit_code", &e.exit_code);
     e.message = ErrorHeadline(e.message);
     out = e;

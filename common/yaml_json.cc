@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <regex>
+#include <sstream>
 #include <vector>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "common/file_util.h"
@@ -184,19 +186,68 @@ void Emit(YAML::Emitter& out, const json& v) {
   }
 }
 
+// A document's parse events reduced to what YamlToJson asks of the documents after the first: is
+// it only a null (a trailing "---"), and where does it start.
+class DocumentProbe : public YAML::EventHandler {
+ public:
+  bool only_null() const { return nodes_ == 1 && null_; }
+  const YAML::Mark& start() const { return start_; }
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark, true); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark, false); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    Node(mark, false);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    Node(mark, false);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    Node(mark, false);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Node(const YAML::Mark& mark, bool null) {
+    if (nodes_++ == 0) start_ = mark;
+    null_ = null;
+  }
+  int nodes_ = 0;
+  bool null_ = false;
+  YAML::Mark start_ = YAML::Mark::null_mark();
+};
+
 }  // namespace
 
 Result<json> YamlToJson(const std::string& text) {
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    // A second document would otherwise be dropped without a word; a trailing "---" is harmless.
-    for (size_t i = 1; i < docs.size(); ++i) {
-      if (!docs[i].IsNull()) {
-        return Status::InvalidArgument(Where(docs[i].Mark()) +
+    // Not YAML::LoadAll: yaml-cpp 0.7 never gets past a ',' outside a flow collection ("{...},",
+    // a JSON spec with a trailing comma), and LoadAll collects the same empty document forever
+    // until memory runs out (found by fuzz/job_spec_fuzz.cc). The first document is loaded; the
+    // rest only walked, each of which must move on.
+    const YAML::Node first = YAML::Load(text);
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    YAML::Mark previous = YAML::Mark::null_mark();
+    for (int i = 0;; ++i) {
+      DocumentProbe doc;
+      if (!parser.HandleNextDocument(doc)) break;
+      if (i == 0) continue;
+      // A second document would otherwise be dropped without a word; a trailing "---" is harmless.
+      if (!doc.only_null()) {
+        return Status::InvalidArgument(Where(doc.start()) +
                                        ": a second YAML document ('---'); put one document per file");
       }
+      if (!previous.is_null() && doc.start().pos == previous.pos) {
+        const size_t pos = static_cast<size_t>(doc.start().pos);
+        const std::string what = pos < text.size() ? std::string("'") + text[pos] + "'" : "text";
+        return Status::InvalidArgument(Where(doc.start()) + ": unexpected " + what + " after the document");
+      }
+      previous = doc.start();
     }
-    return Convert(docs.empty() ? YAML::Node() : docs[0], IsValidUtf8(text));
+    return Convert(first, IsValidUtf8(text));
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument(Where(e.mark) + ": " + e.msg);
   }

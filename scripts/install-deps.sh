@@ -10,6 +10,8 @@ PACKAGES=(
   g++ cmake ninja-build pkg-config ccache
   # clang: the thread_safety.* tests check the lock annotations with -Wthread-safety
   clang
+  # fuzzing (docs/fuzzing.md, `make fuzz`): clang-14's sanitizer runtimes and libFuzzer
+  libclang-rt-14-dev libfuzzer-14-dev
   # control plane: gRPC/Protobuf, SQLite, Boost.Asio/Beast, config and CLI parsing
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libsqlite3-dev libboost-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev

@@ -368,8 +368,11 @@ Status CheckMessage(const pb::Descriptor* d, const json& in, const std::string& 
       }
     } else if (f->is_repeated()) {
       // PEFT spells "every linear layer" as a plain string: `target_modules: all-linear`.
+      // Checked as any string is (UTF-8: found by fuzz/job_spec_fuzz.cc, nlohmann's dump threw).
       if (value.is_string() && f->full_name() == "eft.v1.LoraSpec.target_modules") {
-        (*out)[f->name()] = json::array({value});
+        json item;
+        EFT_RETURN_IF_ERROR(CheckValue(f, value, field_path, &item));
+        (*out)[f->name()] = json::array({item});
         continue;
       }
       const bool eval_sets = f->full_name() == "eft.v1.DataSpec.eval";

@@ -93,9 +93,18 @@ Result<Value> ToBool(const std::string& n, const Value& v, CallArgs& a, const Ca
   return Value::Bool(v.Truthy());
 }
 
+// A float as an int64 the way int() truncates it; false for NaN, the infinities and values beyond
+// int64 (the cast would be undefined: found by fuzz/chat_template_fuzz.cc).
+bool Truncate(double d, int64_t* out) {
+  if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) return false;
+  *out = static_cast<int64_t>(d);
+  return true;
+}
+
 Result<Value> ToInt(const std::string& n, const Value& v, CallArgs& a, const Callbacks& cb) {
   if (v.is_int() || v.is_bool()) return Value::Int(v.integer());
-  if (v.is_float()) return Value::Int(static_cast<int64_t>(v.number()));
+  int64_t truncated = 0;
+  if (v.is_float() && Truncate(v.number(), &truncated)) return Value::Int(truncated);
   if (v.is_string()) {
     try {
       size_t used = 0;
@@ -103,7 +112,7 @@ Result<Value> ToInt(const std::string& n, const Value& v, CallArgs& a, const Cal
       int64_t i = std::stoll(s, &used, 10);
       if (used == s.size()) return Value::Int(i);
       double d = std::stod(s, &used);
-      if (used == s.size()) return Value::Int(static_cast<int64_t>(d));
+      if (used == s.size() && Truncate(d, &truncated)) return Value::Int(truncated);
     } catch (...) {
     }
   }
@@ -127,7 +136,10 @@ Result<Value> ToFloat(const std::string& n, const Value& v, CallArgs& a, const C
 }
 
 Result<Value> Abs(const std::string& n, const Value& v, CallArgs& a, const Callbacks& cb) {
-  if (v.is_int()) return Value::Int(std::llabs(v.integer()));
+  if (v.is_int()) {  // wrapping at 64 bits as the operators do: llabs(INT64_MIN) is undefined
+    const uint64_t i = static_cast<uint64_t>(v.integer());
+    return Value::Int(static_cast<int64_t>(v.integer() < 0 ? 0 - i : i));
+  }
   EFT_ASSIGN_OR_RETURN(double d, Number(v, "abs"));
   return Value::Float(std::fabs(d));
 }
@@ -254,7 +266,10 @@ Result<Value> MapOrSelect(const std::string& n, const Value& v, CallArgs& a, con
         size_t dot = path.find('.', at);
         std::string part = path.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
         Value key = Value::String(part);
-        if (!part.empty() && std::all_of(part.begin(), part.end(), ::isdigit)) key = Value::Int(std::stoll(part));
+        // Digits are an index; more of them than int64 holds are no index of anything (std::stoll
+        // would throw), so they stay the string key.
+        if (!part.empty() && part.size() <= 18 && std::all_of(part.begin(), part.end(), ::isdigit))
+          key = Value::Int(std::stoll(part));
         EFT_ASSIGN_OR_RETURN(subject, GetItem(subject, key));
         if (dot == std::string::npos) break;
         at = dot + 1;
@@ -305,8 +320,9 @@ Result<Value> Sum(const std::string& n, const Value& v, CallArgs& a, const Callb
       EFT_ASSIGN_OR_RETURN(x, GetItem(x, *attribute));
     }
     if (!x.is_number() || !total.is_number()) return Err("sum: unsupported operand types");
+    const uint64_t wrapped = static_cast<uint64_t>(total.integer()) + static_cast<uint64_t>(x.integer());  // as '+'
     total = (x.is_float() || total.is_float()) ? Value::Float(total.number() + x.number())
-                                               : Value::Int(total.integer() + x.integer());
+                                               : Value::Int(static_cast<int64_t>(wrapped));
   }
   return total;
 }

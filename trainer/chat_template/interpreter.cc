@@ -347,6 +347,9 @@ class Interpreter {
         if (unit > 0 && times > limit / unit) {
           return seq->is_string() ? TooLong() : Err("list repetition makes more than " + std::to_string(limit) + " items");
         }
+        // Nothing repeated is nothing, at once: `[] * 999999999` would otherwise loop that many
+        // times appending nothing (a hang found by fuzz/chat_template_fuzz.cc).
+        if (unit == 0) return seq->is_string() ? Value::String("") : Value::MakeList({});
         if (seq->is_string()) {
           std::string out;
           for (int64_t i = 0; i < count->integer(); ++i) out += seq->str();
@@ -362,9 +365,12 @@ class Interpreter {
       return Err("unsupported operand type(s) for " + op + ": '" + a.TypeName() + "' and '" + b.TypeName() + "'");
     const bool ints = !a.is_float() && !b.is_float();
     const double x = a.number(), y = b.number();
-    if (op == "+") return ints ? Value::Int(a.integer() + b.integer()) : Value::Float(x + y);
-    if (op == "-") return ints ? Value::Int(a.integer() - b.integer()) : Value::Float(x - y);
-    if (op == "*") return ints ? Value::Int(a.integer() * b.integer()) : Value::Float(x * y);
+    // Integers wrap around at 64 bits, as IntPow and INT64_MIN // -1 below (Python's have no bound);
+    // in unsigned arithmetic, since signed overflow is undefined (found by fuzz/chat_template_fuzz.cc).
+    const uint64_t i = static_cast<uint64_t>(a.integer()), j = static_cast<uint64_t>(b.integer());
+    if (op == "+") return ints ? Value::Int(static_cast<int64_t>(i + j)) : Value::Float(x + y);
+    if (op == "-") return ints ? Value::Int(static_cast<int64_t>(i - j)) : Value::Float(x - y);
+    if (op == "*") return ints ? Value::Int(static_cast<int64_t>(i * j)) : Value::Float(x * y);
     if (op == "/") {
       if (y == 0) return Err("division by zero");
       return Value::Float(x / y);
@@ -461,7 +467,7 @@ class Interpreter {
         if (x.is_undefined()) return UndefinedError(x);
         if (!x.is_number()) return Err("bad operand type for unary " + e.name + ": '" + x.TypeName() + "'");
         if (e.name == "+") return x.is_float() ? x : Value::Int(x.integer());
-        return x.is_float() ? Value::Float(-x.number()) : Value::Int(-x.integer());
+        return x.is_float() ? Value::Float(-x.number()) : Value::Int(static_cast<int64_t>(0 - static_cast<uint64_t>(x.integer())));
       }
       case Expr::Kind::kBinary: {
         EFT_ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));

@@ -1,5 +1,8 @@
 // Expressions of chat templates: precedence climbing from `or` down to primaries, calls,
 // attribute and item access, filters and tests (the Parser class of parser_internal.h).
+#include <cerrno>
+#include <cstdlib>
+
 #include "trainer/chat_template/parser_internal.h"
 
 namespace eft::trainer::jinja::internal {
@@ -201,7 +204,11 @@ Result<ExprPtr> Parser::Postfix(ExprPtr e) {
       } else if (name.kind == TokenKind::kInt) {  // x.0 is x[0] in Jinja
         auto a = Make<Expr>(Expr::Kind::kItem, at);
         auto index = Make<Expr>(Expr::Kind::kLiteral, name);
-        index->literal = Value::Int(std::stoll(Next().text));
+        errno = 0;
+        const long long i = std::strtoll(name.text.c_str(), nullptr, 10);
+        if (errno == ERANGE) return ErrorAt(name, "index " + name.text + " does not fit in 64 bits");
+        Next();
+        index->literal = Value::Int(i);
         a->args = {e, index};
         e = a;
       } else {
@@ -296,13 +303,20 @@ Result<ExprPtr> Parser::Primary() {
       return e;
     }
     case TokenKind::kInt: {
+      // Python's integers have no bound, ours are 64-bit: a literal beyond them is an error here
+      // rather than std::stoll's exception (found by fuzz/chat_template_fuzz.cc).
       auto e = Make<Expr>(Expr::Kind::kLiteral, t);
-      e->literal = Value::Int(std::stoll(Next().text));
+      errno = 0;
+      const long long v = std::strtoll(t.text.c_str(), nullptr, 10);
+      if (errno == ERANGE) return ErrorAt(t, "integer literal " + t.text + " does not fit in 64 bits");
+      Next();
+      e->literal = Value::Int(v);
       return e;
     }
     case TokenKind::kFloat: {
+      // As Python's float(): beyond the range is inf, below it 0 (std::stod would throw).
       auto e = Make<Expr>(Expr::Kind::kLiteral, t);
-      e->literal = Value::Float(std::stod(Next().text));
+      e->literal = Value::Float(std::strtod(Next().text.c_str(), nullptr));
       return e;
     }
     case TokenKind::kName: {

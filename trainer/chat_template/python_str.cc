@@ -1,6 +1,8 @@
 #include "trainer/chat_template/python_str.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <set>
 
 #include <utf8proc.h>
@@ -166,7 +168,14 @@ std::string HtmlEscape(const std::string& s) {
 
 int64_t IntArg(const Value* v, int64_t fallback) {
   if (!v || v->is_none() || v->is_undefined()) return fallback;
-  return v->is_float() ? static_cast<int64_t>(v->number()) : v->integer();
+  if (!v->is_float()) return v->integer();
+  // Clamped into int64 (a cast from beyond it is undefined: found by fuzz/chat_template_fuzz.cc);
+  // as indices and counts, the bounds mean the same as anything past them.
+  const double d = v->number();
+  if (std::isnan(d)) return fallback;
+  if (d >= 9223372036854775808.0) return INT64_MAX;
+  if (d < -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(d);
 }
 
 }  // namespace eft::trainer::jinja::py

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common/file_util.h"
+#include "common/json_int.h"
 
 namespace eft::trainer {
 namespace {
@@ -13,7 +14,7 @@ using nlohmann::json;
 json IdToJson(const AttemptId& id) { return {{"job", id.job}, {"attempt", id.attempt}}; }
 
 AttemptId IdFromJson(const json& j) {
-  return AttemptId{j.at("job").get<std::string>(), j.at("attempt").get<int>()};
+  return AttemptId{j.at("job").get<std::string>(), JsonInt<int>(j.at("attempt"))};
 }
 
 // The same directory however it was spelled ("/ckpt/", "/ckpt/./run/.."), symbolic links resolved

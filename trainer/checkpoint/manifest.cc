@@ -15,6 +15,7 @@
 
 #include "common/crc32c.h"
 #include "common/file_util.h"
+#include "common/json_int.h"
 #include "common/logging.h"
 #include "trainer/checkpoint/fence.h"
 
@@ -122,16 +123,16 @@ bool IsPathInsideDir(const std::string& path) {
 Result<Manifest> Manifest::FromJson(const json& j) {
   Manifest m;
   try {
-    if (j.at("format").get<int>() != 1) return Status::DataLoss("unknown manifest format");
-    m.step = j.at("step").get<int64_t>();
+    if (JsonInt<int>(j.at("format")) != 1) return Status::DataLoss("unknown manifest format");
+    m.step = JsonInt<int64_t>(j.at("step"));
     m.kind = j.at("kind").get<std::string>();
-    m.world_size = j.at("world_size").get<int>();
+    m.world_size = JsonInt<int>(j.at("world_size"));
     // Absent in manifests written before fencing, and by unfenced runs: attempt 0.
-    if (j.contains("attempt")) m.writer.attempt = j.at("attempt").get<int>();
+    if (j.contains("attempt")) m.writer.attempt = JsonInt<int>(j.at("attempt"));
     if (j.contains("job")) m.writer.job = j.at("job").get<std::string>();
     if (m.writer.attempt < 0) return Status::DataLoss("manifest has a negative attempt");
     for (const auto& f : j.at("files")) {
-      ManifestFile mf{f.at("path").get<std::string>(), f.at("bytes").get<int64_t>(), f.at("crc32c").get<uint32_t>()};
+      ManifestFile mf{f.at("path").get<std::string>(), JsonInt<int64_t>(f.at("bytes")), JsonInt<uint32_t>(f.at("crc32c"))};
       // A manifest only ever names files inside its own directory (or a folder of it, as a model's
       // additional_chat_templates/): relative, with no empty, "." or ".." component.
       if (!IsPathInsideDir(mf.path)) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "trainer/checkpoint/manifest.h"
+#include "common/json_int.h"
 
 namespace eft::trainer {
 
@@ -20,16 +21,16 @@ json TrainerState::ToJson() const {
 Result<TrainerState> TrainerState::FromJson(const json& j) {
   TrainerState s;
   try {
-    if (j.value("format", 0) != 1) return Status::DataLoss("trainer_state.json: unknown format");
-    s.step = j.at("step").get<int64_t>();
-    s.optimizer_step = j.at("optimizer_step").get<int64_t>();
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.samples_consumed = j.at("samples_consumed").get<int64_t>();
-    s.total_steps = j.at("total_steps").get<int64_t>();
-    s.world_size = j.at("world_size").get<int>();
+    if (!j.contains("format") || JsonInt<int>(j.at("format")) != 1) return Status::DataLoss("trainer_state.json: unknown format");
+    s.step = JsonInt<int64_t>(j.at("step"));
+    s.optimizer_step = JsonInt<int64_t>(j.at("optimizer_step"));
+    s.epoch = JsonInt<int64_t>(j.at("epoch"));
+    s.samples_consumed = JsonInt<int64_t>(j.at("samples_consumed"));
+    s.total_steps = JsonInt<int64_t>(j.at("total_steps"));
+    s.world_size = JsonInt<int>(j.at("world_size"));
     s.loss_tail = j.at("loss_tail").get<std::vector<double>>();
     s.compat = j.at("compat");
-    s.seed = j.value("seed", uint64_t{0});
+    s.seed = j.contains("seed") ? JsonInt<uint64_t>(j.at("seed")) : 0;
     if (j.contains("eval_loss")) s.eval_loss = j.at("eval_loss").get<double>();
   } catch (const std::exception& e) {
     return Status::DataLoss(std::string("trainer_state.json: ") + e.what());

@@ -279,13 +279,18 @@ Result<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern) {
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
   std::unique_ptr<Regex> regex(new Regex());
   regex->code_ = code;
+  pcre2_pattern_info(code, PCRE2_INFO_MAXLOOKBEHIND, &regex->max_lookbehind_);
   return regex;
 }
 
 Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
-void Regex::FindAll(std::string_view text, size_t b, size_t e, std::vector<ByteRange>* out) const {
-  auto* code = static_cast<pcre2_code*>(code_);
+namespace {
+
+// The matches of `code` within text[b, e), shifted by `shift` into the caller's offsets.
+// `text` must be valid UTF-8 wherever the matching may read it (PCRE2_NO_UTF_CHECK).
+void MatchAll(pcre2_code* code, std::string_view text, size_t b, size_t e, size_t shift, uint32_t options,
+              std::vector<ByteRange>* out) {
   // Per-thread match data and a JIT stack large enough for long whitespace runs (the default
   // 32 KiB overflows on look-ahead over thousands of spaces).
   struct PerThread {
@@ -305,10 +310,10 @@ void Regex::FindAll(std::string_view text, size_t b, size_t e, std::vector<ByteR
   auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t at = b;
   while (at < e) {
-    int rc = pcre2_match(code, subject, e, at, PCRE2_NO_UTF_CHECK, t.data, t.context);
+    int rc = pcre2_match(code, subject, e, at, options | PCRE2_NO_UTF_CHECK, t.data, t.context);
     if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
       // A JIT resource limit: the interpreter keeps its backtracking state on the heap.
-      rc = pcre2_match(code, subject, e, at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, t.data, nullptr);
+      rc = pcre2_match(code, subject, e, at, options | PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, t.data, nullptr);
     }
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
@@ -322,9 +327,39 @@ void Regex::FindAll(std::string_view text, size_t b, size_t e, std::vector<ByteR
       at = mb + (len ? len : 1);
       continue;
     }
-    out->push_back({mb, me});
+    out->push_back({mb + shift, me + shift});
     at = me;
   }
+}
+
+}  // namespace
+
+void Regex::FindAll(std::string_view text, size_t b, size_t e, std::vector<ByteRange>* out) const {
+  auto* code = static_cast<pcre2_code*>(code_);
+  // PCRE2 is told not to check UTF-8 (it would check the whole text on every call), and reading an
+  // invalid byte unchecked is undefined: one 0xFF byte crashed the JIT (found by
+  // fuzz/tokenizer_json_fuzz.cc). What a match may read is the piece and, for look-behinds, up to
+  // max_lookbehind_ characters before it. Where that holds invalid UTF-8, the match runs on a copy
+  // with each invalid byte replaced by 0x1A (SUB, a control character: neither letter, digit nor
+  // space): same length, so the offsets, and the tokens' bytes taken from `text`, are unchanged.
+  size_t window = b - std::min(b, static_cast<size_t>(max_lookbehind_) * 4);
+  while (window > 0 && (static_cast<unsigned char>(text[window]) & 0xC0) == 0x80) --window;  // a character's start
+  const std::string_view region = text.substr(window, e - window);
+  if (IsValidUtf8(region)) return MatchAll(code, text, b, e, 0, 0, out);
+  std::string copy;
+  copy.reserve(region.size());
+  for (size_t i = 0; i < region.size();) {
+    const size_t n = Utf8SequenceLength(region, i);
+    if (n == 0) {
+      copy += '\x1A';
+      ++i;
+    } else {
+      copy.append(region, i, n);
+      i += n;
+    }
+  }
+  // The copy starts at `window`: not the text's start, for ^ and \A, unless it is.
+  MatchAll(code, copy, b - window, e - window, window, window > 0 ? PCRE2_NOTBOL : 0, out);
 }
 
 Result<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const json& spec) {

@@ -56,6 +56,7 @@ class Regex {
  private:
   Regex() = default;
   void* code_ = nullptr;  // pcre2_code_8
+  uint32_t max_lookbehind_ = 0;  // characters a match may read before its start (PCRE2_INFO_MAXLOOKBEHIND)
 };
 
 }  // namespace eft::trainer::tok

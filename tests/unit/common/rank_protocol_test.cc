@@ -230,6 +230,11 @@ TEST(RankProtocolTest, ErrorMessagesAreTheirFirstLine) {
   auto blank = DecodeEvent(R"({"event":"error","message":" \n\t\n"})");
   ASSERT_TRUE(blank.ok()) << blank.status();
   EXPECT_EQ(std::get<ErrorEvent>(*blank).message, "");
+  // What a blank message encodes to reads back, exit code and all (fuzz/regressions/rank_event).
+  auto empty = DecodeEvent(EncodeEvent(ErrorEvent{"\n", 2}));
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(std::get<ErrorEvent>(*empty).message, "");
+  EXPECT_EQ(std::get<ErrorEvent>(*empty).exit_code, 2);
 }
 
 TEST(RankProtocolTest, DecodingIsLenientAboutExtrasAndStrictAboutWhatMatters) {
@@ -256,6 +261,16 @@ TEST(RankProtocolTest, DecodingIsLenientAboutExtrasAndStrictAboutWhatMatters) {
       {R"({"event":"checkpoint_deleted"})", "checkpoint_deleted event: \"path\" is missing"},
       {R"({"event":"resumed","step":null})", "resumed event: \"step\" is missing"},
       {R"({"event":"error"})", "error event: \"message\" is missing"},
+      // Integers outside their field's type (found by fuzz/rank_event_fuzz.cc: a cast of 1e20 to
+      // int64_t is undefined behaviour; an out-of-range integer used to wrap).
+      {R"({"event":"step","step":1e20})", "step event: \"step\" is out of range"},
+      {R"({"event":"step","step":9223372036854775808})", "step event: \"step\" is out of range"},
+      {R"({"event":"step","step":-1e300})", "step event: \"step\" is out of range"},
+      {R"({"event":"memory","rank":2147483648})", "memory event: \"rank\" is out of range"},
+      {R"({"event":"memory_snapshot","step":1,"rank":0,"world_size":1,"path":"/x","bytes":1,"crc32c":-1})",
+       "memory_snapshot event: \"crc32c\" is out of range"},
+      {R"({"event":"memory_snapshot","step":1,"rank":0,"world_size":1,"path":"/x","bytes":1,"crc32c":4294967296})",
+       "memory_snapshot event: \"crc32c\" is out of range"},
   };
   for (const auto& [line, message] : bad) {
     auto r = DecodeEvent(line);

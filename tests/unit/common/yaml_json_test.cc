@@ -227,6 +227,16 @@ TEST(YamlToJsonTest, OneDocumentPerText) {
   EXPECT_EQ(MustParse("---\na: 1\n"), json({{"a", 1}}));
   EXPECT_EQ(MustParse("a: 1\n---\n"), json({{"a", 1}}));  // a trailing separator is harmless
   EXPECT_EQ(MustParse("a: 1\n...\n"), json({{"a", 1}}));
+  EXPECT_EQ(MustParse("a: 1\n---\n---\n"), json({{"a", 1}}));
+}
+
+// yaml-cpp 0.7's LoadAll never returned on a ',' after a document (a JSON spec with a trailing
+// comma), collecting empty documents until memory ran out (fuzz/regressions/job_spec).
+TEST(YamlToJsonTest, StrayCommaAfterTheDocumentIsAnError) {
+  EXPECT_CONTAINS(ErrorOf("{\"name\": \"x\"},\n"), "YAML line 1 column 14: unexpected ',' after the document");
+  EXPECT_CONTAINS(ErrorOf("\"\","), "unexpected ','");
+  EXPECT_CONTAINS(ErrorOf(","), "unexpected ','");
+  EXPECT_CONTAINS(ErrorOf("[],x"), "unexpected ','");
 }
 
 TEST(JsonToYamlTest, RoundTripsTrickyDocument) {

@@ -54,6 +54,13 @@ TEST(JobSpecTextTest, TextMustBeUtf8) {
   EXPECT_EQ(ParseError(ValidWith("/model", "/models/caf\xe9")), "spec.model: not valid UTF-8 text; save the file as UTF-8");
   EXPECT_CONTAINS(ParseError(ValidWith("/env", {{"A\xff", "x"}})), "spec.env: a key is not valid UTF-8");
   EXPECT_EQ(MustParse("name: a\nmodel: /models/caf\u00e9\n").model(), "/models/caf\u00e9");
+  // PEFT's one-string form of target_modules too (fuzz/regressions/job_spec: it threw from nlohmann).
+  EXPECT_EQ(ParseError(std::string("name: a\ntraining: {lora: {r: 8, target_modules: \"q\xff\"}}\n")),
+            "spec.training.lora.target_modules: not valid UTF-8 text; save the file as UTF-8");
+  // A JSON spec with a trailing comma (yaml-cpp never returned: fuzz/regressions/job_spec).
+  auto trailing_comma = ParseJobSpec("{\"name\": \"a\"},\n");
+  ASSERT_FALSE(trailing_comma.ok());
+  EXPECT_EQ(trailing_comma.status().message(), "YAML line 1 column 14: unexpected ',' after the document");
 }
 
 TEST(JobSpecTextTest, DocumentMustBeAMapping) {

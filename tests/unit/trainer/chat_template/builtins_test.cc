@@ -86,5 +86,35 @@ TEST(ChatTemplateBuiltins, KnownButUnsupportedNamesFailAtRender) {
   EXPECT_EQ(RenderError("{% if false %}{{ x | striptags }}{% endif %}ok"), "");
 }
 
+// Numbers at and past int64's ends (fuzz/regressions/chat_template: an exception escaped Compile,
+// and signed overflow and float-to-int casts were undefined). Python's integers have no bound;
+// ours wrap at 64 bits, as IntPow always did.
+std::string Rendered(const std::string& source) {
+  auto compiled = ChatTemplate::Compile(source);
+  if (!compiled.ok()) return "compile: " + compiled.status().message();
+  auto rendered = compiled->Render({{"x", ordered_json::array({1, 2})}});
+  return rendered.ok() ? *rendered : "render: " + rendered.status().message();
+}
+
+TEST(ChatTemplateNumbers, BeyondInt64) {
+  EXPECT_EQ(Rendered("{{ 99999999999999999999 }}"),
+            "compile: chat template: line 1, column 4: integer literal 99999999999999999999 does not fit in 64 bits");
+  EXPECT_EQ(Rendered("{{ x.99999999999999999999 }}"),
+            "compile: chat template: line 1, column 6: index 99999999999999999999 does not fit in 64 bits");
+  EXPECT_EQ(Rendered("{{ 1e999 }} {{ 1e-999 }}"), "inf 0.0");
+  EXPECT_EQ(Rendered("{{ 9223372036854775807 + 1 }}"), "-9223372036854775808");
+  EXPECT_EQ(Rendered("{{ 99999999999999 * 99999999 }}"), std::to_string(static_cast<int64_t>(99999999999999ULL * 99999999ULL)));
+  EXPECT_EQ(Rendered("{{ -(-9223372036854775807 - 1) }}"), "-9223372036854775808");
+  EXPECT_EQ(Rendered("{{ (-9223372036854775807 - 1) | abs }}"), "-9223372036854775808");
+  EXPECT_EQ(Rendered("{{ [9223372036854775807, 1] | sum }}"), "-9223372036854775808");
+  // int() of what no int64 holds: the default, as for text that is no number.
+  EXPECT_EQ(Rendered("{{ 1e300 | int }} {{ '1e300' | int(7) }} {{ (1e308 * 10) | int }} {{ 2.9 | int }}"), "0 7 0 2");
+}
+
+// Repeating nothing a billion times is nothing, at once (it looped: fuzz/regressions/chat_template).
+TEST(ChatTemplateNumbers, EmptyRepetitionIsImmediate) {
+  EXPECT_EQ(Rendered("{{ ([] * 999999999) | length }}|{{ '' * 999999999 }}|{{ (x * 0 * 999999999) | length }}"), "0||0");
+}
+
 }  // namespace
 }  // namespace eft::trainer

@@ -136,6 +136,28 @@ TEST(Tokenizer, NfcNormalizationKeepsOffsetsInTheInput) {
   for (auto [b, end] : e.offsets) EXPECT_LE(end, text.size());
 }
 
+// Bytes that are not UTF-8 reach the pre-tokenizer's regex unharmed: one 0xFF crashed PCRE2's JIT,
+// which was told not to check UTF-8 (fuzz/corpus/tokenizer_json's seeds, replayed). Every byte is
+// still encoded, and decodes back as Hugging Face's lossy decode gives it (U+FFFD for what is not UTF-8).
+TEST(Tokenizer, InvalidUtf8ThroughARegexSplit) {
+  json t = TinyTokenizer();
+  t["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern", {{"Regex", "(?i:'s|'t)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s+(?!\\S)|\\s+"}}},
+         {"behavior", "Isolated"}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  auto made = TokenizerFromJson(t.dump());
+  ASSERT_TRUE(made.ok()) << made.status();
+  for (const std::string text : {"\xFF", "ab\xFF\xFE c", "\xC3 abc\xED\xA0\x80", "abc \xF0\x9F\x98"}) {
+    auto e = (*made)->Encode(text, false);
+    ASSERT_FALSE(e.ids.empty()) << text;
+    EXPECT_EQ(e.offsets.back().second, text.size());
+    EXPECT_EQ((*made)->Decode(e.ids, false), RepairUtf8(text));
+  }
+}
+
 TEST(LoadTokenizer, ReadsTheDirectoryAndItsSpecialTokens) {
   std::string dir = MakeTempDir("eft-tok-dir-");
   WriteFile(dir + "/tokenizer.json", TinyTokenizer().dump());

@@ -1,0 +1,45 @@
+// Integers read from JSON that came from outside (files on shared storage, events, configs), in the
+// range of the type they are stored in. nlohmann's get<int64_t>() casts whatever number it holds:
+// a float outside the type's range (1e20) is undefined behaviour, an integer outside it wraps
+// (4294967296 becomes a crc32c of 0), a fraction is cut off silently. Found by fuzz/ (docs/fuzzing.md).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace eft {
+
+// `j` (an nlohmann JSON value) as a T: an integer in T's range, or a float with no fraction (3.0,
+// as some writers put integers). Otherwise throws std::out_of_range naming the value, which the
+// callers' catch (const std::exception&) turns into their own error.
+template <typename T, typename Json>
+T JsonInt(const Json& j) {
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>);
+  using Limits = std::numeric_limits<T>;
+  auto bad = [&](const char* why) { return std::out_of_range("number " + j.dump() + " " + why); };
+  if (j.is_number_unsigned()) {
+    const uint64_t v = j.template get<uint64_t>();
+    if (v > static_cast<uint64_t>(Limits::max())) throw bad("is out of range");
+    return static_cast<T>(v);
+  }
+  if (j.is_number_integer()) {
+    const int64_t v = j.template get<int64_t>();
+    if (v < 0 ? v < static_cast<int64_t>(Limits::min()) : static_cast<uint64_t>(v) > static_cast<uint64_t>(Limits::max()))
+      throw bad("is out of range");
+    return static_cast<T>(v);
+  }
+  if (j.is_number_float()) {
+    const double d = j.template get<double>();
+    const double end = std::ldexp(1.0, Limits::digits);  // 2^63 for int64_t, 2^32 for uint32_t
+    if (!(d < end && d >= (Limits::is_signed ? -end : 0.0))) throw bad("is out of range");  // NaN too
+    if (d != std::trunc(d)) throw bad("is not a whole number");
+    return static_cast<T>(d);
+  }
+  throw std::out_of_range(std::string("expected a number, got ") + j.type_name());
+}
+
+}  // namespace eft
