@@ -17,13 +17,8 @@ TEST_F(SftChat, ConversationsTokenizeTemplateAndTrain) {
   EFT_REQUIRE_NPM_MODULES(modules);
   const fs::path tok = dir_ / "qwen3-tokenizer";
   CopyQwen3Tokenizer(modules, tok);
+  InitQwen3WithTokenizer(tok);
   std::string out;
-  ASSERT_EQ(Shell(Train() + " init-model --arch qwen3 --hidden 32 --layers 1 --heads 2 --kv-heads 1 "
-                            "--intermediate 64 --vocab-size 151680 --dtype float32 --seed 1 --tokenizer " +
-                      tok.string() + " --out " + (dir_ / "model").string(),
-                  &out),
-            0)
-      << out;
   {
     std::ofstream f(dir_ / "data.jsonl");
     for (int i = 0; i < 12; ++i) {

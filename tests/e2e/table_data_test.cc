@@ -21,13 +21,7 @@ class TableData : public TrainerTest {
     EFT_REQUIRE_NPM_MODULES(modules);
     const fs::path tok = dir_ / "qwen3-tokenizer";
     CopyQwen3Tokenizer(modules, tok);
-    std::string out;
-    ASSERT_EQ(Shell(Train() + " init-model --arch qwen3 --hidden 32 --layers 1 --heads 2 --kv-heads 1 "
-                              "--intermediate 64 --vocab-size 151680 --dtype float32 --seed 1 --tokenizer " +
-                        tok.string() + " --out " + (dir_ / "model").string(),
-                    &out),
-              0)
-        << out;
+    InitQwen3WithTokenizer(tok);
   }
 
   // Writes `rows` as <name>.jsonl and has datasets/pyarrow make the other files from it.

@@ -60,6 +60,18 @@ class TrainerTest : public ::testing::Test {
         << out;
   }
 
+  // A tiny random Qwen3 (hidden 32, one layer) in dir_/model carrying the tokenizer and chat
+  // template of `tokenizer_dir` (its vocabulary: 151,680 rows).
+  void InitQwen3WithTokenizer(const fs::path& tokenizer_dir) {
+    std::string out;
+    ASSERT_EQ(Shell(Train() + " init-model --arch qwen3 --hidden 32 --layers 1 --heads 2 --kv-heads 1 "
+                              "--intermediate 64 --vocab-size 151680 --dtype float32 --seed 1 --tokenizer " +
+                        tokenizer_dir.string() + " --out " + (dir_ / "model").string(),
+                    &out),
+              0)
+        << out;
+  }
+
   // `n` random sequences of 6..20 tokens; the first 3 tokens of each are "prompt" (not trained).
   void WriteData(int n, int min_len = 6, int max_len = 20, uint32_t seed = 3) {
     std::mt19937 gen(seed);

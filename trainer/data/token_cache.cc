@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <thread>
 #include <vector>
@@ -36,6 +37,46 @@ struct Writer {
     crc = Crc32c(p, n, crc);
   }
 };
+
+// Writes the cache file `path` atomically: the magic, the header, the offsets, what `arrays` puts
+// (every document's ids, then every document's labels), the CRC; fsynced, then renamed into place.
+Status WriteCacheFile(const std::string& path, const std::string& key, const std::vector<int64_t>& offsets,
+                      const nlohmann::json& info, const std::function<Status(Writer&)>& arrays) {
+  const int64_t docs = static_cast<int64_t>(offsets.size()) - 1;
+  const std::string header = nlohmann::json{{"format", 1}, {"key", key}, {"documents", docs},
+                                            {"tokens", offsets.back()}, {"info", info}}.dump();
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return Errno("creating", tmp);
+    Writer w{out};
+    w.Put(kMagic, sizeof(kMagic));
+    const uint64_t header_size = header.size();
+    w.Put(&header_size, sizeof(header_size));
+    w.Put(header.data(), header.size());
+    const char zeros[8] = {};
+    w.Put(zeros, (8 - header.size() % 8) % 8);  // the arrays start 8-byte aligned
+    w.Put(offsets.data(), offsets.size() * sizeof(int64_t));
+    Status written = arrays(w);
+    const uint32_t crc = w.crc;
+    out.write(reinterpret_cast<const char*>(&crc), sizeof(crc));
+    out.flush();
+    if (written.ok() && !out) written = Status::IoError("writing " + tmp + " (disk full?)");
+    if (!written.ok()) {
+      out.close();
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return written;
+    }
+  }
+  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("renaming", tmp);
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -74,20 +115,7 @@ Status WriteTokenCache(const std::string& path, const std::string& key, const To
   const int64_t docs = dataset.size();
   std::vector<int64_t> offsets{0};
   for (int64_t i = 0; i < docs; ++i) offsets.push_back(offsets.back() + static_cast<int64_t>(dataset[i].input_ids.size()));
-  const std::string header = nlohmann::json{{"format", 1}, {"key", key}, {"documents", docs},
-                                            {"tokens", offsets.back()}, {"info", info}}.dump();
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Errno("creating", tmp);
-    Writer w{out};
-    w.Put(kMagic, sizeof(kMagic));
-    const uint64_t header_size = header.size();
-    w.Put(&header_size, sizeof(header_size));
-    w.Put(header.data(), header.size());
-    const char zeros[8] = {};
-    w.Put(zeros, (8 - header.size() % 8) % 8);  // the arrays start 8-byte aligned
-    w.Put(offsets.data(), offsets.size() * sizeof(int64_t));
+  return WriteCacheFile(path, key, offsets, info, [&](Writer& w) {
     for (const bool labels : {false, true}) {
       for (int64_t i = 0; i < docs; ++i) {
         const ExampleView ex = dataset[i];
@@ -95,22 +123,8 @@ Status WriteTokenCache(const std::string& path, const std::string& key, const To
         w.Put(v.data(), v.size() * sizeof(int32_t));
       }
     }
-    const uint32_t crc = w.crc;
-    out.write(reinterpret_cast<const char*>(&crc), sizeof(crc));
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      return Status::IoError("writing " + tmp + " (disk full?)");
-    }
-  }
-  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("renaming", tmp);
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 Result<TokenDataset> ReadTokenCache(const std::string& path, const std::string& key, nlohmann::json* info) {
@@ -306,50 +320,18 @@ Status TokenCacheWriter::Finish(const nlohmann::json& info) {
     Fail("writing " + ids_path_ + " (disk full?): " + std::strerror(errno));
     return status_;
   }
-  const int64_t docs = static_cast<int64_t>(offsets_.size()) - 1;
-  const std::string header = nlohmann::json{{"format", 1}, {"key", key_}, {"documents", docs},
-                                            {"tokens", offsets_.back()}, {"info", info}}.dump();
-  const std::string tmp = path_ + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Errno("creating", tmp);
-    Writer w{out};
-    w.Put(kMagic, sizeof(kMagic));
-    const uint64_t header_size = header.size();
-    w.Put(&header_size, sizeof(header_size));
-    w.Put(header.data(), header.size());
-    const char zeros[8] = {};
-    w.Put(zeros, (8 - header.size() % 8) % 8);
-    w.Put(offsets_.data(), offsets_.size() * sizeof(int64_t));
+  Status written = WriteCacheFile(path_, key_, offsets_, info, [&](Writer& w) -> Status {
     std::vector<char> buf(1 << 20);
     for (std::FILE* spill : {ids_, labels_}) {
       std::rewind(spill);
       size_t n;
       while ((n = std::fread(buf.data(), 1, buf.size(), spill)) > 0) w.Put(buf.data(), n);
-      if (std::ferror(spill)) {
-        out.close();
-        fs::remove(tmp);
-        return Status::IoError("reading back " + (spill == ids_ ? ids_path_ : labels_path_));
-      }
+      if (std::ferror(spill)) return Status::IoError("reading back " + (spill == ids_ ? ids_path_ : labels_path_));
     }
-    const uint32_t crc = w.crc;
-    out.write(reinterpret_cast<const char*>(&crc), sizeof(crc));
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      out.close();
-      fs::remove(tmp, ec);
-      return Status::IoError("writing " + tmp + " (disk full?)");
-    }
-  }
+    return Status::Ok();
+  });
   RemoveSpills();
-  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  if (::rename(tmp.c_str(), path_.c_str()) != 0) return Errno("renaming", tmp);
-  return Status::Ok();
+  return written;
 }
 
 }  // namespace eft::trainer
