@@ -450,5 +450,24 @@ TEST_F(ControllerSnapshotTest, ALostHolderThatDoesNotReturnIsAwaitedForTheHeartb
   ExpectResumedFromDiskBecause(id, "no step of attempt 1 is held whole by the live nodes (the newest, step 8, lacks rank 1)");
 }
 
+// Every node lost at once (the controller cut off from all of them), one back first: the nodes still
+// lost count as returning too (their last reports complete step 8), so the restart waits for them
+// instead of resuming from disk the moment the first one registers.
+TEST_F(ControllerSnapshotTest, WhenEveryNodeWasLostTheFirstOneBackWaitsForTheOthers) {
+  const std::string id = StartJobWithCheckpointAtStep5(/*min_nodes=*/1);
+  // Each node its own rank and, as a replica, the next node's.
+  const std::map<std::string, std::vector<int>> ranks = {{"n1", {0, 1}}, {"n2", {1, 2}}, {"n3", {2, 0}}};
+  for (const auto& [node, held] : ranks) Report(node, v1::RANK_STATE_RUNNING, {Held(id, 1, 8, 3, held)});
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(1000ms);
+    c_->Tick();
+  }
+  for (int n = 0; n < 3; ++n) ASSERT_EQ(c_->ListNodes().nodes(n).state(), v1::NODE_STATE_LOST);
+  RegisterWithSnapshots("n1");
+  c_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RECOVERING) << "waiting for n2 and n3, lost, whose memory completes step 8";
+  EXPECT_TRUE(EventsOfType(id, "memory_snapshot_unusable").empty());
+}
+
 }  // namespace
 }  // namespace eft::controller
