@@ -39,7 +39,7 @@ Controller::Controller(ControllerConfig config, Clock* clock, std::unique_ptr<St
                  /*on_checkpoint=*/{},
                  /*on_points=*/[this](const JobEntry& j, const std::vector<TrackedPoint>& points)
                      REQUIRES(mu_) {
-                       if (tracking_ && !MlflowUriOf(j.rec.spec).empty()) tracking_->OnPoints(j.rec.id, points);
+                       if (tracking_) tracking_->OnPoints(j.rec.id, points);
                      }}),
       snapshots_(config_, clock_, &jobs_, &nodes_),
       lifecycle_(config_, clock_, &jobs_, &nodes_, &snapshots_,

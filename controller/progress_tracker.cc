@@ -75,7 +75,10 @@ uint64_t ProgressTracker::OnEvents(const std::string& node, uint64_t acked_seq,
         loss_dirty_.insert(j->rec.id);
         j->reached_step = std::max(j->reached_step, effect.progress.step());
         stepped.insert(j->rec.id);
-        if (callbacks_.on_points) callbacks_.on_points(*j, StepPoints(effect.progress, ev.time_ms()));
+        // Points only for the jobs a tracker logs: nothing built on every step of the others.
+        if (callbacks_.on_points && !MlflowUriOf(j->rec.spec).empty()) {
+          callbacks_.on_points(*j, StepPoints(effect.progress, ev.time_ms()));
+        }
         if (j->awaiting_first_step && j->active() && j->current()) {
           j->awaiting_first_step = false;
           if (callbacks_.on_first_step) callbacks_.on_first_step(*j->current());
@@ -100,7 +103,7 @@ uint64_t ProgressTracker::OnEvents(const std::string& node, uint64_t acked_seq,
         if (j->eval_loss.size() <= index) j->eval_loss.resize(index + 1);
         j->eval_loss[index].Add(effect.progress.eval_step(), effect.progress.eval_loss());
         loss_dirty_.insert(j->rec.id);
-        if (callbacks_.on_points && std::isfinite(effect.progress.eval_loss())) {
+        if (callbacks_.on_points && !MlflowUriOf(j->rec.spec).empty() && std::isfinite(effect.progress.eval_loss())) {
           callbacks_.on_points(*j, {{EvalLossKey(names[index]), effect.progress.eval_step(),
                                      effect.progress.eval_loss(), ev.time_ms()}});
         }

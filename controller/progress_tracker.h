@@ -45,8 +45,9 @@ class ProgressTracker {
     // A checkpoint newly stored (not a resent event). Must be quick and not call back into the
     // controller. Empty: none.
     std::function<void(const CheckpointReport&)> on_checkpoint;
-    // Metric points of a step or an evaluation of the current attempt, as applied (for trackers,
-    // controller/tracking/job_tracking.h). Must be quick and not call back into the controller.
+    // Metric points of a step or an evaluation of the current attempt, as applied, for the jobs whose
+    // spec names an MLflow server (MlflowUriOf, controller/tracking/job_tracking.h); not called for
+    // the others. Must be quick and not call back into the controller.
     std::function<void(const JobEntry&, const std::vector<TrackedPoint>&)> on_points;
   };
   // `jobs`, `store` and `clock` must outlive it.
