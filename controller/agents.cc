@@ -16,6 +16,7 @@ namespace eft::controller {
 
 Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req) {
   MutexLock lock(&mu_);
+  EFT_RETURN_IF_ERROR(nodes_.StaleReport(req.node_name(), req.incarnation(), req.report_seq()));
   EFT_ASSIGN_OR_RETURN(NodeTable::Registration registration, nodes_.Register(req));
   const auto lease_ms = static_cast<int32_t>(config_.heartbeat_timeout.count());
   if (registration.refusal) {
@@ -36,6 +37,7 @@ Result<v1::RegisterResponse> Controller::Register(const v1::RegisterRequest& req
 
 Result<v1::HeartbeatResponse> Controller::Heartbeat(const v1::HeartbeatRequest& req) {
   MutexLock lock(&mu_);
+  EFT_RETURN_IF_ERROR(nodes_.StaleReport(req.node_name(), req.incarnation(), req.report_seq()));
   v1::HeartbeatResponse out;
   out.set_heartbeat_interval_ms(static_cast<int32_t>(config_.heartbeat_interval.count()));
   out.set_lease_ms(static_cast<int32_t>(config_.heartbeat_timeout.count()));

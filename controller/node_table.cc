@@ -152,6 +152,7 @@ Result<NodeTable::Registration> NodeTable::Register(const v1::RegisterRequest& r
   node.last_heartbeat = clock_->Now();
   node.last_heartbeat_ms = clock_->WallMillis();
   node.reported.assign(req.ranks().begin(), req.ranks().end());
+  TakeReportSeq(node, req.incarnation(), req.report_seq());
   on_capacity_changed_();
   EFT_LOG(INFO) << "node " << rec.name << (known ? " re-registered" : " registered") << " (" << rec.slots
                 << " slots, address " << rec.address
@@ -183,7 +184,23 @@ NodeEntry* NodeTable::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRe
   node.last_heartbeat = clock_->Now();
   node.last_heartbeat_ms = clock_->WallMillis();
   node.last_report = node.last_heartbeat;
+  TakeReportSeq(node, req.incarnation(), req.report_seq());
   return &node;
+}
+
+Status NodeTable::StaleReport(const std::string& name, const std::string& incarnation, uint64_t seq) const {
+  const NodeEntry* node = Find(name);
+  if (node == nullptr || seq == 0 || node->report_seq_incarnation != incarnation || seq >= node->report_seq) {
+    return Status::Ok();
+  }
+  return Status::FailedPrecondition("report " + std::to_string(seq) + " of node " + name + " arrived after report " +
+                                    std::to_string(node->report_seq) + " (a copy delayed in the network): dropped");
+}
+
+void NodeTable::TakeReportSeq(NodeEntry& node, const std::string& incarnation, uint64_t seq) {
+  if (seq == 0) return;
+  node.report_seq = node.report_seq_incarnation == incarnation ? std::max(node.report_seq, seq) : seq;
+  node.report_seq_incarnation = incarnation;
 }
 
 void NodeTable::Report(NodeEntry& node, const google::protobuf::RepeatedPtrField<v1::RankStatus>& ranks) {

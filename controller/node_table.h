@@ -47,6 +47,10 @@ struct NodeEntry {
   SteadyTime last_report{};
   std::vector<v1::RankStatus> reported;
   uint64_t acked_seq = 0;
+  // The newest report_seq taken (Register, Heartbeat) and the incarnation that sent it: a report
+  // older than that from the same incarnation is refused (StaleReport).
+  uint64_t report_seq = 0;
+  std::string report_seq_incarnation;
   bool shutting_down = false;
   // Its worker's SnapshotService port (RegisterRequest.snapshot_port; 0: none): memory only, every
   // registration says it again.
@@ -90,6 +94,10 @@ class NodeTable {
   // sender does not hold the node (unknown, LOST, another incarnation): `reply` then says fenced or
   // re-register.
   NodeEntry* Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* reply);
+  // FailedPrecondition when `seq` (a Register's or Heartbeat's report_seq) is older than the newest
+  // `node`'s worker `incarnation` sent that was taken: a delayed copy, to be dropped unread. Equal is
+  // a copy of the report taken last (a hedged heartbeat's twin): taken again, as it changes nothing.
+  Status StaleReport(const std::string& node, const std::string& incarnation, uint64_t seq) const;
   // Replaces what `node` runs with `ranks`, noting a capacity change when its busy slots differ.
   void Report(NodeEntry& node, const google::protobuf::RepeatedPtrField<v1::RankStatus>& ranks);
 
@@ -122,6 +130,7 @@ class NodeTable {
   void TransitionDone(const std::vector<std::string>& nodes);
 
  private:
+  static void TakeReportSeq(NodeEntry& node, const std::string& incarnation, uint64_t seq);
   // A refusal when `request` comes from a worker that may not take `node`'s name (yet).
   std::optional<v1::RegisterResponse> Contest(NodeEntry& node, const v1::RegisterRequest& request);
 

@@ -178,14 +178,19 @@ bool SnapshotTracker::AwaitReturn(const JobEntry& j, int64_t disk_step, std::str
     returning.push_back(node);
   }
   if (returning.empty()) return false;
-  const MemoryStepChoice with_gone = ChooseMemoryStep(holdings, j.rec.id, a->number, a->world_size, disk_step);
+  // Worth waiting for when their reports made some step whole, even one the disk has too: a node
+  // cut off from the controller, not dead, trained on until its lease ran out, so its memory is newer
+  // than what it last said.
+  const MemoryStepChoice with_gone = ChooseMemoryStep(holdings, j.rec.id, a->number, a->world_size, -1);
   if (with_gone.step < 0) return false;
-  // The wait counts from the first moment the job could start anywhere: while every node is away (a
-  // controller cut off from all of them) it could not start anyway.
+  // The wait counts from the last moment the job could start nowhere: while every node is away (a
+  // controller cut off from all of them) it could not start anyway. The first node found lost starts
+  // the wait while the others, cut off as well, still count as ready; once they too are found lost the
+  // wait starts again when one is back, or it would run out before any could return.
   const bool any_ready = std::any_of(nodes_->all().begin(), nodes_->all().end(),
                                      [](const auto& n) { return n.second.ready; });
   auto it = awaiting_.find(j.rec.id);
-  if (it != awaiting_.end() && it->second.attempt != a->number) {
+  if (it != awaiting_.end() && (it->second.attempt != a->number || !any_ready)) {
     awaiting_.erase(it);
     it = awaiting_.end();
   }
@@ -195,10 +200,15 @@ bool SnapshotTracker::AwaitReturn(const JobEntry& j, int64_t disk_step, std::str
   if (it != awaiting_.end() && clock_->Now() >= it->second.until) return false;
   std::string names;
   for (const auto& n : returning) names += (names.empty() ? "" : ", ") + n;
-  *note = "step " + std::to_string(with_gone.step) + " would be whole in memory with what " + names +
-          (returning.size() == 1 ? " holds (lost meanwhile); waiting up to " : " hold (lost meanwhile); waiting up to ") +
-          SecondsText(config_.heartbeat_timeout) + (returning.size() == 1 ? " for it" : " for them") +
-          " to return before resuming from disk";
+  const bool one = returning.size() == 1;
+  *note = with_gone.step > disk_step
+              ? "step " + std::to_string(with_gone.step) + " would be whole in memory with what " + names +
+                    (one ? " holds (lost meanwhile)" : " hold (lost meanwhile)")
+              : names + ", lost meanwhile, held snapshots of attempt " + std::to_string(a->number) +
+                    " (whole up to step " + std::to_string(with_gone.step) +
+                    " when last heard, no newer than the disk's; cut off from this controller, they may have trained on)";
+  *note += "; waiting up to " + SecondsText(config_.heartbeat_timeout) + (one ? " for it" : " for them") +
+           " to return before resuming from disk";
   return true;
 }
 

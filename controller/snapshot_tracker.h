@@ -18,7 +18,8 @@
 // A lost node's last report is remembered (not counted as held): when the live nodes hold no step
 // whole but would with the reports of nodes lost meanwhile, the restart waits up to the heartbeat
 // timeout for those nodes to come back (a controller cut off from every worker, a partition
-// healing: their workers kept their memory) before it falls back to disk. A worker that restarted
+// healing: their workers kept their memory) before it falls back to disk; counted from when a node is
+// ready again if every node was lost meanwhile. A worker that restarted
 // reports nothing held, and a node that never returns costs that wait once.
 //
 // It also tells each node whose replicas to send where (PeersFor: a ring over the attempt's nodes) and

@@ -282,6 +282,7 @@ bool WorkerAgent::RegisterOnce() {
   {
     MutexLock lock(&mu_);
     for (auto& s : SnapshotRanks(&ended)) *req.add_ranks() = std::move(s);
+    req.set_report_seq(++report_seq_);
     retry_every = interval_;
   }
   grpc::ClientContext ctx;
@@ -353,6 +354,7 @@ bool WorkerAgent::HeartbeatOnce() {
     keep = LocalAttempts();
     req.set_shutting_down(draining_);
     for (auto& s : SnapshotRanks(&ended)) *req.add_ranks() = std::move(s);
+    req.set_report_seq(++report_seq_);
     size_t n = 0;
     for (const auto& e : pending_events_) {
       if (++n > 1000) break;  // the rest rides the next heartbeat

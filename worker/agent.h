@@ -258,6 +258,9 @@ class WorkerAgent {
   ProcessSupervisor::Id next_id_ GUARDED_BY(mu_) = 1;
   std::deque<v1::RankEvent> pending_events_ GUARDED_BY(mu_);
   uint64_t next_seq_ GUARDED_BY(mu_) = 1;
+  // RegisterRequest/HeartbeatRequest.report_seq: taken with the rank table they report, so a later
+  // number always carries a later view.
+  uint64_t report_seq_ GUARDED_BY(mu_) = 0;
   std::atomic<bool> controller_reachable_{true};
   // Under mu_, except the RPC counts, which the heartbeat thread bumps without it (atomics).
   std::map<std::string, uint64_t> rank_exits_ GUARDED_BY(mu_);

@@ -240,7 +240,9 @@ TEST_F(ResizeTest, ANodesLossCostsAtMostOneStepFromItsPeersMemory) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(from, m, std::regex(R"(/step-(\d+)\.snapshot$)"))) << DescribeJob(job);
   const int64_t step = std::stoll(m[1]);
-  EXPECT_GT(step, 30);
+  // Step 30 was reported before the kill; its snapshot may not have reached node0 yet (replication
+  // is in the background), so 29 is the oldest a correct recovery may take. StepsLost below is the bound.
+  EXPECT_GE(step, 29);
   std::string started;
   for (const auto* e : Events(job, "attempt_started")) {
     if (e->message().rfind("attempt 2:", 0) == 0) started = e->message();

@@ -313,5 +313,55 @@ TEST_F(ControllerAgentsTest, WaitForJobChangeWakesOnAChangeAndTimesOutWithoutOne
             StatusCode::kInvalidArgument);
 }
 
+// A heartbeat's copy that the network delayed (a hedged attempt whose connection came back late)
+// arrives after a newer heartbeat: its older view of the ranks (one it no longer runs, none of a
+// newer attempt) is dropped, not taken as the rank having vanished. A copy of the newest one is taken
+// again, as hedging needs; a restarted worker's numbers start anew.
+TEST_F(ControllerAgentsTest, AHeartbeatOlderThanOneTakenIsDroppedUnread) {
+  std::string id = Submit("j", 1);
+  v1::RegisterRequest reg;
+  reg.set_node_name("n1");
+  reg.set_address("a.host");
+  reg.set_slots(1);
+  reg.set_incarnation("a");
+  reg.set_report_seq(1);
+  auto registered = c_->Register(reg);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  ASSERT_EQ(registered->desired_size(), 1);
+  const std::vector<v1::RankStatus> running = AllRunning(registered->desired());
+  auto send = [&](uint64_t seq, const std::vector<v1::RankStatus>& ranks) {
+    v1::HeartbeatRequest req;
+    req.set_node_name("n1");
+    req.set_incarnation("a");
+    req.set_report_seq(seq);
+    for (const auto& r : ranks) *req.add_ranks() = r;
+    return c_->Heartbeat(req);
+  };
+  ASSERT_TRUE(send(2, {}).ok());  // prepared before the rank started: delayed, it arrives after seq 3
+  ASSERT_TRUE(send(3, running).ok());
+  ASSERT_EQ(c_->GetJob(id)->state(), v1::JOB_STATE_RUNNING);
+  auto late = send(2, {});
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(late.status().message(), "report 2 of node n1 arrived after report 3 (a copy delayed in the network): dropped");
+  auto copy = send(3, running);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(copy->desired_size(), 1) << "a copy of the newest report is answered as it was";
+  v1::Job job = *c_->GetJob(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(job.attempts_size(), 1) << job.attempts(0).end_reason();
+  // A stale registration is dropped the same way.
+  reg.set_report_seq(1);
+  EXPECT_EQ(c_->Register(reg).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c_->GetJob(id)->attempts_size(), 1);
+  // The worker restarts in place: a new incarnation counts from 1 again.
+  reg.set_incarnation("b");
+  reg.set_previous_incarnation("a");
+  reg.set_report_seq(1);
+  auto again = c_->Register(reg);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(Registered(*again));
+}
+
 }  // namespace
 }  // namespace eft::controller

@@ -469,5 +469,52 @@ TEST_F(ControllerSnapshotTest, WhenEveryNodeWasLostTheFirstOneBackWaitsForTheOth
   EXPECT_TRUE(EventsOfType(id, "memory_snapshot_unusable").empty());
 }
 
+// The controller cut off from every worker right after the disk checkpoint of step 5: the nodes' last
+// reports hold no step newer than that, but their ranks trained on until their leases ran out, so
+// their memory holds newer ones. The first one back waits for the others, and the restart takes the
+// step they hold now (9), not the disk's.
+TEST_F(ControllerSnapshotTest, NodesCutOffRightAfterADiskCheckpointAreAwaitedForWhatTheyHoldSince) {
+  const std::string id = StartJobWithCheckpointAtStep5(/*min_nodes=*/1);
+  const std::map<std::string, std::vector<int>> ranks = {{"n1", {0, 2}}, {"n2", {1, 0}}, {"n3", {2, 1}}};
+  for (const auto& [node, held] : ranks) Report(node, v1::RANK_STATE_RUNNING, {Held(id, 1, 5, 3, held)});
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(1000ms);
+    c_->Tick();
+  }
+  for (int n = 0; n < 3; ++n) ASSERT_EQ(c_->ListNodes().nodes(n).state(), v1::NODE_STATE_LOST);
+  clock_.Advance(2000ms);
+  c_->Tick();
+  RegisterWithSnapshots("n1");
+  c_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RECOVERING) << "waiting for n2 and n3";
+  EXPECT_TRUE(EventsOfType(id, "memory_snapshot_unusable").empty());
+  Report("n1", v1::RANK_STATE_EXITED, {Held(id, 1, 9, 3, ranks.at("n1"))});
+  clock_.Advance(500ms);
+  c_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RECOVERING) << "n1 alone holds ranks 0 and 2 of step 9";
+  for (const char* n : {"n2", "n3"}) {
+    RegisterWithSnapshots(n);
+    Report(n, v1::RANK_STATE_EXITED, {Held(id, 1, 9, 3, ranks.at(n))});
+  }
+  c_->Tick();
+  bool staged = false;
+  for (int i = 0; i < 3 && Job(id).state() == v1::JOB_STATE_RECOVERING; ++i) {
+    for (const auto& [node, held] : ranks) {
+      const v1::HeartbeatResponse reply = Report(node, v1::RANK_STATE_EXITED, {Held(id, 1, 9, 3, held)});
+      for (const auto& o : reply.stage()) {
+        staged = true;
+        EXPECT_EQ(o.step(), 9);
+        Report(node, v1::RANK_STATE_EXITED, {Held(id, 1, 9, 3, held)}, {Staged(o)});
+      }
+    }
+    c_->Tick();
+  }
+  EXPECT_TRUE(staged);
+  const v1::Job job = Job(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_STARTING) << job.reason();
+  EXPECT_EQ(job.attempts(1).resume_from(), "/ck/step-9.snapshot");
+  EXPECT_TRUE(EventsOfType(id, "memory_snapshot_unusable").empty());
+}
+
 }  // namespace
 }  // namespace eft::controller

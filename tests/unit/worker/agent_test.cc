@@ -101,6 +101,24 @@ TEST_F(WorkerAgentTest, ANewStubAfterAFailedCall) {
   EXPECT_TRUE(stats.controller_reachable);
 }
 
+// Every Register and Heartbeat carries a report_seq one higher than the request before it, failed
+// ones included, so the controller can drop a copy the network delayed past a newer one.
+TEST_F(WorkerAgentTest, EveryReportCarriesAHigherSequenceNumberThanTheOneBefore) {
+  StartAgent(/*failing=*/2);
+  ASSERT_TRUE(controller_.WaitFor([&] { return controller_.heartbeats.size() >= 3; }));
+  controller_.Inspect([&] {
+    ASSERT_EQ(controller_.registers.size(), 1u) << "the failed ones are not recorded";
+    EXPECT_EQ(controller_.registers[0].report_seq(), 3u) << "after two failed registrations";
+    uint64_t before = controller_.registers[0].report_seq();
+    EXPECT_EQ(controller_.heartbeats[0].report_seq(), before + 1);
+    for (const auto& h : controller_.heartbeats) {
+      // The same number again only for a hedged heartbeat's second copy.
+      EXPECT_TRUE(h.report_seq() == before || h.report_seq() == before + 1) << h.report_seq() << " after " << before;
+      before = h.report_seq();
+    }
+  });
+}
+
 TEST_F(WorkerAgentTest, ARetryAnswerDelaysTheNextRegisterByWhatItSays) {
   controller_.AnswerRetry(2, 250);
   StartAgent();
