@@ -1,11 +1,16 @@
-// eft's fused kernels beside the ATen composites they replace, at the benchmark's shape (Qwen2.5-0.5B,
-// bf16, 4 x 2048 tokens): each op's forward + backward (or step) time, median of 20 after 3 warm-up
-// runs. bench/gpu/run.sh runs it on the GPU machine; correctness is tests/unit/trainer/kernels.
+// eft's fused kernels beside the ATen composites they replace: each op's forward + backward (or step)
+// time, median of 20 after 3 warm-up runs. On the GPU at the GPU benchmark's shape (Qwen2.5-0.5B,
+// bf16, 4 x 2048 tokens); with `cpu`, the kernels' host twins (host_kernels.cc: the same per-element
+// code in threaded loops) at SmolLM2-135M's shape (bf16, 1 x 2048 tokens), the data for deciding which
+// fused ops the CPU should take (docs/benchmarks.md, "Fused ops on the CPU"). bench/gpu/run.sh runs it
+// on the GPU machine; correctness is tests/unit/trainer/kernels.
 //   kernel_times        (needs a CUDA device)
+//   kernel_times cpu
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -17,14 +22,20 @@
 namespace eft::trainer {
 namespace {
 
+bool on_gpu = true;
+
+void Sync() {
+  if (on_gpu) torch::cuda::synchronize();
+}
+
 double MedianMs(const std::function<void()>& f) {
   for (int i = 0; i < 3; ++i) f();
   std::vector<double> ms;
   for (int i = 0; i < 20; ++i) {
-    torch::cuda::synchronize();
+    Sync();
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    torch::cuda::synchronize();
+    Sync();
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
@@ -35,13 +46,16 @@ void Report(const char* what, double composite, double fused) {
   std::printf("| %s | %.3f | %.3f | %.2fx |\n", what, composite, fused, composite / fused);
 }
 
-int Main() {
-  if (!torch::cuda::is_available()) {
-    std::fprintf(stderr, "kernel_times: no CUDA device\n");
+int Main(bool cpu) {
+  on_gpu = !cpu;
+  if (on_gpu && !torch::cuda::is_available()) {
+    std::fprintf(stderr, "kernel_times: no CUDA device (`kernel_times cpu` times the host twins)\n");
     return 2;
   }
-  const int64_t B = 4, T = 2048, H = 14, KV = 2, Dh = 64, I = 4864, V = 151936;
-  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  // Qwen2.5-0.5B at 4 x 2048 tokens on the GPU; SmolLM2-135M at 1 x 2048 on the CPU.
+  const int64_t B = cpu ? 1 : 4, T = 2048, H = cpu ? 9 : 14, KV = cpu ? 3 : 2, Dh = 64, I = cpu ? 1536 : 4864,
+                V = cpu ? 49152 : 151936, rows = cpu ? 1024 : 3072, params = cpu ? 134'515'008 : 494'000'000;
+  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(cpu ? at::kCPU : at::kCUDA);
   ModelConfig c;
   c.hidden_size = H * Dh, c.num_attention_heads = H, c.num_key_value_heads = KV, c.head_dim = Dh, c.rope_theta = 1e6;
   Batch batch;
@@ -49,7 +63,8 @@ int Main() {
   batch.position_ids = at::arange(T, batch.input_ids.options()).unsqueeze(0).repeat({B, 1});
   batch.segment_ids = at::ones({B, T}, batch.input_ids.options());
   const AttentionContext ctx = MakeAttentionContext(c, batch, at::kBFloat16);
-  std::printf("| op (Qwen2.5-0.5B shape, bf16, 4 x 2048 tokens) | ATen composite ms | fused ms | speed-up |\n|---|---|---|---|\n");
+  std::printf("| op (%s shape, bf16, %lld x 2048 tokens, %s) | ATen composite ms | fused ms | speed-up |\n|---|---|---|---|\n",
+              cpu ? "SmolLM2-135M" : "Qwen2.5-0.5B", static_cast<long long>(B), cpu ? "CPU: host twins" : "GPU");
 
   const at::Tensor qkv = at::randn({B, T, (H + 2 * KV) * Dh}, bf16).requires_grad_(true);
   const at::Tensor q = qkv.narrow(-1, 0, H * Dh).view({B, T, H, Dh});
@@ -67,10 +82,10 @@ int Main() {
          }),
          MedianMs([&] { FusedSwiGlu(gate_up).backward(gs); }));
 
-  const int64_t rows = 3072;  // LossSum's chunk on the fused path (3 x 1024)
   const at::Tensor logits = at::randn({rows, V}, bf16);
   const at::Tensor targets = at::randint(V, {rows}, bf16.dtype(at::kLong));
-  Report("cross-entropy + gradient, 3072 x 151936",
+  const std::string ce = "cross-entropy + gradient, " + std::to_string(rows) + " x " + std::to_string(V);
+  Report(ce.c_str(),
          MedianMs([&] {
            at::Tensor z = logits.to(at::kFloat);
            at::Tensor lse = at::logsumexp(z, -1, true);
@@ -84,12 +99,13 @@ int Main() {
            (void)CrossEntropyGradInPlace(z, targets).sum();
          }));
 
-  // AdamW over 494M parameters as one flat fp32 shard (world size 1).
+  // AdamW over the model's parameters as one flat fp32 shard (world size 1).
   const auto fp32 = bf16.dtype(at::kFloat);
-  at::Tensor p = at::randn({494'000'000}, fp32), g = at::randn_like(p), m = at::zeros_like(p), v = at::zeros_like(p);
+  at::Tensor p = at::randn({params}, fp32), g = at::randn_like(p), m = at::zeros_like(p), v = at::zeros_like(p);
   const at::Tensor mask = at::ones_like(p);
   const AdamWStepScalars s{1 - 1e-5, 0.9, 0.95, 1e-8, 1e-4, 0.5};
-  Report("AdamW step, 494M fp32 parameters",
+  const std::string adamw = "AdamW step, " + std::to_string(params / 1'000'000) + "M fp32 parameters";
+  Report(adamw.c_str(),
          MedianMs([&] {  // AdamW::Step's ATen ops
            p.mul_(at::where(mask.ne(0), at::scalar_tensor(s.decay, fp32), at::scalar_tensor(1.0, fp32)));
            m.lerp_(g, 1 - s.beta1);
@@ -105,4 +121,11 @@ int Main() {
 }  // namespace
 }  // namespace eft::trainer
 
-int main() { return eft::trainer::Main(); }
+int main(int argc, char** argv) {
+  const bool cpu = argc > 1 && std::string(argv[1]) == "cpu";
+  if (argc > 1 && !cpu) {
+    std::fprintf(stderr, "usage: kernel_times [cpu]\n");
+    return 2;
+  }
+  return eft::trainer::Main(cpu);
+}

@@ -83,7 +83,8 @@ TEST(AdamWTest, MatchesTorchAdamWWithMaskedWeightDecay) {
   config.eps = 1e-8;
   config.weight_decay = 0.1;
   const int steps = 20;
-  const std::vector<std::vector<int64_t>> shapes = {{37, 29}, {1001}, {5}};
+  // {3, 17001}: large enough for several threads' shares of each ATen op, and not a whole number of vectors.
+  const std::vector<std::vector<int64_t>> shapes = {{37, 29}, {1001}, {5}, {3, 17001}};
   std::vector<double> lrs;
   for (int s = 0; s < steps; ++s) lrs.push_back(s == 0 ? 0.0 : 1e-3 * (1.0 + 0.1 * s));  // warmup-like start at 0
 
@@ -132,6 +133,7 @@ TEST(AdamWTest, MatchesTorchAdamWWithMaskedWeightDecay) {
       std::printf("param %zu %-10s: max relative difference vs torch %.3g, %lld of %lld elements bit-identical\n", k,
                   name, rel, static_cast<long long>(same), static_cast<long long>(n));
       EXPECT_LE(rel, 1e-6) << name << " of param " << k;
+      EXPECT_EQ(same, n) << name << " of param " << k << ": the same ATen kernels on the same elements";
     }
   }
 }
