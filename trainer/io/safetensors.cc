@@ -106,9 +106,11 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
   f->metadata_ = std::move(header.metadata);
   f->entries_.reserve(header.entries.size());
   for (SafetensorsHeaderEntry& h : header.entries) {
+    // The header parser's dtype table (torch-free) and this one must agree on names and sizes.
     const DtypeInfo* info = DtypeByName(h.dtype);
-    if (info == nullptr) {
-      return Status::Internal(path + ": tensor '" + h.name + "': dtype " + h.dtype + " has no LibTorch type");
+    if (info == nullptr || info->size != h.dtype_size) {
+      return Status::Internal(path + ": tensor '" + h.name + "': dtype " + h.dtype + " has no LibTorch type of " +
+                              std::to_string(h.dtype_size) + " bytes");
     }
     f->entries_.push_back({std::move(h.name), std::move(h.dtype), info->type, std::move(h.shape), h.begin, h.end});
   }

@@ -139,6 +139,24 @@ class ControllerSnapshotTest : public ControllerTest {
     ASSERT_EQ(unusable.size(), 1u);
     EXPECT_EQ(unusable[0], why + "; resuming from the newest disk checkpoint, step 5 (/ck/step-5)");
   }
+  // Up to three rounds while job `id` recovers: every node reports what it holds and carries out the
+  // stage orders its reply gives, each expected to be of `step`, then a pass. Returns the orders.
+  int CarryOutStaging(const std::string& id, const std::map<std::string, std::vector<v1::HeldSnapshot>>& held,
+                      int64_t step) {
+    int orders = 0;
+    for (int i = 0; i < 3 && Job(id).state() == v1::JOB_STATE_RECOVERING; ++i) {
+      for (const auto& [node, h] : held) {
+        const v1::HeartbeatResponse reply = Report(node, v1::RANK_STATE_EXITED, h);
+        for (const auto& o : reply.stage()) {
+          ++orders;
+          EXPECT_EQ(o.step(), step);
+          Report(node, v1::RANK_STATE_EXITED, h, {Staged(o)});
+        }
+      }
+      c_->Tick();
+    }
+    return orders;
+  }
   static v1::StageResult Staged(const v1::StageOrder& order, const std::string& error = "") {
     v1::StageResult r;
     r.set_job_id(order.job_id());
@@ -409,19 +427,7 @@ TEST_F(ControllerSnapshotTest, NodesLostTogetherAreAwaitedWhileTheirMemoryMakesA
     Report(n, v1::RANK_STATE_EXITED, held.at(n));
   }
   c_->Tick();
-  int orders = 0;
-  for (int i = 0; i < 3 && Job(id).state() == v1::JOB_STATE_RECOVERING; ++i) {
-    for (const auto& [node, h] : held) {
-      const v1::HeartbeatResponse reply = Report(node, v1::RANK_STATE_EXITED, h);
-      for (const auto& o : reply.stage()) {
-        ++orders;
-        EXPECT_EQ(o.step(), 7);
-        Report(node, v1::RANK_STATE_EXITED, h, {Staged(o)});
-      }
-    }
-    c_->Tick();
-  }
-  EXPECT_GT(orders, 0);
+  EXPECT_GT(CarryOutStaging(id, held, 7), 0);
   const v1::Job job = Job(id);
   ASSERT_EQ(job.state(), v1::JOB_STATE_STARTING) << job.reason();
   EXPECT_EQ(job.attempts(1).resume_from(), "/ck/step-7.snapshot");
@@ -497,19 +503,9 @@ TEST_F(ControllerSnapshotTest, NodesCutOffRightAfterADiskCheckpointAreAwaitedFor
     Report(n, v1::RANK_STATE_EXITED, {Held(id, 1, 9, 3, ranks.at(n))});
   }
   c_->Tick();
-  bool staged = false;
-  for (int i = 0; i < 3 && Job(id).state() == v1::JOB_STATE_RECOVERING; ++i) {
-    for (const auto& [node, held] : ranks) {
-      const v1::HeartbeatResponse reply = Report(node, v1::RANK_STATE_EXITED, {Held(id, 1, 9, 3, held)});
-      for (const auto& o : reply.stage()) {
-        staged = true;
-        EXPECT_EQ(o.step(), 9);
-        Report(node, v1::RANK_STATE_EXITED, {Held(id, 1, 9, 3, held)}, {Staged(o)});
-      }
-    }
-    c_->Tick();
-  }
-  EXPECT_TRUE(staged);
+  std::map<std::string, std::vector<v1::HeldSnapshot>> held;
+  for (const auto& [node, r] : ranks) held[node] = {Held(id, 1, 9, 3, r)};
+  EXPECT_GT(CarryOutStaging(id, held, 9), 0);
   const v1::Job job = Job(id);
   ASSERT_EQ(job.state(), v1::JOB_STATE_STARTING) << job.reason();
   EXPECT_EQ(job.attempts(1).resume_from(), "/ck/step-9.snapshot");
