@@ -49,6 +49,16 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	@scripts/fuzz.sh $(FUZZ_TARGET) $(FUZZ_SECONDS)
 
+# The test suite under the sanitizers (docs/fuzzing.md, "The suite under sanitizers"), in build-asan/ and
+# build-tsan/ with clang-14: `make sanitize` the unit and end-to-end tests under ASan+UBSan (LeakSanitizer
+# too), `make sanitize-thread` the control plane's unit tests under TSan. SANITIZE_ARGS go to ctest.
+SANITIZE_ARGS ?=
+.PHONY: sanitize sanitize-thread
+sanitize: deps
+	@scripts/sanitize.sh address $(SANITIZE_ARGS)
+sanitize-thread: deps
+	@scripts/sanitize.sh thread $(SANITIZE_ARGS)
+
 # The container image (docs/docker.md): a Docker engine (Debian's docker.io, started when none answers),
 # the Debian base images (made locally with debootstrap when no registry answers), then the Dockerfile
 # with the classic builder, tagged eft:dev and ghcr.io/elastic-ft/eft:0.1.0. Root (or sudo) for the first two.

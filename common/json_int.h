@@ -42,4 +42,13 @@ T JsonInt(const Json& j) {
   throw std::out_of_range(std::string("expected a number, got ") + j.type_name());
 }
 
+// obj[key] as a T by JsonInt's rules, or `fallback` where obj has no such key: what nlohmann's
+// obj.value(key, fallback) does for numbers, without its cast of any number it finds (found by
+// `make sanitize`'s UBSan).
+template <typename T, typename Json>
+T JsonIntOr(const Json& obj, const char* key, T fallback) {
+  auto it = obj.find(key);
+  return it == obj.end() ? fallback : JsonInt<T>(*it);
+}
+
 }  // namespace eft

@@ -192,11 +192,15 @@ Status AttemptLifecycle::Start(JobEntry& j, const Placement& p) {
   EventRecord e = jobs_->MakeEvent(j, "attempt_started", msg.str());
   e.attempt = a.number;
   c.events.push_back(std::move(e));
+  // Read before Apply: it appends the new attempt to j.attempts, which may move the vector's
+  // elements and leave `previous` dangling (found by `make sanitize`).
+  const bool recovered = previous != nullptr && EndedUnplanned(*previous);
+  previous = nullptr;
   EFT_RETURN_IF_ERROR(jobs_->Apply(j, std::move(c)));
   on_started_(j.rec.id);
   ++attempts_created_;
   j.steps_lost_total += lost;
-  if (previous != nullptr && EndedUnplanned(*previous)) {
+  if (recovered) {
     const RecoverySource source = memory ? RecoverySource::kMemory
                                   : newest ? RecoverySource::kDisk
                                            : RecoverySource::kScratch;

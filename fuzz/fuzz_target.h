@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <string_view>
 
@@ -56,6 +58,40 @@ class MemFile {
  private:
   int fd_;
   std::string path_;
+};
+
+// For parsers that read a model directory: one directory per process (in /dev/shm where there is
+// one), removed when the process exits (keep the instance static); Write puts an input under a name.
+class TempDir {
+ public:
+  explicit TempDir(const char* name) {
+    namespace fs = std::filesystem;
+    const fs::path base = fs::is_directory("/dev/shm") ? "/dev/shm" : fs::temp_directory_path();
+    std::string pattern = (base / (std::string("eft-fuzz-") + name + "-XXXXXX")).string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      std::perror("mkdtemp");
+      std::abort();
+    }
+    dir_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  // Writes `bytes` as the file `name` in the directory; returns the directory.
+  const std::string& Write(const char* name, std::string_view bytes) {
+    std::ofstream out(std::filesystem::path(dir_) / name, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    FUZZ_CHECK(out.good(), std::string("cannot write ") + name + " in " + dir_);
+    return dir_;
+  }
+
+ private:
+  std::string dir_;
 };
 
 }  // namespace eft::fuzz

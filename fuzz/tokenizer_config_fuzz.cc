@@ -6,10 +6,6 @@
 //
 // A token the config names must be the tokenizer's BOS/EOS with that very text; a string
 // chat_template must be the template loaded.
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "fuzz/fuzz_target.h"
@@ -17,8 +13,6 @@
 #include "trainer/tokenizer/tokenizer.h"
 
 namespace {
-
-namespace fs = std::filesystem;
 
 // The special tokens of the models whose configs are the seeds, as added tokens of a tiny BPE.
 constexpr const char kTokenizerJson[] = R"({
@@ -38,35 +32,6 @@ constexpr const char kTokenizerJson[] = R"({
             "ab": 15}, "merges": [["a", "b"]]}
 })";
 
-class ModelDir {
- public:
-  ModelDir() {
-    const fs::path base = fs::is_directory("/dev/shm") ? "/dev/shm" : fs::temp_directory_path();
-    std::string pattern = (base / "eft-fuzz-tokenizer-config-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      std::perror("mkdtemp");
-      std::abort();
-    }
-    dir_ = pattern;
-    std::ofstream(fs::path(dir_) / "tokenizer.json") << kTokenizerJson;
-  }
-  // The one instance is static: removed when libFuzzer or the replay exits.
-  ~ModelDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  const std::string& Write(std::string_view config) {
-    std::ofstream out(fs::path(dir_) / "tokenizer_config.json", std::ios::binary | std::ios::trunc);
-    out.write(config.data(), static_cast<std::streamsize>(config.size()));
-    out.close();
-    FUZZ_CHECK(out.good(), "cannot write tokenizer_config.json in " + dir_);
-    return dir_;
-  }
-
- private:
-  std::string dir_;
-};
-
 // "eos_token": "</s>" or {"content": "</s>", ...}, as both readers take it.
 const nlohmann::json* TokenText(const nlohmann::json& config, const char* key) {
   auto it = config.find(key);
@@ -83,8 +48,11 @@ const nlohmann::json* TokenText(const nlohmann::json& config, const char* key) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 64 * 1024) return 0;
-  static ModelDir model_dir;
-  const std::string& dir = model_dir.Write(std::string_view(reinterpret_cast<const char*>(data), size));
+  static eft::fuzz::TempDir model_dir("tokenizer-config");
+  static const bool tokenizer_written = (model_dir.Write("tokenizer.json", kTokenizerJson), true);
+  (void)tokenizer_written;
+  const std::string& dir =
+      model_dir.Write("tokenizer_config.json", std::string_view(reinterpret_cast<const char*>(data), size));
   const nlohmann::json config = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
 
   auto tokenizer = eft::trainer::LoadTokenizer(dir);

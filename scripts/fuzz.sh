@@ -16,7 +16,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 JOBS=${JOBS:-$(nproc)}
 ALL=(rank_event job_spec model_config checkpoint_manifest controller_config http_target tokenizer_json chat_template
-     safetensors_header tokenizer_config worker_config rest_body)
+     safetensors_header tokenizer_config worker_config rest_body sentencepiece_model)
 WHAT=${1:-all}
 SECONDS_EACH=${2:-60}
 if [[ $WHAT == all ]]; then TARGETS=("${ALL[@]}"); else TARGETS=("$WHAT"); fi
@@ -28,7 +28,7 @@ done
 max_len() {
   case $1 in
     tokenizer_json) echo 16384 ;;
-    chat_template | safetensors_header | tokenizer_config) echo 8192 ;;
+    chat_template | safetensors_header | tokenizer_config | sentencepiece_model) echo 8192 ;;
     job_spec | controller_config | rest_body) echo 4096 ;;
     *) echo 2048 ;;
   esac

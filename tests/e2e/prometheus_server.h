@@ -68,7 +68,7 @@ class PrometheusServer {
     // Targets sharing a job name form one scrape config, as Prometheus requires.
     std::vector<std::pair<std::string, std::vector<std::string>>> jobs;
     for (const auto& [job, target] : targets) {
-      auto it = std::find_if(jobs.begin(), jobs.end(), [&](const auto& j) { return j.first == job; });
+      auto it = std::find_if(jobs.begin(), jobs.end(), [&job = job](const auto& j) { return j.first == job; });
       if (it == jobs.end()) it = jobs.insert(jobs.end(), {job, {}});
       it->second.push_back(target);
     }

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_int.h"
 #include "common/memory_snapshot.h"
 #include "trainer/checkpoint/fence.h"
 #include "trainer/checkpoint/trainer_state.h"
@@ -25,8 +26,15 @@ Result<TrainerState> StateOf(const std::string& file, const snapshot::ShardRecor
   auto it = metadata.find(snapshot::kMetadataKey);
   if (it == metadata.end()) return Status::DataLoss(file + ": not a memory snapshot (no " + snapshot::kMetadataKey + ")");
   const nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
-  if (!j.is_object() || !j.contains("trainer_state") || j.value("step", int64_t{-1}) != record.step ||
-      j.value("world_size", 0) != record.world_size || j.value("rank", -1) != record.rank) {
+  auto matches = [&] {
+    try {
+      return j.is_object() && j.contains("trainer_state") && JsonIntOr<int64_t>(j, "step", -1) == record.step &&
+             JsonIntOr<int64_t>(j, "world_size", 0) == record.world_size && JsonIntOr<int64_t>(j, "rank", -1) == record.rank;
+    } catch (const std::out_of_range&) {
+      return false;
+    }
+  };
+  if (!matches()) {
     return Status::DataLoss(file + ": its snapshot metadata does not match its record (step " +
                             std::to_string(record.step) + ", rank " + std::to_string(record.rank) + " of " +
                             std::to_string(record.world_size) + ")");

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/crc32c.h"
+#include "common/json_int.h"
 #include "common/logging.h"
 
 namespace eft::trainer {
@@ -150,11 +151,19 @@ Result<TokenDataset> ReadTokenCache(const std::string& path, const std::string& 
   if (Crc32c(bytes, size - 4) != stored_crc) return fail("checksum mismatch (damaged or truncated)");
   uint64_t header_size;
   std::memcpy(&header_size, bytes + 8, 8);
-  if (header_size > size) return fail("bad header size");
+  if (header_size > size - 16 - 4) return fail("bad header size");  // the header lies between the prefix and the CRC
   nlohmann::json header = nlohmann::json::parse(bytes + 16, bytes + 16 + header_size, nullptr, false);
-  if (header.is_discarded() || header.value("format", 0) != 1) return fail("bad header");
+  if (header.is_discarded() || !header.is_object()) return fail("bad header");
+  int64_t format = 0, docs = -1, tokens = -1;
+  try {
+    format = JsonIntOr<int64_t>(header, "format", 0);
+    docs = JsonIntOr<int64_t>(header, "documents", -1);
+    tokens = JsonIntOr<int64_t>(header, "tokens", -1);
+  } catch (const std::out_of_range&) {
+    return fail("bad header");
+  }
+  if (format != 1) return fail("bad header");
   if (header.value("key", "") != key) return fail("built for another key");
-  const int64_t docs = header.value("documents", int64_t{-1}), tokens = header.value("tokens", int64_t{-1});
   size_t at = 16 + header_size;
   at += (8 - header_size % 8) % 8;
   const size_t need = at + static_cast<size_t>(docs + 1) * 8 + static_cast<size_t>(tokens) * 8 + 4;

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/sanitizers.h"
+
 extern char** environ;
 
 namespace eft::trainer {
@@ -24,7 +26,8 @@ bool UserChoseMallocSettings() {
 }  // namespace
 
 Status ConfigureHostAllocator() {
-  if (UserChoseMallocSettings()) return Status::Ok();
+  // A sanitizer's runtime has its own allocator, which mallopt does not reach.
+  if (UserChoseMallocSettings() || kUnderSanitizer) return Status::Ok();
   constexpr int kMmapThreshold = 32 << 20;  // glibc refuses more (HEAP_MAX_SIZE / 2 on 64-bit)
   constexpr int kTrimThreshold = 1 << 30;
   if (::mallopt(M_MMAP_THRESHOLD, kMmapThreshold) != 1 || ::mallopt(M_TRIM_THRESHOLD, kTrimThreshold) != 1) {

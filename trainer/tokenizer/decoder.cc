@@ -1,6 +1,7 @@
 #include "trainer/tokenizer/decoder.h"
 
 #include "trainer/tokenizer/byte_level.h"
+#include "common/json_int.h"
 #include "common/utf8.h"
 
 namespace eft::trainer::tok {
@@ -160,7 +161,8 @@ Result<std::unique_ptr<Decoder>> MakeDecoder(const json& spec) {
   if (type == "Fuse") return std::unique_ptr<Decoder>(new FuseDecoder());
   if (type == "Strip") {
     std::string content = spec.value("content", std::string(" "));
-    return std::unique_ptr<Decoder>(new StripDecoder(content, spec.value("start", 0), spec.value("stop", 0)));
+    return std::unique_ptr<Decoder>(
+        new StripDecoder(content, JsonIntOr<uint32_t>(spec, "start", 0), JsonIntOr<uint32_t>(spec, "stop", 0)));
   }
   if (type == "Replace") {
     const json& pattern = spec.value("pattern", json());

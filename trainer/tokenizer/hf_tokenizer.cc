@@ -95,6 +95,8 @@ class HfTokenizer : public Tokenizer {
     } catch (const json::exception& e) {
       return Status::InvalidArgument(std::string("tokenizer.json: ") + name + ": a field has the wrong type (" +
                                      e.what() + ")");
+    } catch (const std::out_of_range& e) {  // JsonInt (common/json_int.h): a number outside its field's range
+      return Status::InvalidArgument(std::string("tokenizer.json: ") + name + ": " + e.what());
     }
   }
 
@@ -125,7 +127,6 @@ class HfTokenizer : public Tokenizer {
                                        "]: expected an object with a string \"content\"");
       AddedToken t;
       t.content = a.value("content", std::string());
-      t.id = a.value("id", -1);
       t.special = a.value("special", false);
       t.normalized = a.value("normalized", !t.special);
       t.single_word = a.value("single_word", false);

@@ -72,8 +72,8 @@ TEST(MlflowTrackerTest, AFailingServerIsRetriedAfterGrowingDelaysAndItsOutageSho
   o.retry_initial = 1000ms;
   o.retry_max = 4000ms;
   o.unreachable_event_after = 10000ms;
+  MetricsRegistry registry;  // before the tracker: it unregisters its families when destroyed
   MlflowTracker tracker(o, &clock, HooksFor(&events));
-  MetricsRegistry registry;
   ASSERT_TRUE(tracker.RegisterMetrics(&registry).ok());
   const MlflowRunRecord row{"7", "key", "", "", false};
   tracker.OnJob(Job("7", uri), &row);

@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "common/crc32c.h"
 #include "tests/unit/trainer/data/fake_text.h"
 #include "trainer/data/token_cache.h"
 
@@ -137,6 +139,28 @@ TEST_F(SftDatasetTest, TheCacheRoundTripsAndRefusesDamage) {
   fs::resize_file(path, 20);
   EXPECT_EQ(ReadTokenCache(path, "k", nullptr).status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(ReadTokenCache((dir_ / "none").string(), "k", nullptr).status().code(), StatusCode::kNotFound);
+}
+
+// A header size that passes the checksum (a crafted file: the CRC is recomputed) but reaches past the
+// room between the prefix and the CRC is refused; the check was against the whole file's size, so
+// the header's parse could read past the mapping (found reading the code for `make sanitize`).
+TEST_F(SftDatasetTest, AHeaderSizeBeyondItsRoomIsRefusedEvenWithAMatchingChecksum) {
+  const std::string path = (dir_ / "k.tokens").string();
+  ASSERT_TRUE(WriteTokenCache(path, "k", Sample(), {}).ok());
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (uint64_t header_size : {uint64_t{bytes.size()}, uint64_t{bytes.size() - 19}}) {
+    std::memcpy(bytes.data() + 8, &header_size, 8);
+    const uint32_t crc = Crc32c(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size() - 4);
+    std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    auto back = ReadTokenCache(path, "k", nullptr);
+    ASSERT_FALSE(back.ok()) << header_size;
+    EXPECT_NE(back.status().message().find("bad header size"), std::string::npos) << back.status().message();
+  }
 }
 
 TEST_F(SftDatasetTest, CacheKeysChangeWithAnyInput) {

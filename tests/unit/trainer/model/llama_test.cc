@@ -225,15 +225,16 @@ TEST(LlamaTest, MergedProjectionsAreTheSeparateOnesWithinTheirRoundings) {
   const at::Tensor ax = x.abs().reshape({-1, c.hidden_size}).to(at::kDouble);
   const double bt = static_cast<double>(ax.size(0));
   const std::string p = "model.layers.0.";
-  for (const auto& [module, block] : std::map<std::string, std::string>{
+  for (const auto& [module, block_name] : std::map<std::string, std::string>{
            {"q_proj", "self_attn"}, {"k_proj", "self_attn"}, {"v_proj", "self_attn"}, {"gate_proj", "mlp"}, {"up_proj", "mlp"}}) {
+    const std::string prefix = p + block_name + "." + module;  // a name the lambdas capture (clang 14: no bindings)
     const at::Tensor weight = tensors[std::find_if(specs.begin(), specs.end(), [&](const ParamSpec& s) {
-                                        return s.name == p + block + "." + module + ".weight";
+                                        return s.name == prefix + ".weight";
                                       }) - specs.begin()].to(at::kDouble);
     const at::Tensor dy = (2 * out[0][module]).abs().reshape({-1, weight.size(0)}).to(at::kDouble);
     // Outputs: hidden terms each, and the bias.
     const auto bias_at = std::find_if(specs.begin(), specs.end(),
-                                      [&](const ParamSpec& s) { return s.name == p + block + "." + module + ".bias"; });
+                                      [&](const ParamSpec& s) { return s.name == prefix + ".bias"; });
     const at::Tensor bias_abs =
         bias_at == specs.end() ? at::zeros({weight.size(0)}, at::kDouble) : tensors[bias_at - specs.begin()].abs().to(at::kDouble);
     const at::Tensor out_bound = 2 * (c.hidden_size + 1) * u * (at::matmul(ax, weight.abs().t()) + bias_abs);
@@ -242,12 +243,12 @@ TEST(LlamaTest, MergedProjectionsAreTheSeparateOnesWithinTheirRoundings) {
                     .item<bool>())
         << module;
     // The weight's gradient: B T terms each.
-    const std::string name = p + block + "." + module + ".weight";
+    const std::string name = prefix + ".weight";
     ASSERT_TRUE(grad[0].count(name) && grad[1].count(name)) << name;
     const at::Tensor grad_bound = 2 * bt * u * at::matmul(dy.t(), ax);
     EXPECT_TRUE(((grad[0][name] - grad[1][name]).abs().to(at::kDouble) <= grad_bound + 1e-30).all().item<bool>())
         << name << ": worst " << (grad[0][name] - grad[1][name]).abs().max().item<double>();
-    const std::string bias = p + block + "." + module + ".bias";
+    const std::string bias = prefix + ".bias";
     if (grad[0].count(bias)) {
       EXPECT_TRUE(((grad[0][bias] - grad[1][bias]).abs().to(at::kDouble) <= 2 * bt * u * dy.sum(0) + 1e-30)
                       .all()

@@ -103,5 +103,20 @@ TEST_F(SentencePiece, ACorruptModelIsAnError) {
   std::filesystem::remove_all(dir);
 }
 
+// libsentencepiece throws (from its trie builder) for a model with an empty piece, where it reports
+// most bad models with a Status; the exception crossed the module's C interface and ended the program
+// (std::terminate). Found by fuzz/sentencepiece_model_fuzz.cc; the input is its regression file.
+TEST_F(SentencePiece, AModelLibSentencePieceThrowsOnIsAnErrorNotACrash) {
+  const std::string model = ReadFile(SourceDir() + "/fuzz/regressions/sentencepiece_model/empty-piece-darts-throws");
+  ASSERT_FALSE(model.empty());
+  std::string dir = MakeTempDir("eft-sp-throws-");
+  WriteFile(dir + "/tokenizer.model", model);
+  auto t = LoadTokenizer(dir);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("not a SentencePiece model libsentencepiece can load"), std::string::npos)
+      << t.status().message();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace eft::trainer

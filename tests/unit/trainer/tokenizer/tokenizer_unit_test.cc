@@ -123,6 +123,27 @@ TEST(Tokenizer, MalformedModelsAreErrorsNotCrashes) {
   EXPECT_FALSE(TokenizerFromJson(t.dump()).ok());
 }
 
+// Numbers are read in their field's range or refused: nlohmann's value("id", -1) cast a float such
+// as 1e30 to int, which is undefined (UBSan in `make sanitize`, on ParserFuzz.TokenizerJson's input).
+TEST(Tokenizer, NumbersOutOfTheirFieldsRangeAreRefusedOrIgnoredNeverCast) {
+  json t = TinyTokenizer();
+  // Hugging Face renumbers added tokens, so the file's id is not read at all.
+  t["added_tokens"] = json::array({{{"id", 1e30}, {"content", "<|x|>"}, {"special", true}}});
+  auto made = TokenizerFromJson(t.dump());
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  EXPECT_TRUE((*made)->TokenToId("<|x|>").has_value());
+  for (const json& start : {json(1e30), json(-1), json(2.5)}) {
+    t = TinyTokenizer();
+    t["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", start}, {"stop", 0}};
+    made = TokenizerFromJson(t.dump());
+    ASSERT_FALSE(made.ok()) << start.dump();
+    EXPECT_NE(made.status().message().find("decoder"), std::string::npos) << made.status().message();
+  }
+  t = TinyTokenizer();
+  t["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}};
+  EXPECT_TRUE(TokenizerFromJson(t.dump()).ok());
+}
+
 TEST(Tokenizer, NfcNormalizationKeepsOffsetsInTheInput) {
   json t = TinyTokenizer();
   t["normalizer"] = {{"type", "NFC"}};
