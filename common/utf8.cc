@@ -35,6 +35,14 @@ char32_t DecodeUtf8(std::string_view s, size_t i, size_t* length) {
     *length = 1;
     return c;
   }
+  // A lead byte whose sequence the text cuts short (found by fuzz/tokenizer_json_fuzz.cc: a Strip
+  // normalizer over text ending in a lone 0xC3 read past the string). Only the length is checked,
+  // so what callers get for a sequence that fits is as before.
+  const size_t need = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  if (s.size() - i < need) {
+    *length = 1;
+    return 0xFFFD;
+  }
   if (c < 0xE0) {
     *length = 2;
     return ((c & 0x1F) << 6) | (b(i + 1) & 0x3F);

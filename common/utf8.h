@@ -13,7 +13,9 @@ namespace eft {
 // Length of the valid UTF-8 sequence starting at s[i] (1..4), or 0 when it is not valid there.
 size_t Utf8SequenceLength(std::string_view s, size_t i);
 
-// The code point at s[i] (which must start a valid sequence) and its length.
+// The code point at s[i] and its length. s[i] should start a valid sequence; where it does not, the
+// result is some code point, but no byte past the end of `s` is read (a sequence cut short by the end
+// is U+FFFD, length 1).
 char32_t DecodeUtf8(std::string_view s, size_t i, size_t* length);
 
 void AppendUtf8(char32_t cp, std::string* out);

@@ -7,7 +7,8 @@
 // libsentencepiece is Debian's, not instrumented: coverage guides the fuzzer through eft's code only,
 // and a fault inside the library shows as a crash (SEGV) rather than a sanitizer report. What is
 // checked: a refusal has a message; a model taken gives ids inside its vocabulary, offsets inside the
-// text, tokens for every id it gives, and its special tokens' ids as their pieces.
+// text, tokens for every id it gives, its special tokens' ids as their pieces, and GGUF export's view
+// of it (a score and a kind per piece, add_dummy_prefix read from the serialized proto).
 #include "fuzz/fuzz_target.h"
 #include "trainer/tokenizer/tokenizer.h"
 
@@ -46,6 +47,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)t.Decode(e.ids, /*skip_special_tokens=*/true);
     (void)t.Decode(e.ids, /*skip_special_tokens=*/false);
   }
+  // What GGUF export reads of it (trainer/export/gguf_tokenizer.h): one score and kind per piece.
+  auto vocab = eft::trainer::ReadSentencePieceVocab(dir + "/tokenizer.model");
+  FUZZ_CHECK(vocab.ok(), "a model LoadTokenizer took that ReadSentencePieceVocab refused");
+  FUZZ_CHECK(vocab->pieces.size() == vocab->scores.size() && vocab->pieces.size() == vocab->kinds.size(),
+             "pieces, scores and kinds differ in number");
+  for (int32_t kind : vocab->kinds) FUZZ_CHECK(kind >= 1 && kind <= 6, "a piece kind llama.cpp does not have");
   // Ids the model never gives (out of range, negative) must decode to something, not fault.
   (void)t.Decode({-1, 0, t.vocab_size() - 1, t.vocab_size(), 1 << 30}, false);
   for (const auto& id : {t.bos_id(), t.eos_id()}) {

@@ -4,7 +4,7 @@
 # compiler for the CUDA build, and the Hugging Face packages the tests use as references.
 #
 # Idempotent: a .venv made from the same requirements file is left as it is (a stamp holds the file's
-# hash). About 5 GB, most of it PyTorch's CUDA libraries; ~1-2 minutes on a fast link.
+# hash). About 6 GB, most of it PyTorch's CUDA libraries; ~1-2 minutes on a fast link.
 #
 # Then .venv/cuda: a CUDA-toolkit-shaped folder of links into the pip packages (bin/nvcc, include/,
 # lib64/ with the unversioned library names FindCUDA and nvcc look for), for CMake on machines that
@@ -25,9 +25,23 @@ else
     echo "install-python: making $venv with $($python --version)"
     "$python" -m venv "$venv"
   fi
-  echo "install-python: installing $(grep -c '==' "$requirements") pinned packages into $venv (about 5 GB with" \
+  # pip unpacks each wheel under TMPDIR before installing it into the venv: the largest (PyTorch's CUDA
+  # libraries) need both at once. Say so before pip fails half-way with ENOSPC.
+  need_gb=8
+  for dir in "$(dirname "$venv")" "${TMPDIR:-/tmp}"; do
+    free_gb=$(df -Pk "$dir" | awk 'NR==2 {print int($4 / 1048576)}')
+    if (( free_gb < need_gb )); then
+      echo "install-python: only ${free_gb} GB free in $dir; installing PyTorch and its CUDA libraries needs" \
+           "about ${need_gb} GB there (the venv ~6 GB, pip's unpacked wheels meanwhile). Free some space, or set" \
+           "EFT_VENV / TMPDIR to a larger disk." >&2
+      exit 1
+    fi
+  done
+  echo "install-python: installing $(grep -c '==' "$requirements") pinned packages into $venv (about 6 GB with" \
        "PyTorch's CUDA libraries; ~1-2 minutes on a fast link)"
-  "$venv/bin/pip" install --no-input --disable-pip-version-check --progress-bar off -q -r "$requirements"
+  # --no-cache-dir: a copy of every wheel in ~/.cache/pip would double the disk this takes.
+  "$venv/bin/pip" install --no-input --disable-pip-version-check --progress-bar off --no-cache-dir -q \
+    -r "$requirements"
   echo "$want" >"$stamp"
 fi
 

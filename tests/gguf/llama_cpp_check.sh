@@ -6,7 +6,7 @@
 # Usage: tests/gguf/llama_cpp_check.sh [EFT_TRAIN] [WORK_DIR] [--types f32,f16,bf16,q8_0] [--tokens 32]
 # Models: the real SmolLM2-135M-Instruct (scripts/real-model.sh) and random fixtures of each architecture
 # and of Llama 3's RoPE scaling
-# (init-model, with the real Llama 3 and Qwen3 tokenizers of tests/npm) whose weights are drawn with a
+# (init-model, with the real Llama 3 and Qwen3 tokenizers of tests/npm, and a SentencePiece tokenizer.model) whose weights are drawn with a
 # larger spread (initializer range 0.2) so that their next-token choices are not near-ties.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -47,6 +47,29 @@ cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 
                        "original_max_position_embeddings": 16}
 json.dump(cfg, open(sys.argv[1], "w"), indent=2)
 PY
+# A SentencePiece tokenizer.model (as Llama 2 and Mistral v0.1 ship it), trained by sentencepiece itself
+# on the check's own languages, with chat tokens added past its pieces.
+"$root/.venv/bin/python" - "$work/tok-spm" "$root/tests/gguf/llama_cpp_check.py" <<'PY'
+import json, os, re, sys
+import sentencepiece as spm
+out, check = sys.argv[1], open(sys.argv[2]).read()
+os.makedirs(out)
+lines = [s for s in re.findall(r'"([^"\n]{8,})"', check)] * 40
+spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=os.path.join(out, "tokenizer"),
+                               vocab_size=1000, model_type="bpe", byte_fallback=True, character_coverage=1.0,
+                               minloglevel=2)
+os.remove(os.path.join(out, "tokenizer.vocab"))
+template = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+            "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+json.dump({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+           "add_bos_token": True, "add_eos_token": False, "legacy": True, "chat_template": template,
+           "added_tokens_decoder": {"1000": {"content": "<|im_start|>", "special": True},
+                                    "1001": {"content": "<|im_end|>", "special": True}}},
+          open(os.path.join(out, "tokenizer_config.json"), "w"))
+PY
+"$train" init-model --arch llama --hidden 128 --layers 2 --heads 4 --kv-heads 2 --intermediate 256 --vocab-size 1002 \
+  --tokenizer "$work/tok-spm" --initializer-range 0.2 --seed 3 --out "$work/spm-llama" --dtype float32 >/dev/null
+models+=("$work/spm-llama")
 args=()
 for m in "${models[@]}"; do args+=(--model "$m"); done
 exec "$venv/bin/python" "$root/tests/gguf/llama_cpp_check.py" --eft-train "$train" --hf-python "$root/.venv/bin/python" \

@@ -175,10 +175,9 @@ def rope_factors(cfg):
     return np.array(out, dtype=np.float32)
 
 
-def expected_metadata(model_dir, ftype):
+def model_metadata(model_dir, ftype):
+    """The keys of the architecture, its hyper-parameters and the file (all but the tokenizer's)."""
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
-    tj = json.load(open(os.path.join(model_dir, "tokenizer.json")))
-    tc = json.load(open(os.path.join(model_dir, "tokenizer_config.json")))
     arch = {"mistral": "llama"}.get(cfg["model_type"], cfg["model_type"])
     heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     head_dim = cfg.get("head_dim") or hidden // heads
@@ -205,6 +204,15 @@ def expected_metadata(model_dir, ftype):
         m[f"{arch}.attention.value_length"] = (head_dim, V.UINT32)
     if rs.get("rope_type", rs.get("type")) == "llama3":
         m[f"{arch}.rope.scaling.original_context_length"] = (rs["original_max_position_embeddings"], V.UINT32)
+    return m
+
+
+def expected_metadata(model_dir, ftype):
+    m = model_metadata(model_dir, ftype)
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    tj = json.load(open(os.path.join(model_dir, "tokenizer.json")))
+    tc = json.load(open(os.path.join(model_dir, "tokenizer_config.json")))
+    V = gguf.GGUFValueType
     # The tokenizer, in id order.
     by_id = {i: t for t, i in tj["model"]["vocab"].items()}
     added = {a["id"]: a for a in tj["added_tokens"]}
@@ -250,9 +258,9 @@ def pre_name(pre):
     return {LLAMA3_REGEX: "llama-bpe", QWEN2_REGEX: "qwen2"}[first["pattern"]["Regex"]]
 
 
-def check_file(model_dir, path, ftype):
+def check_file(model_dir, path, ftype, metadata=expected_metadata):
     reader = gguf.GGUFReader(path)
-    want = expected_metadata(model_dir, ftype)
+    want = metadata(model_dir, ftype)
     got = {k: f for k, f in reader.fields.items() if not k.startswith("GGUF.")}
     assert set(got) == set(want), f"keys: extra {set(got) - set(want)}, missing {set(want) - set(got)}"
     for k, (value, vtype) in want.items():
@@ -347,7 +355,7 @@ def check(name, fn):
         failed += 1
 
 
-def export_all_types(model_dir, types=("f32", "f16", "bf16", "q8_0")):
+def export_all_types(model_dir, types=("f32", "f16", "bf16", "q8_0"), metadata=expected_metadata):
     def fn():
         for ftype in types:
             out = os.path.join(WORK, f"{os.path.basename(model_dir)}.{ftype}.gguf")
@@ -355,7 +363,7 @@ def export_all_types(model_dir, types=("f32", "f16", "bf16", "q8_0")):
             assert r.returncode == 0, r.stderr
             summary = r.stdout.strip().splitlines()
             assert len(summary) == 1 and summary[0].startswith("exported ") and ftype in summary[0], r.stdout
-            check_file(model_dir, out, ftype)
+            check_file(model_dir, out, ftype, metadata)
             assert not [f for f in os.listdir(WORK) if ".tmp." in f], "a temporary file was left"
     return fn
 

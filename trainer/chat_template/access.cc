@@ -70,7 +70,9 @@ Result<Value> StringMethod(const std::string& s, const std::string& name) {
     return Bound(name, [s](CallArgs& a) -> Result<Value> {
       const Value *from = a.Get(0, "old"), *to = a.Get(1, "new");
       if (!from || !to || !from->is_string() || !to->is_string()) return Err("replace() takes two strings");
-      return Value::String(ReplaceAll(s, from->str(), to->str(), IntArg(a.Get(2, "count"), -1)));
+      std::optional<std::string> out = ReplaceAll(s, from->str(), to->str(), IntArg(a.Get(2, "count"), -1), kMaxText);
+      if (!out) return TextTooLong();
+      return Value::String(std::move(*out));
     });
   if (name == "find" || name == "rfind" || name == "count" || name == "index")
     return Bound(name, [s, name](CallArgs& a) -> Result<Value> {
@@ -78,7 +80,7 @@ Result<Value> StringMethod(const std::string& s, const std::string& name) {
       if (!sub || !sub->is_string()) return Err(name + "() takes a string");
       const std::string& x = sub->str();
       if (name == "count") {
-        if (x.empty()) return Value::Int(static_cast<int64_t>(Chars(s).size()) + 1);
+        if (x.empty()) return Value::Int(static_cast<int64_t>(CountChars(s)) + 1);
         int64_t n = 0;
         for (size_t at = 0; (at = s.find(x, at)) != std::string::npos; at += x.size()) ++n;
         return Value::Int(n);
@@ -88,7 +90,7 @@ Result<Value> StringMethod(const std::string& s, const std::string& name) {
         if (name == "index") return Err("substring not found");
         return Value::Int(-1);
       }
-      return Value::Int(static_cast<int64_t>(Chars(s.substr(0, hit)).size()));
+      return Value::Int(static_cast<int64_t>(CountChars(s.substr(0, hit))));
     });
   if (name == "join")
     return Bound(name, [s](CallArgs& a) -> Result<Value> {
@@ -98,6 +100,7 @@ Result<Value> StringMethod(const std::string& s, const std::string& name) {
       std::string out;
       for (size_t i = 0; i < list.size(); ++i) {
         if (!list[i].is_string()) return Err("sequence item " + std::to_string(i) + ": expected str instance");
+        if (out.size() + s.size() + list[i].str().size() > kMaxText) return TextTooLong();
         out += (i ? s : "") + list[i].str();
       }
       return Value::String(out);
@@ -292,7 +295,7 @@ Result<bool> Contains(const Value& container, const Value& item) {
 }
 
 Result<int64_t> Length(const Value& v) {
-  if (v.is_string()) return static_cast<int64_t>(Chars(v.str()).size());
+  if (v.is_string()) return static_cast<int64_t>(CountChars(v.str()));
   if (v.is_list()) return static_cast<int64_t>(v.list().size());
   if (v.is_dict()) return static_cast<int64_t>(v.dict().items.size());
   if (v.is_undefined()) return 0;
@@ -308,6 +311,9 @@ Result<List> Iterate(const Value& v) {
     return keys;
   }
   if (v.is_string()) {
+    // Each character becomes a Value (~100 bytes): a 32 MiB string would take gigabytes.
+    if (CountChars(v.str()) > kMaxListItems)
+      return Err("a string of more than " + std::to_string(kMaxListItems) + " characters cannot be iterated here");
     List out;
     for (auto& c : Chars(v.str())) out.push_back(Value::String(c));
     return out;

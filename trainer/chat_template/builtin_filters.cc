@@ -26,6 +26,13 @@ Result<std::string> TextOf(const Value& v) {
   return v.ToString();
 }
 
+// A filter's result held to kMaxText before it is returned (the interpreter checks every value it
+// gets too, but a filter must not build gigabytes first).
+Result<Value> Text(std::string s) {
+  if (s.size() > kMaxText) return TextTooLong();
+  return Value::String(std::move(s));
+}
+
 Result<Value> Tojson(const std::string& n, const Value& v, CallArgs& a, const Callbacks& cb) {
   const Value* indent = a.Get(0, "indent");
   const Value* separators = a.Get(1, "separators");
@@ -71,17 +78,23 @@ Result<Value> Replace(const std::string& n, const Value& v, CallArgs& a, const C
   EFT_ASSIGN_OR_RETURN(std::string s, TextOf(v));
   const Value *from = a.Get(0, "old"), *to = a.Get(1, "new");
   if (!from || !to) return Err("replace needs two arguments");
-  return Value::String(ReplaceAll(s, from->ToString(), to->ToString(), IntArg(a.Get(2, "count"), -1)));
+  EFT_ASSIGN_OR_RETURN(std::string old_text, from->ToString());
+  EFT_ASSIGN_OR_RETURN(std::string new_text, to->ToString());
+  std::optional<std::string> out = ReplaceAll(s, old_text, new_text, IntArg(a.Get(2, "count"), -1), kMaxText);
+  if (!out) return TextTooLong();
+  return Value::String(std::move(*out));
 }
 
 Result<Value> AsString(const std::string& n, const Value& v, CallArgs& a, const Callbacks& cb) {
-  return Value::String(v.ToString());
+  EFT_ASSIGN_OR_RETURN(std::string s, v.ToString());
+  return Value::String(std::move(s));
 }
 
 Result<Value> Safe(const std::string& n, const Value& v, CallArgs& a, const Callbacks& cb) { return v; }
 
 Result<Value> Escape(const std::string& n, const Value& v, CallArgs& a, const Callbacks& cb) {
-  return Value::String(HtmlEscape(v.ToString()));
+  EFT_ASSIGN_OR_RETURN(std::string s, v.ToString());
+  return Text(HtmlEscape(s));
 }
 
 // Known to Jinja but not implemented: the name compiles, so the error names the filter at render.
@@ -189,15 +202,22 @@ Result<Value> Join(const std::string& n, const Value& v, CallArgs& a, const Call
   EFT_ASSIGN_OR_RETURN(List items, Iterate(v));
   const Value* sep = a.Get(0, "d");
   const Value* attribute = a.Get(1, "attribute");
+  std::string separator;
+  if (sep) {
+    EFT_ASSIGN_OR_RETURN(separator, sep->ToString());
+  }
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
     Value item = items[i];
     if (attribute) {
       EFT_ASSIGN_OR_RETURN(item, GetItem(item, *attribute));
     }
-    out += (i && sep ? sep->ToString() : "") + item.ToString();
+    EFT_ASSIGN_OR_RETURN(std::string text, item.ToString());
+    if (out.size() + separator.size() + text.size() > kMaxText) return TextTooLong();
+    if (i) out += separator;
+    out += text;
   }
-  return Value::String(out);
+  return Value::String(std::move(out));
 }
 
 Result<Value> Items(const std::string& n, const Value& v, CallArgs& a, const Callbacks& cb) {
@@ -249,7 +269,7 @@ Result<Value> MapOrSelect(const std::string& n, const Value& v, CallArgs& a, con
     first_extra = 1;
   }
   if (first_extra < a.positional.size()) {
-    callee = a.positional[first_extra].ToString();
+    EFT_ASSIGN_OR_RETURN(callee, a.positional[first_extra].ToString());
     ++first_extra;
   }
   CallArgs extra;
@@ -260,7 +280,7 @@ Result<Value> MapOrSelect(const std::string& n, const Value& v, CallArgs& a, con
   for (const Value& item : items) {
     Value subject = item;
     if (attribute) {
-      std::string path = attribute->ToString();
+      EFT_ASSIGN_OR_RETURN(std::string path, attribute->ToString());
       size_t at = 0;
       while (true) {
         size_t dot = path.find('.', at);
@@ -365,7 +385,10 @@ Result<Value> MinMaxSort(const std::string& n, const Value& v, CallArgs& a, cons
 Result<Value> Indent(const std::string& n, const Value& v, CallArgs& a, const Callbacks& cb) {
   EFT_ASSIGN_OR_RETURN(std::string s, TextOf(v));
   const Value* width = a.Get(0, "width");
-  std::string pad = width && width->is_string() ? width->str() : std::string(static_cast<size_t>(IntArg(width, 4)), ' ');
+  // A negative width is no indentation, as Python's ' ' * -1 is ''.
+  const int64_t spaces = std::max<int64_t>(0, IntArg(width, 4));
+  if (!(width && width->is_string()) && static_cast<uint64_t>(spaces) > kMaxText) return TextTooLong();
+  std::string pad = width && width->is_string() ? width->str() : std::string(static_cast<size_t>(spaces), ' ');
   bool first = a.Get(1, "first") && a.Get(1, "first")->Truthy();
   bool blank = a.Get(2, "blank") && a.Get(2, "blank")->Truthy();
   std::vector<std::string> lines;
@@ -379,9 +402,10 @@ Result<Value> Indent(const std::string& n, const Value& v, CallArgs& a, const Ca
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
     bool indent_it = (i > 0 || first) && (blank || !Strip(lines[i], nullptr, true, true).empty());
+    if (out.size() + 1 + (indent_it ? pad.size() : 0) + lines[i].size() > kMaxText) return TextTooLong();
     out += (i ? "\n" : "") + (indent_it ? pad : "") + lines[i];
   }
-  return Value::String(out);
+  return Value::String(std::move(out));
 }
 
 Result<Value> Wordcount(const std::string& n, const Value& v, CallArgs& a, const Callbacks& cb) {
@@ -391,8 +415,9 @@ Result<Value> Wordcount(const std::string& n, const Value& v, CallArgs& a, const
 
 Result<Value> Center(const std::string& n, const Value& v, CallArgs& a, const Callbacks& cb) {
   EFT_ASSIGN_OR_RETURN(std::string s, TextOf(v));
-  int64_t width = IntArg(a.Get(0, "width"), 80), len = static_cast<int64_t>(Chars(s).size());
+  int64_t width = IntArg(a.Get(0, "width"), 80), len = static_cast<int64_t>(CountChars(s));
   if (width <= len) return Value::String(s);
+  if (static_cast<uint64_t>(width) - static_cast<uint64_t>(len) > kMaxText - s.size()) return TextTooLong();
   int64_t total = width - len, left = total / 2 + (total & width & 1);
   return Value::String(std::string(static_cast<size_t>(left), ' ') + s +
                        std::string(static_cast<size_t>(total - left), ' '));
@@ -402,6 +427,9 @@ Result<Value> Batch(const std::string& n, const Value& v, CallArgs& a, const Cal
   EFT_ASSIGN_OR_RETURN(List items, Iterate(v));
   int64_t size = IntArg(a.Get(0, "linecount"), 1);
   if (size <= 0) return Err("batch size must be positive");
+  // fill_with pads the last batch up to `size`: a size beyond any list is refused, not filled.
+  if (a.Get(1, "fill_with") && static_cast<uint64_t>(size) > kMaxListItems)
+    return Err("batch size with fill_with is more than " + std::to_string(kMaxListItems) + " items");
   List out, current;
   for (const Value& x : items) {
     current.push_back(x);

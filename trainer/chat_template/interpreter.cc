@@ -11,15 +11,16 @@ namespace {
 
 Status Err(const std::string& m) { return Status::InvalidArgument(m); }
 
-// Bounds on one render. Jinja has no while loop, but nested loops, macro recursion and string
-// doubling can still run for ages or fill memory from a template that is only a few bytes long;
-// real chat templates stay orders of magnitude below these.
-constexpr int64_t kMaxSteps = 10'000'000;      // statements executed plus loop iterations
-constexpr size_t kMaxText = 128ull << 20;      // any string, the output included
-constexpr size_t kMaxListItems = 1 << 22;      // a list built by `list * n` or `list + list`
-constexpr int kMaxCallDepth = 100;             // nested macro calls (Jinja's own limit is Python's)
+// Bounds on one render, beside value.h's on sizes. Jinja has no while loop, but nested loops,
+// macro recursion and string doubling can still run for ages from a template only a few bytes
+// long; real chat templates stay orders of magnitude below these. A step is a statement, a loop
+// iteration, a list item built or kBytesPerStep bytes of text made or copied: the budget bounds
+// work, so `{{ messages * 90000 }}` three times, each one statement, cannot take seconds.
+constexpr int64_t kMaxSteps = 10'000'000;
+constexpr int64_t kBytesPerStep = 64;
+constexpr int kMaxCallDepth = 100;  // nested macro calls (Jinja's own limit is Python's)
 
-Status TooLong() { return Err("text is too long (more than " + std::to_string(kMaxText >> 20) + " MiB)"); }
+Status TooLong() { return TextTooLong(); }
 
 // Python's integer power with int64 wrap-around, by squaring: a huge exponent is 64 steps, not
 // 10^12 multiplications. Unsigned arithmetic keeps the wrap-around defined.
@@ -65,7 +66,9 @@ class Interpreter {
         "dict");
     globals["raise_exception"] = Value::MakeFunction(
         [](CallArgs& a) -> Result<Value> {
-          return Status::FailedPrecondition(a.positional.empty() ? "" : a.positional[0].ToString());
+          if (a.positional.empty()) return Status::FailedPrecondition("");
+          EFT_ASSIGN_OR_RETURN(std::string message, a.positional[0].ToString());
+          return Status::FailedPrecondition(message);
         },
         "raise_exception");
     globals["strftime_now"] = Value::MakeFunction(
@@ -123,12 +126,13 @@ class Interpreter {
     return Value::Undefined("'" + name + "'");
   }
 
-  // Counts one unit of work against kMaxSteps.
-  Status Step() {
-    if (++steps_ > kMaxSteps)
+  // Counts `n` units of work against kMaxSteps.
+  Status Step(uint64_t n = 1) {
+    if (n > static_cast<uint64_t>(kMaxSteps) || (steps_ += static_cast<int64_t>(n)) > kMaxSteps)
       return Err("the template ran more than " + std::to_string(kMaxSteps) + " steps (an endless loop?)");
     return Status::Ok();
   }
+  Status ChargeText(uint64_t bytes) { return Step(bytes / kBytesPerStep); }
 
   Status Exec(const Body& body, std::string* out) {
     for (const StmtPtr& s : body) {
@@ -159,7 +163,15 @@ class Interpreter {
         return Status::Ok();
       case Stmt::Kind::kPrint: {
         EFT_ASSIGN_OR_RETURN(Value v, Eval(*s.expr));
-        *out += v.ToString();
+        if (v.is_string()) {  // charged by Eval
+          if (out->size() + v.str().size() > kMaxText) return TooLong();
+          *out += v.str();
+          return Status::Ok();
+        }
+        EFT_ASSIGN_OR_RETURN(std::string text, v.ToString());
+        EFT_RETURN_IF_ERROR(ChargeText(text.size()));
+        if (out->size() + text.size() > kMaxText) return TooLong();
+        *out += text;
         return Status::Ok();
       }
       case Stmt::Kind::kIf:
@@ -172,8 +184,6 @@ class Interpreter {
         return For(s, out);
       case Stmt::Kind::kSet: {
         EFT_ASSIGN_OR_RETURN(Value v, Eval(*s.expr));
-        // A filter (replace, join...) applied in a loop can double a string each time.
-        if (v.is_string() && v.str().size() > kMaxText) return TooLong();
         if (s.attr_target) {
           Value target = Lookup(s.attr_target->name);
           if (!target.is_namespace())
@@ -317,7 +327,8 @@ class Interpreter {
 
   Result<Value> Arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (op == "~") {
-      std::string l = a.ToString(), r = b.ToString();
+      EFT_ASSIGN_OR_RETURN(std::string l, a.ToString());
+      EFT_ASSIGN_OR_RETURN(std::string r, b.ToString());
       if (l.size() + r.size() > kMaxText) return TooLong();
       return Value::String(l + r);
     }
@@ -331,6 +342,8 @@ class Interpreter {
       if (a.is_list() && b.is_list()) {
         if (a.list().size() + b.list().size() > kMaxListItems)
           return Err("list concatenation makes more than " + std::to_string(kMaxListItems) + " items");
+        EFT_RETURN_IF_ERROR(ChargeItems(a.list(), 1));
+        EFT_RETURN_IF_ERROR(ChargeItems(b.list(), 1));
         List items = a.list();
         items.insert(items.end(), b.list().begin(), b.list().end());
         return Value::MakeList(std::move(items), a.is_tuple());
@@ -355,6 +368,7 @@ class Interpreter {
           for (int64_t i = 0; i < count->integer(); ++i) out += seq->str();
           return Value::String(out);
         }
+        EFT_RETURN_IF_ERROR(ChargeItems(seq->list(), times));
         List items;
         for (int64_t i = 0; i < count->integer(); ++i) items.insert(items.end(), seq->list().begin(), seq->list().end());
         return Value::MakeList(std::move(items));
@@ -399,7 +413,30 @@ class Interpreter {
     return Err("unknown operator " + op);
   }
 
+  // Every string an expression yields is charged by its size (making or copying it was that much
+  // work) and held to kMaxText, so no filter or operator has to remember to.
   Result<Value> Eval(const Expr& e) {
+    EFT_ASSIGN_OR_RETURN(Value v, EvalUncharged(e));
+    if (v.is_string()) {
+      if (v.str().size() > kMaxText) return TooLong();
+      EFT_RETURN_IF_ERROR(ChargeText(v.str().size()));
+    }
+    return v;
+  }
+
+  // Copying `items` `times` over: a step per item and the bytes of the strings among them (Values
+  // copy their strings; lists and dicts are shared). Charged before the copy, so a list of long
+  // strings repeated a million times is refused instead of filling memory.
+  Status ChargeItems(const List& items, uint64_t times) {
+    uint64_t bytes = 0;
+    for (const Value& v : items)
+      if (v.is_string()) bytes += v.str().size();
+    const uint64_t per_copy = items.size() + bytes / kBytesPerStep;
+    if (per_copy > 0 && times > static_cast<uint64_t>(kMaxSteps) / per_copy) return Step(static_cast<uint64_t>(kMaxSteps) + 1);
+    return Step(per_copy * times);
+  }
+
+  Result<Value> EvalUncharged(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::kLiteral:
         return e.literal;

@@ -21,6 +21,15 @@ std::vector<std::string> Chars(const std::string& s) {
   return out;
 }
 
+size_t CountChars(const std::string& s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); ++n) {  // the same steps as Chars, invalid UTF-8 included
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    i += c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  }
+  return n;
+}
+
 char32_t CodePoint(const std::string& ch) {
   utf8proc_int32_t cp = 0;
   utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(ch.data()), static_cast<utf8proc_ssize_t>(ch.size()), &cp);
@@ -128,26 +137,30 @@ std::vector<std::string> Split(const std::string& s, const Value* sep, int64_t m
   }
 }
 
-std::string ReplaceAll(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+std::optional<std::string> ReplaceAll(const std::string& s, const std::string& from, const std::string& to,
+                                      int64_t count, size_t max_size) {
+  std::string out;
   if (from.empty()) {  // Python inserts `to` between characters
-    std::string out;
     int64_t n = 0;
     for (const auto& c : Chars(s)) {
       if (count < 0 || n++ < count) out += to;
       out += c;
+      if (out.size() > max_size) return std::nullopt;
     }
     if (count < 0 || n < count) out += to;
+    if (out.size() > max_size) return std::nullopt;
     return out;
   }
-  std::string out;
   size_t at = 0;
   int64_t n = 0;
   for (size_t hit; (count < 0 || n < count) && (hit = s.find(from, at)) != std::string::npos; ++n) {
     out.append(s, at, hit - at);
     out += to;
+    if (out.size() > max_size) return std::nullopt;
     at = hit + from.size();
   }
   out.append(s, at, std::string::npos);
+  if (out.size() > max_size) return std::nullopt;
   return out;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 namespace eft::trainer::jinja::py {
 
 std::vector<std::string> Chars(const std::string& s);  // UTF-8 code points
+size_t CountChars(const std::string& s);               // len(s), without Chars' copy of each
 char32_t CodePoint(const std::string& ch);
 std::string Encode(char32_t cp);
 bool IsPySpace(char32_t c);  // str.isspace()
@@ -20,7 +22,9 @@ std::string MapCase(const std::string& s, int mode);  // 0 lower, 1 upper
 std::string Title(const std::string& s);
 std::string Capitalize(const std::string& s);
 std::vector<std::string> Split(const std::string& s, const Value* sep, int64_t maxsplit);
-std::string ReplaceAll(const std::string& s, const std::string& from, const std::string& to, int64_t count);
+// str.replace; nullopt as soon as the result would pass max_size (a long `to` times many hits).
+std::optional<std::string> ReplaceAll(const std::string& s, const std::string& from, const std::string& to,
+                                      int64_t count, size_t max_size);
 std::string HtmlEscape(const std::string& s);  // markupsafe's escape
 int64_t IntArg(const Value* v, int64_t fallback);  // an optional integer argument
 

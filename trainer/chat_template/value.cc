@@ -123,31 +123,30 @@ std::string FloatRepr(double d) {
 
 namespace {
 
-std::string StringRepr(const std::string& s) {
+void AppendStringRepr(const std::string& s, std::string* out) {
   bool has_single = s.find('\'') != std::string::npos, has_double = s.find('"') != std::string::npos;
   char quote = (has_single && !has_double) ? '"' : '\'';
-  std::string out(1, quote);
+  *out += quote;
   for (unsigned char c : s) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '\\': *out += "\\\\"; break;
+      case '\n': *out += "\\n"; break;
+      case '\r': *out += "\\r"; break;
+      case '\t': *out += "\\t"; break;
       default:
         if (c == static_cast<unsigned char>(quote)) {
-          out += '\\';
-          out += static_cast<char>(c);
+          *out += '\\';
+          *out += static_cast<char>(c);
         } else if (c < 0x20 || c == 0x7f) {
           char buf[8];
           std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-          out += buf;
+          *out += buf;
         } else {
-          out += static_cast<char>(c);  // UTF-8 passes through (printable in Python's repr)
+          *out += static_cast<char>(c);  // UTF-8 passes through (printable in Python's repr)
         }
     }
   }
-  out += quote;
-  return out;
+  *out += quote;
 }
 
 void JsonString(const std::string& s, std::string* out) {
@@ -176,11 +175,16 @@ void JsonString(const std::string& s, std::string* out) {
 
 Status JsonDump(const Value& v, int indent, int depth, const std::string& item_sep, const std::string& key_sep,
                 bool sort_keys, std::string* out) {
+  // tojson(indent=10**9) must not try: the indentation is checked before it is added.
   auto newline = [&](int d) {
-    if (indent < 0) return;
+    if (indent < 0) return true;
+    const uint64_t pad = static_cast<uint64_t>(indent) * static_cast<uint64_t>(d);
+    if (out->size() + 1 + pad > kMaxText) return false;
     *out += '\n';
-    out->append(static_cast<size_t>(indent * d), ' ');
+    out->append(static_cast<size_t>(pad), ' ');
+    return true;
   };
+  if (out->size() > kMaxText) return TextTooLong();
   switch (v.type()) {
     case Value::Type::kNone:
       *out += "null";
@@ -207,10 +211,10 @@ Status JsonDump(const Value& v, int indent, int depth, const std::string& item_s
       *out += '[';
       for (size_t i = 0; i < v.list().size(); ++i) {
         if (i) *out += item_sep;
-        newline(depth + 1);
+        if (!newline(depth + 1)) return TextTooLong();
         EFT_RETURN_IF_ERROR(JsonDump(v.list()[i], indent, depth + 1, item_sep, key_sep, sort_keys, out));
       }
-      newline(depth);
+      if (!newline(depth)) return TextTooLong();
       *out += ']';
       return Status::Ok();
     }
@@ -226,12 +230,12 @@ Status JsonDump(const Value& v, int indent, int depth, const std::string& item_s
       *out += '{';
       for (size_t i = 0; i < items.size(); ++i) {
         if (i) *out += item_sep;
-        newline(depth + 1);
+        if (!newline(depth + 1)) return TextTooLong();
         JsonString(items[i]->first, out);
         *out += key_sep;
         EFT_RETURN_IF_ERROR(JsonDump(items[i]->second, indent, depth + 1, item_sep, key_sep, sort_keys, out));
       }
-      newline(depth);
+      if (!newline(depth)) return TextTooLong();
       *out += '}';
       return Status::Ok();
     }
@@ -257,38 +261,76 @@ std::string Value::TypeName() const {
   return "object";
 }
 
-std::string Value::ToString() const {
-  switch (type_) {
-    case Type::kUndefined: return "";
-    case Type::kString: return str_;
-    default: return Repr();
+namespace {
+
+// Appends repr(v); false as soon as *out passes `limit` (then *out is cut anywhere past it), so a
+// huge list costs no more than `limit` bytes of work.
+bool AppendRepr(const Value& v, size_t limit, std::string* out) {
+  switch (v.type()) {
+    case Value::Type::kUndefined: break;
+    case Value::Type::kNone: *out += "None"; break;
+    case Value::Type::kBool: *out += v.boolean() ? "True" : "False"; break;
+    case Value::Type::kInt: *out += std::to_string(v.integer()); break;
+    case Value::Type::kFloat: *out += FloatRepr(v.number()); break;
+    case Value::Type::kString: AppendStringRepr(v.str(), out); break;
+    case Value::Type::kList: {
+      const List& items = v.list();
+      *out += v.is_tuple() ? '(' : '[';
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i) *out += ", ";
+        if (!AppendRepr(items[i], limit, out)) return false;
+      }
+      if (v.is_tuple() && items.size() == 1) *out += ",";
+      *out += v.is_tuple() ? ')' : ']';
+      break;
+    }
+    case Value::Type::kDict: {
+      if (v.is_namespace()) {
+        *out += "<Namespace>";
+        break;
+      }
+      *out += "{";
+      bool first = true;
+      for (const auto& [key, item] : v.dict().items) {
+        if (!first) *out += ", ";
+        first = false;
+        AppendStringRepr(key, out);
+        *out += ": ";
+        if (!AppendRepr(item, limit, out)) return false;
+      }
+      *out += "}";
+      break;
+    }
+    case Value::Type::kFunction: *out += "<function " + v.function_name() + ">"; break;
   }
+  return out->size() <= limit;
 }
 
-std::string Value::Repr() const {
-  switch (type_) {
-    case Type::kUndefined: return "";
-    case Type::kNone: return "None";
-    case Type::kBool: return int_ ? "True" : "False";
-    case Type::kInt: return std::to_string(int_);
-    case Type::kFloat: return FloatRepr(float_);
-    case Type::kString: return StringRepr(str_);
-    case Type::kList: {
-      std::string out(1, tuple_ ? '(' : '[');
-      for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].Repr();
-      if (tuple_ && list_->size() == 1) out += ",";
-      return out + (tuple_ ? ')' : ']');
-    }
-    case Type::kDict: {
-      if (namespace_) return "<Namespace>";
-      std::string out = "{";
-      for (size_t i = 0; i < dict_->items.size(); ++i)
-        out += (i ? ", " : "") + StringRepr(dict_->items[i].first) + ": " + dict_->items[i].second.Repr();
-      return out + "}";
-    }
-    case Type::kFunction: return "<function " + str_ + ">";
+}  // namespace
+
+Status TextTooLong() { return Status::InvalidArgument("text is too long (more than " + std::to_string(kMaxText >> 20) + " MiB)"); }
+
+Result<std::string> Value::ToString() const {
+  if (type_ == Type::kUndefined) return std::string();
+  if (type_ == Type::kString) {
+    if (str_.size() > kMaxText) return TextTooLong();
+    return str_;
   }
-  return "";
+  std::string out;
+  if (!AppendRepr(*this, kMaxText, &out)) return TextTooLong();
+  return out;
+}
+
+std::string Value::Repr(size_t max_bytes) const {
+  std::string out;
+  if (!AppendRepr(*this, max_bytes, &out) || out.size() > max_bytes) {
+    // Cut at a UTF-8 character boundary: the message stays valid text.
+    size_t cut = std::min(out.size(), max_bytes);
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
+    out.resize(cut);
+    out += "...";
+  }
+  return out;
 }
 
 Result<std::string> Value::ToJson(int indent, const std::string& item_sep, const std::string& key_sep,

@@ -20,6 +20,16 @@ namespace eft::trainer::jinja {
 class Value;
 using List = std::vector<Value>;
 
+// Bounds on what one render may build. A chat template renders one conversation (kilobytes; a
+// 128k-token context is about half a MiB of text), so these are far above any real template, and
+// they keep a few hostile bytes (`{{ messages * 100000 }}`, `'x' | center(10**12)`) from taking
+// seconds or gigabytes: every conversion, concatenation and filter checks them as it builds.
+inline constexpr size_t kMaxText = 32ull << 20;   // any string, the rendered output included
+inline constexpr size_t kMaxListItems = 1 << 22;  // a list built by `*`, `+`, a filter, or a string's characters
+
+// "text is too long (more than 32 MiB)"
+Status TextTooLong();
+
 // A dict keeping insertion order, as Python's does. Keys are strings (all that chat data holds).
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;
@@ -105,11 +115,13 @@ class Value {
   const std::string& function_name() const { return str_; }
 
   bool Truthy() const;
-  // Python's str(): what {{ value }} prints (Undefined prints nothing).
-  std::string ToString() const;
-  // Python's repr(), used inside printed lists and dicts.
-  std::string Repr() const;
-  // Python's json.dumps(value, ensure_ascii=False, indent, separators, sort_keys).
+  // Python's str(): what {{ value }} prints (Undefined prints nothing). TextTooLong() rather than
+  // more than kMaxText, found while converting (a list of millions of dicts stops at 32 MiB).
+  Result<std::string> ToString() const;
+  // Python's repr() for error messages: cut after about `max_bytes`, ending "...".
+  std::string Repr(size_t max_bytes = 200) const;
+  // Python's json.dumps(value, ensure_ascii=False, indent, separators, sort_keys); TextTooLong()
+  // beyond kMaxText.
   Result<std::string> ToJson(int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys) const;
   // Python's type name, for error messages ("str", "int", "dict"...).
   std::string TypeName() const;

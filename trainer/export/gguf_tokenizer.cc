@@ -7,6 +7,7 @@
 
 #include "common/file_util.h"
 #include "trainer/export/gguf_writer.h"
+#include "trainer/tokenizer/tokenizer.h"
 
 namespace eft::trainer {
 namespace {
@@ -104,14 +105,111 @@ std::string SpecialContent(const json& config, const std::string& typ) {
   return "";
 }
 
+// The chat template as transformers (and eft's chat-template command) reads a directory:
+// chat_template.jinja first, then tokenizer_config.json's chat_template (a string, or the "default"
+// entry of a list of named templates); "" when there is none.
+Result<std::string> ReadChatTemplate(const fs::path& dir, const json& config) {
+  if (fs::exists(dir / "chat_template.jinja")) return ReadFileToString((dir / "chat_template.jinja").string());
+  std::string out;
+  if (config.contains("chat_template") && config["chat_template"].is_string()) {
+    out = config["chat_template"].get<std::string>();
+  } else if (config.contains("chat_template") && config["chat_template"].is_array()) {
+    for (const auto& e : config["chat_template"]) {
+      if (e.is_object() && StringOr(e, "name") == "default") out = StringOr(e, "template");
+    }
+  }
+  return out;
+}
+
+// tokenizer.model as llama.cpp's converter writes it (convert_hf_to_gguf.py's SentencePiece vocabulary):
+// every row an unused "[PAD<id>]" scored -10000 first, the pieces over them with their scores and kinds,
+// then added_tokens.json and tokenizer_config.json's added_tokens_decoder over those (scored -1000;
+// control when marked special or shaped like a control token, else user-defined with SentencePiece's
+// U+2581 written as the space it stands for).
+Result<GgufTokenizer> ReadSentencePiece(const fs::path& dir, int64_t vocab_rows, const json& config,
+                                        const json& model_config) {
+  const std::string file = (dir / "tokenizer.model").string();
+  EFT_ASSIGN_OR_RETURN(SentencePieceVocab v, ReadSentencePieceVocab(file));
+  if (static_cast<int64_t>(v.pieces.size()) > vocab_rows) {
+    return Status::InvalidArgument(file + ": " + std::to_string(v.pieces.size()) + " pieces, more than the model's " +
+                                   std::to_string(vocab_rows) + " embedding rows (config.json vocab_size)");
+  }
+  GgufTokenizer t;
+  t.model = "llama";
+  t.pre = "default";
+  t.add_space_prefix = v.add_dummy_prefix;
+  for (int64_t id = 0; id < vocab_rows; ++id) {
+    t.tokens.push_back("[PAD" + std::to_string(id) + "]");
+    t.scores.push_back(-10000.0f);
+    t.token_types.push_back(static_cast<int32_t>(GgufTokenType::kUnused));
+  }
+  for (size_t id = 0; id < v.pieces.size(); ++id) {
+    t.tokens[id] = v.pieces[id];
+    t.scores[id] = v.scores[id];
+    t.token_types[id] = v.kinds[id];
+  }
+  auto in_range = [&](int64_t id) { return id >= 0 && id < vocab_rows; };
+  if (fs::exists(dir / "added_tokens.json")) {
+    EFT_ASSIGN_OR_RETURN(json added, ReadJson(dir / "added_tokens.json"));
+    for (const auto& [content, id] : added.items()) {
+      if (!id.is_number_integer() || !in_range(id.get<int64_t>())) continue;
+      t.tokens[id.get<size_t>()] = content;
+      t.scores[id.get<size_t>()] = -1000.0f;
+      t.token_types[id.get<size_t>()] = static_cast<int32_t>(GgufTokenType::kUserDefined);
+    }
+  }
+  if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
+    for (const auto& [key, entry] : config["added_tokens_decoder"].items()) {
+      char* end = nullptr;
+      const long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || !in_range(id) || !entry.is_object()) continue;
+      std::string content = StringOr(entry, "content");
+      if (content.empty()) continue;
+      const bool control = BoolOr(entry, "special", false) || LooksSpecial(content);
+      if (!control) {
+        for (size_t at; (at = content.find("\xE2\x96\x81")) != std::string::npos;) content.replace(at, 3, " ");
+      }
+      t.tokens[static_cast<size_t>(id)] = content;
+      t.scores[static_cast<size_t>(id)] = -1000.0f;
+      t.token_types[static_cast<size_t>(id)] =
+          static_cast<int32_t>(control ? GgufTokenType::kControl : GgufTokenType::kUserDefined);
+    }
+  }
+  // Special ids: tokenizer_config.json's token strings (as eft's tokenizer reads them), else
+  // config.json's *_token_id, else the model's own.
+  auto special_id = [&](const std::string& typ, int32_t own) -> std::optional<uint32_t> {
+    const std::string content = SpecialContent(config, typ);
+    if (!content.empty()) {
+      for (size_t id = 0; id < t.tokens.size(); ++id)
+        if (t.tokens[id] == content) return static_cast<uint32_t>(id);
+    }
+    auto it = model_config.find(typ + "_token_id");
+    if (it != model_config.end() && it->is_number_integer() && in_range(it->get<int64_t>())) {
+      return it->get<uint32_t>();
+    }
+    if (in_range(own)) return static_cast<uint32_t>(own);
+    return std::nullopt;
+  };
+  t.bos_id = special_id("bos", v.bos_id);
+  t.eos_id = special_id("eos", v.eos_id);
+  t.unknown_id = special_id("unk", v.unk_id);
+  t.padding_id = special_id("pad", -1);
+  // As Hugging Face's LlamaTokenizer: BOS added, EOS not, unless tokenizer_config.json says.
+  t.add_bos = BoolOr(config, "add_bos_token", t.bos_id.has_value());
+  t.add_eos = BoolOr(config, "add_eos_token", false);
+  EFT_ASSIGN_OR_RETURN(t.chat_template, ReadChatTemplate(dir, config));
+  return t;
+}
+
 }  // namespace
 
 void GgufTokenizer::AddTo(GgufWriter& w) const {
   w.AddString("tokenizer.ggml.model", model);
   w.AddString("tokenizer.ggml.pre", pre);
   w.AddStringArray("tokenizer.ggml.tokens", tokens);
+  if (!scores.empty()) w.AddFloat32Array("tokenizer.ggml.scores", scores);
   w.AddInt32Array("tokenizer.ggml.token_type", token_types);
-  w.AddStringArray("tokenizer.ggml.merges", merges);
+  if (model == "gpt2") w.AddStringArray("tokenizer.ggml.merges", merges);
   if (bos_id) w.AddUint32("tokenizer.ggml.bos_token_id", *bos_id);
   if (eos_id) w.AddUint32("tokenizer.ggml.eos_token_id", *eos_id);
   if (unknown_id) w.AddUint32("tokenizer.ggml.unknown_token_id", *unknown_id);
@@ -120,20 +218,18 @@ void GgufTokenizer::AddTo(GgufWriter& w) const {
   // some), which need not be what the directory's tokenizer does.
   w.AddBool("tokenizer.ggml.add_bos_token", add_bos);
   w.AddBool("tokenizer.ggml.add_eos_token", add_eos);
+  if (add_space_prefix) w.AddBool("tokenizer.ggml.add_space_prefix", *add_space_prefix);
   if (!chat_template.empty()) w.AddString("tokenizer.chat_template", chat_template);
 }
 
 Result<GgufTokenizer> ReadGgufTokenizer(const std::string& model_dir, int64_t vocab_rows) {
   const fs::path dir(model_dir);
   const fs::path tokenizer_file = dir / "tokenizer.json";
-  if (!fs::exists(tokenizer_file)) {
-    const bool spm = fs::exists(dir / "tokenizer.model");
-    return Status::InvalidArgument(model_dir + " has no tokenizer.json" +
-                                   (spm ? " (only tokenizer.model: SentencePiece export to GGUF is not supported yet)"
-                                        : ": a GGUF file must carry the tokenizer"));
+  const bool has_spm = fs::exists(dir / "tokenizer.model");
+  if (!fs::exists(tokenizer_file) && !has_spm) {
+    return Status::InvalidArgument(model_dir + " has neither tokenizer.json nor tokenizer.model: a GGUF file must "
+                                   "carry the tokenizer");
   }
-  const std::string file = tokenizer_file.string();
-  EFT_ASSIGN_OR_RETURN(json tj, ReadJson(tokenizer_file));
   json config = json::object(), model_config = json::object();
   if (fs::exists(dir / "tokenizer_config.json")) {
     EFT_ASSIGN_OR_RETURN(config, ReadJson(dir / "tokenizer_config.json"));
@@ -141,6 +237,15 @@ Result<GgufTokenizer> ReadGgufTokenizer(const std::string& model_dir, int64_t vo
   if (fs::exists(dir / "config.json")) {
     EFT_ASSIGN_OR_RETURN(model_config, ReadJson(dir / "config.json"));
   }
+  json tj;
+  if (fs::exists(tokenizer_file)) {
+    EFT_ASSIGN_OR_RETURN(tj, ReadJson(tokenizer_file));
+  }
+  // A byte-level tokenizer.json is the tokenizer; otherwise (Llama 2's and Mistral's tokenizer.json is
+  // SentencePiece-style BPE) the tokenizer.model beside it is, as llama.cpp's converter prefers it.
+  const bool byte_level = tj.is_object() && tj.value("pre_tokenizer", json()).dump().find("\"ByteLevel\"") != std::string::npos;
+  if (has_spm && !byte_level) return ReadSentencePiece(dir, vocab_rows, config, model_config);
+  const std::string file = tokenizer_file.string();
 
   const json& model = tj.contains("model") ? tj["model"] : json::object();
   // byte_fallback is harmless here: with a ByteLevel pre-tokenizer (checked below) every byte already
@@ -261,18 +366,7 @@ Result<GgufTokenizer> ReadGgufTokenizer(const std::string& model_dir, int64_t vo
   t.add_bos = BoolOr(config, "add_bos_token", t.add_bos);
   t.add_eos = BoolOr(config, "add_eos_token", t.add_eos);
 
-  // The chat template as transformers (and eft's chat-template command) reads a directory:
-  // chat_template.jinja first, then tokenizer_config.json's chat_template (a string, or the "default"
-  // entry of a list of named templates).
-  if (fs::exists(dir / "chat_template.jinja")) {
-    EFT_ASSIGN_OR_RETURN(t.chat_template, ReadFileToString((dir / "chat_template.jinja").string()));
-  } else if (config.contains("chat_template") && config["chat_template"].is_string()) {
-    t.chat_template = config["chat_template"].get<std::string>();
-  } else if (config.contains("chat_template") && config["chat_template"].is_array()) {
-    for (const auto& e : config["chat_template"]) {
-      if (e.is_object() && StringOr(e, "name") == "default") t.chat_template = StringOr(e, "template");
-    }
-  }
+  EFT_ASSIGN_OR_RETURN(t.chat_template, ReadChatTemplate(dir, config));
   return t;
 }
 

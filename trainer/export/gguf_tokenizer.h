@@ -13,7 +13,12 @@
 //   Split(Qwen2 regex, \p{N}) + ByteLevel                   -> "qwen2"
 //   Digits(individual) + ByteLevel(GPT-2 regex)              -> "smollm"
 //   ByteLevel(GPT-2 regex) alone                             -> "gpt-2"
-// SentencePiece tokenizers (tokenizer.model; Llama 2, Mistral v0.1) are refused for now.
+//
+// SentencePiece (tokenizer.ggml.model "llama", pre "default"), as Llama 2 and Mistral v0.1 ship it:
+// read from tokenizer.model through libsentencepiece as llama.cpp's converter reads it (each piece with
+// its score and kind, tokenizer_config.json's added tokens over them, rows past the tokenizer as unused
+// "[PAD<id>]"), chosen when the directory has a tokenizer.model and no byte-level tokenizer.json (Hugging
+// Face's tokenizer.json of such a model is the same tokenizer without the scores llama.cpp needs).
 #pragma once
 
 #include <cstdint>
@@ -35,7 +40,9 @@ struct GgufTokenizer {
   std::string pre;                   // tokenizer.ggml.pre
   std::vector<std::string> tokens;   // id order; ids the tokenizer lacks up to the model's rows: "[PAD<id>]"
   std::vector<int32_t> token_types;  // GgufTokenType per token
-  std::vector<std::string> merges;   // "left right", spaces inside a part written as U+0120 (as gguf-py)
+  std::vector<float> scores;         // SentencePiece only: each piece's score, which llama.cpp merges by
+  std::vector<std::string> merges;   // byte-level BPE only: "left right", a space inside a part as U+0120 (as gguf-py)
+  std::optional<bool> add_space_prefix;  // SentencePiece only: add_dummy_prefix
   std::optional<uint32_t> bos_id, eos_id, unknown_id, padding_id;
   bool add_bos = false, add_eos = false;
   std::string chat_template;         // "" when the directory has none
@@ -44,8 +51,9 @@ struct GgufTokenizer {
 };
 
 // `vocab_rows`: the model's embedding rows (config.json vocab_size), the length llama.cpp needs.
-// Errors (InvalidArgument, naming the file and the reason): no tokenizer.json, a tokenizer that is not
-// byte-level BPE, an unrecognised pre-tokenizer, more tokens than `vocab_rows`.
+// Errors (InvalidArgument, naming the file and the reason): neither tokenizer.json nor tokenizer.model,
+// a tokenizer.json that is not byte-level BPE (without a tokenizer.model beside it), an unrecognised
+// pre-tokenizer, a tokenizer.model libsentencepiece cannot load, more tokens than `vocab_rows`.
 Result<GgufTokenizer> ReadGgufTokenizer(const std::string& model_dir, int64_t vocab_rows);
 
 }  // namespace eft::trainer

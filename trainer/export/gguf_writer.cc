@@ -114,6 +114,14 @@ void GgufWriter::AddInt32Array(std::string key, const std::vector<int32_t>& valu
   keys_.push_back(std::move(key));
 }
 
+void GgufWriter::AddFloat32Array(std::string key, const std::vector<float>& values) {
+  PutKey(kv_bytes_, key, ValueType::kArray);
+  Put<uint32_t>(kv_bytes_, static_cast<uint32_t>(ValueType::kFloat32));
+  Put<uint64_t>(kv_bytes_, values.size());
+  for (float v : values) Put(kv_bytes_, v);
+  keys_.push_back(std::move(key));
+}
+
 Status GgufWriter::DeclareTensor(std::string name, GgmlType type, std::vector<int64_t> shape) {
   if (name.empty()) return Status::InvalidArgument("GGUF tensor with an empty name");
   for (const auto& t : tensors_) {

@@ -45,6 +45,7 @@ class GgufWriter {
   void AddString(std::string key, std::string value);
   void AddStringArray(std::string key, const std::vector<std::string>& values);
   void AddInt32Array(std::string key, const std::vector<int32_t>& values);
+  void AddFloat32Array(std::string key, const std::vector<float>& values);
 
   // `shape` row-major as LibTorch has it ([out, in] for a linear weight); written innermost first.
   // InvalidArgument for an empty or duplicate name, a non-positive dimension, or a row length that is

@@ -35,6 +35,9 @@ struct SpmApi {
   const char* (*id_to_piece)(void*, int32_t) = nullptr;
   int32_t (*piece_to_id)(void*, const char*, size_t) = nullptr;
   int32_t (*special_id)(void*, int) = nullptr;
+  float (*score)(void*, int32_t) = nullptr;
+  int32_t (*piece_kind)(void*, int32_t) = nullptr;
+  int32_t (*add_dummy_prefix)(void*) = nullptr;
 };
 
 Result<const SpmApi*> LoadSpmApi() {
@@ -80,8 +83,11 @@ Result<const SpmApi*> LoadSpmApi() {
       api.id_to_piece = reinterpret_cast<decltype(api.id_to_piece)>(sym("eft_spm_id_to_piece"));
       api.piece_to_id = reinterpret_cast<decltype(api.piece_to_id)>(sym("eft_spm_piece_to_id"));
       api.special_id = reinterpret_cast<decltype(api.special_id)>(sym("eft_spm_special_id"));
+      api.score = reinterpret_cast<decltype(api.score)>(sym("eft_spm_score"));
+      api.piece_kind = reinterpret_cast<decltype(api.piece_kind)>(sym("eft_spm_piece_kind"));
+      api.add_dummy_prefix = reinterpret_cast<decltype(api.add_dummy_prefix)>(sym("eft_spm_add_dummy_prefix"));
       if (!api.load || !api.free_handle || !api.encode || !api.decode || !api.piece_size || !api.id_to_piece ||
-          !api.piece_to_id || !api.special_id)
+          !api.piece_to_id || !api.special_id || !api.score || !api.piece_kind || !api.add_dummy_prefix)
         error = "libeft_spm.so lacks a function eft-train needs (a module from another eft version?)";
     }
   }
@@ -249,6 +255,27 @@ Result<std::unique_ptr<Tokenizer>> SentencePieceTokenizer(const std::string& mod
   auto t = std::make_unique<SpTokenizer>();
   EFT_RETURN_IF_ERROR(t->Init(model_file, added));
   return std::unique_ptr<Tokenizer>(std::move(t));
+}
+
+Result<SentencePieceVocab> ReadSentencePieceVocab(const std::string& model_file) {
+  EFT_ASSIGN_OR_RETURN(const SpmApi* api, LoadSpmApi());
+  char error[512] = "";
+  void* handle = api->load(model_file.c_str(), error, sizeof(error));
+  if (!handle) return Status::InvalidArgument("tokenizer.model " + model_file + ": " + error);
+  SpModel model(api, handle);  // frees the handle
+  SentencePieceVocab v;
+  const int32_t n = model.GetPieceSize();
+  v.pieces.reserve(n);
+  for (int32_t id = 0; id < n; ++id) {
+    v.pieces.push_back(model.IdToPiece(id));
+    v.scores.push_back(api->score(handle, id));
+    v.kinds.push_back(api->piece_kind(handle, id));
+  }
+  v.bos_id = model.bos_id();
+  v.eos_id = model.eos_id();
+  v.unk_id = model.unk_id();
+  v.add_dummy_prefix = api->add_dummy_prefix(handle) != 0;
+  return v;
 }
 
 }  // namespace eft::trainer

@@ -25,5 +25,11 @@ int32_t eft_spm_piece_size(void* handle);
 const char* eft_spm_id_to_piece(void* handle, int32_t id);
 int32_t eft_spm_piece_to_id(void* handle, const char* piece, size_t size);
 int32_t eft_spm_special_id(void* handle, int which);  // 0 bos, 1 eos, 2 unk; -1 when none
+// For GGUF export (trainer/export/gguf_tokenizer.h): the piece's score, and its kind as llama.cpp's
+// token types number them (1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte).
+float eft_spm_score(void* handle, int32_t id);
+int32_t eft_spm_piece_kind(void* handle, int32_t id);
+// The model's normalizer_spec.add_dummy_prefix (whether a space is put before the text): 1 or 0.
+int32_t eft_spm_add_dummy_prefix(void* handle);
 
 }  // extern "C"

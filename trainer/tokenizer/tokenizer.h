@@ -68,6 +68,19 @@ Result<std::unique_ptr<Tokenizer>> TokenizerFromJson(std::string_view json_text)
 Result<std::unique_ptr<Tokenizer>> SentencePieceTokenizer(const std::string& model_file,
                                                           const std::vector<std::pair<std::string, int32_t>>& added);
 
+// A tokenizer.model's pieces as GGUF's SentencePiece ("llama") tokenizer carries them
+// (trainer/export/gguf_tokenizer.h): each piece's score and kind, numbered as llama.cpp's token
+// types (1 normal, 2 unknown, 3 control, 5 unused, 6 byte), and whether SentencePiece puts a space
+// before the text (normalizer_spec.add_dummy_prefix).
+struct SentencePieceVocab {
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  std::vector<int32_t> kinds;
+  int32_t bos_id = -1, eos_id = -1, unk_id = -1;  // -1: none
+  bool add_dummy_prefix = true;
+};
+Result<SentencePieceVocab> ReadSentencePieceVocab(const std::string& model_file);
+
 // The files a tokenizer loaded from `dir` depends on (for cache keys).
 std::vector<std::string> TokenizerFiles(const std::string& dir);
 

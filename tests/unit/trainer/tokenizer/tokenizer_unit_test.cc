@@ -179,6 +179,32 @@ TEST(Tokenizer, InvalidUtf8ThroughARegexSplit) {
   }
 }
 
+// A text cut short inside a UTF-8 sequence through a Strip normalizer: it decoded the lone lead byte as
+// if its continuation bytes followed and read past the text (fuzz/tokenizer_json_fuzz.cc, ASan:
+// fuzz/regressions/tokenizer_json/strip-normalizer-reads-past-a-cut-sequence.json). A sequence the end
+// cuts short is U+FFFD, one byte; what fits decodes as before.
+TEST(Tokenizer, ASequenceCutShortByTheEndIsNotReadPast) {
+  size_t len = 0;
+  for (std::string_view cut : {std::string_view("a\xC3", 2), std::string_view("a\xE2\x96", 3),
+                               std::string_view("a\xF0\x9F\x98", 4)}) {
+    EXPECT_EQ(DecodeUtf8(cut, 1, &len), U'\uFFFD') << cut.size();
+    EXPECT_EQ(len, 1u);
+  }
+  EXPECT_EQ(DecodeUtf8("\xE2\x96\x81", 0, &len), U'\u2581');
+  EXPECT_EQ(len, 3u);
+  json t = TinyTokenizer();
+  t["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+                                      {{"type", "Strip"}, {"content", " "}, {"start", 2}, {"stop", 0}}}}};
+  auto made = TokenizerFromJson(t.dump());
+  ASSERT_TRUE(made.ok()) << made.status();
+  for (const std::string text : {"ab \xC3", "\xE2\x96", " \xF0\x9F\x98", "\xC3"}) {
+    auto e = (*made)->Encode(text, false);
+    ASSERT_FALSE(e.ids.empty()) << text;
+    for (auto [b, end] : e.offsets) EXPECT_LE(end, text.size()) << text;
+  }
+}
+
 TEST(LoadTokenizer, ReadsTheDirectoryAndItsSpecialTokens) {
   std::string dir = MakeTempDir("eft-tok-dir-");
   WriteFile(dir + "/tokenizer.json", TinyTokenizer().dump());
