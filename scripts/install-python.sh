@@ -25,18 +25,23 @@ else
     echo "install-python: making $venv with $($python --version)"
     "$python" -m venv "$venv"
   fi
-  # pip unpacks each wheel under TMPDIR before installing it into the venv: the largest (PyTorch's CUDA
-  # libraries) need both at once. Say so before pip fails half-way with ENOSPC.
-  need_gb=8
-  for dir in "$(dirname "$venv")" "${TMPDIR:-/tmp}"; do
-    free_gb=$(df -Pk "$dir" | awk 'NR==2 {print int($4 / 1048576)}')
-    if (( free_gb < need_gb )); then
-      echo "install-python: only ${free_gb} GB free in $dir; installing PyTorch and its CUDA libraries needs" \
-           "about ${need_gb} GB there (the venv ~6 GB, pip's unpacked wheels meanwhile). Free some space, or set" \
+  # The venv takes ~6 GB; pip downloads each wheel under TMPDIR first (PyTorch's and its CUDA
+  # libraries' are up to ~1 GB each) and deletes it once installed. Say so before pip fails half-way
+  # with ENOSPC.
+  check_free() {  # dir, GB needed, what for
+    local free_gb
+    free_gb=$(df -Pk "$1" | awk 'NR==2 {print int($4 / 1048576)}')
+    if (( free_gb < $2 )); then
+      echo "install-python: only ${free_gb} GB free in $1; $3 needs about $2 GB there. Free some space, or set" \
            "EFT_VENV / TMPDIR to a larger disk." >&2
       exit 1
     fi
-  done
+  }
+  # Only where PyTorch is not there yet: a venv that needs a package or two more is left to pip.
+  if ! compgen -G "$venv/lib/python3*/site-packages/torch/__init__.py" >/dev/null; then
+    check_free "$(dirname "$venv")" 7 "the Python environment (PyTorch with its CUDA libraries)"
+    check_free "${TMPDIR:-/tmp}" 2 "pip's downloads"
+  fi
   echo "install-python: installing $(grep -c '==' "$requirements") pinned packages into $venv (about 6 GB with" \
        "PyTorch's CUDA libraries; ~1-2 minutes on a fast link)"
   # --no-cache-dir: a copy of every wheel in ~/.cache/pip would double the disk this takes.
