@@ -2,6 +2,7 @@
 // ships, lexed, parsed and run on a fixed conversation. The interpreter's limits (steps, text and
 // list sizes, call depth) must stop a template that loops forever or builds a huge string with an
 // error; libFuzzer's -timeout and -rss_limit_mb catch one that does not.
+#include "fuzz/chat_template_variables.h"
 #include "fuzz/fuzz_target.h"
 #include "trainer/chat_template/chat_template.h"
 
@@ -12,20 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(!t.status().message().empty(), "a refusal without a message");
     return 0;
   }
-  static const nlohmann::ordered_json kVariables = nlohmann::ordered_json::parse(R"({
-    "messages": [
-      {"role": "system", "content": "You are helpful."},
-      {"role": "user", "content": "What is 2+2? <b>bold</b> caf\u00e9"},
-      {"role": "assistant", "content": "4", "tool_calls": [
-        {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 2}}}]},
-      {"role": "tool", "content": "{\"result\": 4}", "tool_call_id": "call_1"},
-      {"role": "user", "content": [{"type": "text", "text": "and 3+3?"}, {"type": "image"}]}
-    ],
-    "tools": [{"type": "function", "function": {"name": "add", "description": "adds",
-               "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}],
-    "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "enable_thinking": false,
-    "date_string": "26 Jul 2024"
-  })");
+  static const nlohmann::ordered_json kVariables = nlohmann::ordered_json::parse(eft::fuzz::kChatTemplateVariables);
   auto out = t->Render(kVariables);
   if (!out.ok()) FUZZ_CHECK(!out.status().message().empty(), "a render error without a message");
   return 0;

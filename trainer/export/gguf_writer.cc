@@ -32,6 +32,15 @@ void PutKey(std::string& out, const std::string& key, ValueType type) {
   PutString(out, key);
   Put<uint32_t>(out, static_cast<uint32_t>(type));
 }
+
+// An array of fixed-size numbers: element type, count, the values little-endian.
+template <typename T>
+void PutNumberArray(std::string& out, ValueType type, const std::vector<T>& values) {
+  Put<uint32_t>(out, static_cast<uint32_t>(type));
+  Put<uint64_t>(out, values.size());
+  for (T v : values) Put(out, v);
+}
+
 uint64_t AlignUp(uint64_t n, uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
 
 Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
@@ -108,17 +117,12 @@ void GgufWriter::AddStringArray(std::string key, const std::vector<std::string>&
 }
 void GgufWriter::AddInt32Array(std::string key, const std::vector<int32_t>& values) {
   PutKey(kv_bytes_, key, ValueType::kArray);
-  Put<uint32_t>(kv_bytes_, static_cast<uint32_t>(ValueType::kInt32));
-  Put<uint64_t>(kv_bytes_, values.size());
-  for (int32_t v : values) Put(kv_bytes_, v);
+  PutNumberArray(kv_bytes_, ValueType::kInt32, values);
   keys_.push_back(std::move(key));
 }
-
 void GgufWriter::AddFloat32Array(std::string key, const std::vector<float>& values) {
   PutKey(kv_bytes_, key, ValueType::kArray);
-  Put<uint32_t>(kv_bytes_, static_cast<uint32_t>(ValueType::kFloat32));
-  Put<uint64_t>(kv_bytes_, values.size());
-  for (float v : values) Put(kv_bytes_, v);
+  PutNumberArray(kv_bytes_, ValueType::kFloat32, values);
   keys_.push_back(std::move(key));
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/sanitizers.h"
+#include "fuzz/chat_template_variables.h"
 #include "trainer/chat_template/chat_template.h"
 
 namespace eft::trainer {
@@ -20,20 +21,8 @@ namespace {
 // machine, and sanitizers slow this code 2-4x (kTimeScale).
 constexpr double kSecondsAllowed = 3.0 * (kUnderSanitizer ? 4 : 1);
 
-// The conversation fuzz/chat_template_fuzz.cc renders: five messages of ~70 bytes of repr each.
-nlohmann::ordered_json Conversation() {
-  return nlohmann::ordered_json::parse(R"({
-    "messages": [
-      {"role": "system", "content": "You are helpful."},
-      {"role": "user", "content": "What is 2+2? <b>bold</b> caf\u00e9"},
-      {"role": "assistant", "content": "4", "tool_calls": [
-        {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 2}}}]},
-      {"role": "tool", "content": "{\"result\": 4}", "tool_call_id": "call_1"},
-      {"role": "user", "content": [{"type": "text", "text": "and 3+3?"}, {"type": "image"}]}
-    ],
-    "bos_token": "<s>", "eos_token": "</s>"
-  })");
-}
+// What fuzz/chat_template_fuzz.cc renders every template with: five messages of ~70 bytes of repr each.
+nlohmann::ordered_json Conversation() { return nlohmann::ordered_json::parse(fuzz::kChatTemplateVariables); }
 
 struct Rendered {
   Result<std::string> out = Status::Ok();
