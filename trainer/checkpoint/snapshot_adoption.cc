@@ -26,15 +26,11 @@ Result<TrainerState> StateOf(const std::string& file, const snapshot::ShardRecor
   auto it = metadata.find(snapshot::kMetadataKey);
   if (it == metadata.end()) return Status::DataLoss(file + ": not a memory snapshot (no " + snapshot::kMetadataKey + ")");
   const nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
-  auto matches = [&] {
-    try {
-      return j.is_object() && j.contains("trainer_state") && JsonIntOr<int64_t>(j, "step", -1) == record.step &&
-             JsonIntOr<int64_t>(j, "world_size", 0) == record.world_size && JsonIntOr<int64_t>(j, "rank", -1) == record.rank;
-    } catch (const std::out_of_range&) {
-      return false;
-    }
-  };
-  if (!matches()) {
+  const bool matches = j.is_object() && j.contains("trainer_state") &&
+                       TryJsonIntOr<int64_t>(j, "step", -1) == record.step &&
+                       TryJsonIntOr<int64_t>(j, "world_size", 0) == record.world_size &&
+                       TryJsonIntOr<int64_t>(j, "rank", -1) == record.rank;
+  if (!matches) {
     return Status::DataLoss(file + ": its snapshot metadata does not match its record (step " +
                             std::to_string(record.step) + ", rank " + std::to_string(record.rank) + " of " +
                             std::to_string(record.world_size) + ")");

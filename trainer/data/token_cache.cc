@@ -154,15 +154,11 @@ Result<TokenDataset> ReadTokenCache(const std::string& path, const std::string& 
   if (header_size > size - 16 - 4) return fail("bad header size");  // the header lies between the prefix and the CRC
   nlohmann::json header = nlohmann::json::parse(bytes + 16, bytes + 16 + header_size, nullptr, false);
   if (header.is_discarded() || !header.is_object()) return fail("bad header");
-  int64_t format = 0, docs = -1, tokens = -1;
-  try {
-    format = JsonIntOr<int64_t>(header, "format", 0);
-    docs = JsonIntOr<int64_t>(header, "documents", -1);
-    tokens = JsonIntOr<int64_t>(header, "tokens", -1);
-  } catch (const std::out_of_range&) {
-    return fail("bad header");
-  }
-  if (format != 1) return fail("bad header");
+  const auto format = TryJsonIntOr<int64_t>(header, "format", 0);
+  const auto read_docs = TryJsonIntOr<int64_t>(header, "documents", -1);
+  const auto read_tokens = TryJsonIntOr<int64_t>(header, "tokens", -1);
+  if (format != 1 || !read_docs || !read_tokens) return fail("bad header");
+  const int64_t docs = *read_docs, tokens = *read_tokens;
   if (header.value("key", "") != key) return fail("built for another key");
   size_t at = 16 + header_size;
   at += (8 - header_size % 8) % 8;
