@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "common/file_util.h"
+#include "common/json_int.h"
 
 namespace eft::trainer {
 namespace {
@@ -111,8 +112,13 @@ Result<RopeScaling> ParseRopeScalingBlock(const json& r, const std::string& fiel
   EFT_ASSIGN_OR_RETURN(rs.factor, need("factor"));
   EFT_ASSIGN_OR_RETURN(rs.low_freq_factor, need("low_freq_factor"));
   EFT_ASSIGN_OR_RETURN(rs.high_freq_factor, need("high_freq_factor"));
-  EFT_ASSIGN_OR_RETURN(double orig, need("original_max_position_embeddings"));
-  rs.original_max_position_embeddings = static_cast<int64_t>(orig);
+  EFT_RETURN_IF_ERROR(need("original_max_position_embeddings").status());
+  // An integer (or a whole float) in int64's range: a cast of 1.8e21 would be undefined (found by
+  // fuzz/model_config_fuzz.cc).
+  std::string why;
+  const auto orig = TryJsonInt<int64_t>(r.at("original_max_position_embeddings"), &why);
+  if (!orig) return FieldError(field + ".original_max_position_embeddings", "must be a whole number: " + why);
+  rs.original_max_position_embeddings = *orig;
   if (rs.factor <= 0) return FieldError(field + ".factor", "must be > 0");
   if (rs.original_max_position_embeddings <= 0)
     return FieldError(field + ".original_max_position_embeddings", "must be > 0");

@@ -197,6 +197,20 @@ TEST(ModelConfigTest, EveryRefusalNamesTheField) {
   ErrorFor(kLlama32_1B, {{"tie_word_embeddings", "yes"}}, "tie_word_embeddings");
   ErrorFor(kLlama32_1B, {{"torch_dtype", "float8"}}, "torch_dtype");
   ErrorFor(kLlama32_1B, {{"eos_token_id", "</s>"}}, "eos_token_id");
+  // original_max_position_embeddings past int64 was cast from a double (undefined; found by
+  // fuzz/model_config_fuzz.cc: fuzz/regressions/model_config/rope-original-context-1.8e21); a
+  // fraction is no context length either. A whole float (8192.0) is one.
+  json rope = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}};
+  for (json bad : {json::parse("1844674407370955161632"), json(1e300), json(8192.5)}) {
+    rope["original_max_position_embeddings"] = bad;
+    ErrorFor(kLlama32_1B, {{"rope_scaling", rope}}, "rope_scaling.original_max_position_embeddings");
+  }
+  rope["original_max_position_embeddings"] = 8192.0;
+  json whole = json::parse(kLlama32_1B);
+  whole["rope_scaling"] = rope;
+  auto w = ModelConfig::FromHfJson(whole);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->rope_scaling.original_max_position_embeddings, 8192);
   json no_heads_dim = json::parse(kMistral7B_v03);
   no_heads_dim["num_attention_heads"] = 30;
   no_heads_dim["num_key_value_heads"] = 10;
