@@ -8,6 +8,7 @@ Usage: harness_test.py BUILD_DIR. Skipped (exit 77) without root or `ip netns`."
 import os
 import signal
 import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,7 @@ CHILD = textwrap.dedent("""
 class HarnessTest(unittest.TestCase):
     def start_child(self, mode):
         d = tempfile.mkdtemp(prefix="eft-netns-h-")
+        self.addCleanup(shutil.rmtree, d, ignore_errors=True)
         p = subprocess.Popen([sys.executable, "-c", CHILD.format(here=HERE, dir=d, build=BUILD), mode],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.addCleanup(p.stdout.close)
@@ -94,6 +96,7 @@ class HarnessTest(unittest.TestCase):
 
     def test_networks(self):
         d = tempfile.mkdtemp(prefix="eft-netns-h-")
+        self.addCleanup(shutil.rmtree, d, ignore_errors=True)
         with nc.NetnsCluster(d, BUILD, loopback_names=["node3"]) as c:
             def reaches(host, ip, port=22):
                 # A refused connection proves the address answers; a timeout means nothing does.
